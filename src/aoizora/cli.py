@@ -1,0 +1,69 @@
+"""Command line: `aoizora topology`, `aoizora placements`, `aoizora demo`.
+
+Library code raises `AoizoraError`s; here they become one line on stderr and exit code 2.
+libtpu's no-TPU host-detection noise is filtered from stderr (see `_stderr`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from aoizora.errors import AoizoraError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Group(click.Group):
+    """Turns aoizora's typed errors into one-line messages with exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AoizoraError as exc:
+            click.echo(f"aoizora: error: {exc}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+def _print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="aoizora")
+def cli() -> None:
+    """Topology-aware planning of diffusion-transformer inference on TPU slices."""
+
+
+@cli.command()
+@click.argument("topology_name", metavar="TOPO")
+@click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
+def topology(topology_name: str, as_json: bool) -> None:
+    """Chips, directed ICI links and hardware profile of a TPU slice (e.g. v5e:2x4)."""
+    from aoizora.report.tables import print_topology
+    from aoizora.topology import get_topology
+
+    topo = get_topology(topology_name)
+    if as_json:
+        _print_json(topo.to_json())
+    else:
+        print_topology(topo)
+
+
+def main() -> None:
+    """Console entry point."""
+    from aoizora._stderr import StderrFilter
+
+    with StderrFilter():
+        try:
+            cli.main(standalone_mode=True)
+        except SystemExit as exc:
+            code = exc.code
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

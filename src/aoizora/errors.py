@@ -1,0 +1,24 @@
+"""Typed exceptions. Library code raises these; the CLI turns them into one-line messages.
+
+Every message says what is wrong and what to do about it.
+"""
+
+
+class AoizoraError(Exception):
+    """Base class of every error aoizora raises on bad input or a missing toolchain."""
+
+
+class ToolchainError(AoizoraError):
+    """The TPU compile-only toolchain (jax + libtpu) is missing or unusable."""
+
+
+class TopologyError(AoizoraError):
+    """A TPU slice name or description that aoizora cannot use."""
+
+
+class MeshSpecError(AoizoraError):
+    """A logical mesh that is malformed or does not fit the slice."""
+
+
+class PlacementError(AoizoraError):
+    """A physical placement that cannot be built or does not match its slice."""

@@ -1,0 +1,84 @@
+"""Per-generation hardware profiles, read from the packaged data file `data/hardware.json`."""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from aoizora.errors import TopologyError
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """What one chip of a TPU generation offers. Bandwidths are bytes per second."""
+
+    generation: str
+    device_kinds: tuple[str, ...]
+    ici_dims: int
+    ici_ports_per_chip: int
+    link_bandwidth_Bps: float  # one direction of one ICI link
+    hbm_bytes: int
+    hbm_bandwidth_Bps: float
+    peak_bf16_flops: float
+    clock_hz: float
+    hop_latency_s: float
+    wraparound: str  # rule name, see `wraps`
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:
+        """Which axes of a slice of this shape have wraparound links."""
+        if self.wraparound == "axes_of_size_16":
+            # v5e/v6e: a sub-slice only closes a ring along an axis that spans the full pod (16).
+            return tuple(n == 16 for n in shape)
+        if self.wraparound == "all_axes_when_all_multiple_of_4":
+            # v4/v5p: optical switches close every axis once the slice is made of whole 4x4x4 cubes.
+            full = all(n % 4 == 0 for n in shape)
+            return tuple(full and n > 2 for n in shape)
+        raise TopologyError(f"unknown wraparound rule {self.wraparound!r} in hardware.json")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "ici_dims": self.ici_dims,
+            "ici_ports_per_chip": self.ici_ports_per_chip,
+            "link_bandwidth_Bps": self.link_bandwidth_Bps,
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bandwidth_Bps": self.hbm_bandwidth_Bps,
+            "peak_bf16_flops": self.peak_bf16_flops,
+            "clock_hz": self.clock_hz,
+            "hop_latency_s": self.hop_latency_s,
+            "sources": dict(self.sources),
+        }
+
+
+@functools.lru_cache(maxsize=None)
+def _table() -> dict[str, Any]:
+    text = resources.files("aoizora").joinpath("data/hardware.json").read_text()
+    return json.loads(text)
+
+
+def generation_names() -> tuple[str, ...]:
+    """Canonical generation names (v5e, v6e, v4, v5p)."""
+    return tuple(_table()["generations"])
+
+
+def canonical_generation(name: str) -> str:
+    """Map a generation name or alias (e.g. `v5` -> `v5p`) to its canonical name."""
+    table = _table()
+    key = name.strip().lower()
+    key = table["aliases"].get(key, key)
+    if key not in table["generations"]:
+        known = ", ".join(sorted([*table["generations"], *table["aliases"]]))
+        raise TopologyError(f"unknown TPU generation {name!r}; use one of: {known}")
+    return key
+
+
+def hardware_profile(generation: str) -> HardwareProfile:
+    """The hardware profile of a generation (aliases accepted)."""
+    gen = canonical_generation(generation)
+    raw = dict(_table()["generations"][gen])
+    raw["device_kinds"] = tuple(raw["device_kinds"])
+    return HardwareProfile(generation=gen, **raw)
