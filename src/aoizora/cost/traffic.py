@@ -1,0 +1,138 @@
+"""What one collective sends where: a device-to-device byte matrix, its step count and hop depth.
+
+Each collective is reconstructed as the algorithm the compiler chose (`algorithms`): rings for
+all-gather, reduce-scatter and all-reduce (one ring per group, all groups at once), direct
+pairwise exchanges for all-to-all, point-to-point for collective-permute.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from aoizora.cost.links import Incidence
+from aoizora.hlo.program import Collective, CollectiveKind
+
+_BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at most)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    matrix: np.ndarray  # (N, N) bytes from row i to row j over the whole collective
+    steps: int  # sequential algorithm steps (each pays the per-hop latency of its longest hop)
+    max_hops: int  # longest route of any single step
+
+
+def ring_edges(order: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [(order[k], order[(k + 1) % len(order)]) for k in range(len(order))]
+
+
+def _ring_matrix(order: tuple[int, ...], n: int, per_edge: float, bidirectional: bool) -> np.ndarray:
+    m = np.zeros((n, n))
+    for a, b in ring_edges(order):
+        if bidirectional:
+            m[a, b] += per_edge / 2
+            m[b, a] += per_edge / 2
+        else:
+            m[a, b] += per_edge
+    return m
+
+
+class RingOrderer:
+    """Chooses the ring order over a group's members that the compiler would use (`best`).
+
+    The order minimises the most loaded link of the ring alone, then its total hops. Routes are
+    translation invariant, so the choice is cached by the members' positions relative to the
+    group's corner: the many translated groups of one collective, and the same group shape in
+    other placements, cost one search.
+    """
+
+    def __init__(self, inc: Incidence, positions: np.ndarray):
+        self.inc = inc
+        self.positions = positions  # (N, D) physical position of each incidence row
+        self._cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+
+    def best(self, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+        members = sorted(group, key=lambda r: tuple(self.positions[r]))
+        corner = self.positions[members].min(axis=0)
+        key = tuple(tuple(int(v) for v in self.positions[r] - corner) for r in members) + ((int(bidirectional),),)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._search(tuple(members), bidirectional)
+            self._cache[key] = hit
+        return tuple(members[k] for k in hit)
+
+    def _search(self, members: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+        """Positions (into `members`) of the best ring order."""
+        n = len(members)
+        if n <= 3:
+            return tuple(range(n))
+        if n <= _BRUTE_FORCE_MAX:
+            tours = np.array([(0, *p) for p in itertools.permutations(range(1, n)) if p[0] < p[-1]])
+        else:
+            tours = np.array([tuple(range(n)), self._nearest_neighbour(members)])
+        N = self.inc.num_devices
+        idx = np.array(members)
+        rows = self.inc.matrix[(idx[:, None] * N + idx[None, :]).ravel()].toarray().reshape(n, n, -1)
+        src, dst = tours, np.roll(tours, -1, axis=1)
+        loads = rows[src, dst].sum(axis=1)
+        if bidirectional:
+            loads = (loads + rows[dst, src].sum(axis=1)) / 2
+        hops = self.inc.hops[idx[src], idx[dst]].sum(axis=1)
+        best = np.lexsort((hops, loads.max(axis=1)))[0]
+        return tuple(int(v) for v in tours[best])
+
+    def _nearest_neighbour(self, members: tuple[int, ...]) -> tuple[int, ...]:
+        left = list(range(1, len(members)))
+        tour = [0]
+        while left:
+            nxt = min(left, key=lambda k: (self.inc.hops[members[tour[-1]], members[k]], k))
+            tour.append(nxt)
+            left.remove(nxt)
+        return tuple(tour)
+
+
+def collective_traffic(
+    coll: Collective,
+    groups: list[tuple[int, ...]],
+    pairs: list[tuple[int, int]],
+    inc: Incidence,
+    *,
+    bidirectional: bool,
+    reorder: RingOrderer | None,
+) -> Traffic:
+    """Traffic of one collective whose groups/pairs are already in incidence rows."""
+    n = inc.num_devices
+    m = np.zeros((n, n))
+    if coll.kind == CollectiveKind.COLLECTIVE_PERMUTE:
+        for a, b in pairs:
+            m[a, b] += coll.operand_bytes
+        hops = max((int(inc.hops[a, b]) for a, b in pairs), default=0)
+        return Traffic(m, 1 if pairs else 0, hops)
+    size = max((len(g) for g in groups), default=1)
+    if size < 2:
+        return Traffic(m, 0, 0)
+    if coll.kind == CollectiveKind.ALL_TO_ALL:
+        chunk = coll.operand_bytes / size
+        hops = 0
+        for g in groups:
+            for a in g:
+                for b in g:
+                    if a != b:
+                        m[a, b] += chunk
+                        hops = max(hops, int(inc.hops[a, b]))
+        return Traffic(m, 1, hops)
+    if coll.kind == CollectiveKind.ALL_GATHER:
+        per_edge, steps = (size - 1) * coll.operand_bytes, size - 1
+    elif coll.kind == CollectiveKind.REDUCE_SCATTER:
+        per_edge, steps = (size - 1) / size * coll.operand_bytes, size - 1
+    else:  # all-reduce: reduce-scatter then all-gather over the same ring
+        per_edge, steps = 2 * (size - 1) / size * coll.operand_bytes, 2 * (size - 1)
+    hops = 0
+    for g in groups:
+        order = reorder.best(g, bidirectional) if reorder is not None else g
+        m += _ring_matrix(order, n, per_edge, bidirectional)
+        hops = max(hops, max(int(inc.hops[a, b]) for a, b in ring_edges(order)))
+    return Traffic(m, steps, hops)
