@@ -53,6 +53,44 @@ def topology(topology_name: str, as_json: bool) -> None:
         print_topology(topo)
 
 
+@cli.command()
+@click.argument("topology_name", metavar="TOPO")
+@click.option("--mesh", "mesh_text", required=True, metavar="NAME=SIZE,...", help="Logical mesh, e.g. sp=2,tp=4.")
+@click.option("--json", "as_json", is_flag=True, help="Print the placements as JSON.")
+@click.option(
+    "--max-candidates",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Refuse spaces larger than this many candidates (default 200000).",
+)
+def placements(topology_name: str, mesh_text: str, as_json: bool, max_candidates: int | None) -> None:
+    """Distinct physical placements of a logical mesh on a TPU slice, jax-default first."""
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.placement.space import DEFAULT_MAX_CANDIDATES
+    from aoizora.report.tables import print_placements
+    from aoizora.topology import get_topology
+
+    mesh = MeshSpec.parse(mesh_text)
+    topo = get_topology(topology_name)
+    space = enumerate_placements(topo, mesh, max_candidates=max_candidates or DEFAULT_MAX_CANDIDATES)
+    if as_json:
+        _print_json([p.to_json(topo) for p in space.placements])
+    else:
+        print_placements(space)
+
+
+@cli.command()
+def demo() -> None:
+    """The main job on an embedded default: v5e:2x4, its links and the placements of sp=2,tp=4."""
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.report.tables import print_placements, print_topology
+    from aoizora.topology import get_topology
+
+    topo = get_topology("v5e:2x4")
+    print_topology(topo)
+    print_placements(enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")))
+
+
 def main() -> None:
     """Console entry point."""
     from aoizora._stderr import StderrFilter

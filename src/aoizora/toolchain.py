@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from typing import Any
 
 from aoizora.errors import ToolchainError, TopologyError
+
+
+# libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) when it loads, so a second process that
+# only compiles (a planner next to a test run, a CLI call from a test) would abort. Compile-only
+# use shares no chip, so aoizora allows several loads unless the user decided otherwise. It must
+# be set before libtpu loads, hence at import time of this module (imported by `aoizora`).
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def require_libtpu() -> None:

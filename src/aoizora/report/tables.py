@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from aoizora.placement import PlacementSet
 from aoizora.topology import Topology
 
 
@@ -28,3 +29,24 @@ def print_topology(topo: Topology, console: Console | None = None) -> None:
     ):
         table.add_row(key, value)
     console.print(table)
+
+
+def print_placements(space: PlacementSet, console: Console | None = None) -> None:
+    """One row per distinct placement: its axis layout and, per mesh axis, each group's chips."""
+    console = console or Console()
+    topo = space.topology
+    console.print(
+        f"[bold]{space.mesh}[/bold] on [bold]{topo.name}[/bold]: {space.generated} placements generated, "
+        f"{space.distinct} distinct after symmetry dedup"
+    )
+    table = Table(show_lines=False)
+    table.add_column("placement")
+    table.add_column("device order (mesh row-major, physical coords)")
+    table.add_column("description")
+    for p in space.placements:
+        coords = p.coords(topo).reshape(-1, p.coords(topo).shape[-1])
+        order = " ".join("".join(str(int(v)) for v in c) for c in coords)
+        table.add_row(p.name, order, p.description)
+    console.print(table)
+    for note in space.notes:
+        console.print(f"note: {note}")

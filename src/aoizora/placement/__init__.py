@@ -1,0 +1,15 @@
+"""Physical placements of a logical mesh on a TPU slice: axis orders, ring embeddings, dedup."""
+
+from aoizora.placement.jax_default import JAX_DEFAULT, jax_default_placement
+from aoizora.placement.mesh_spec import MeshSpec
+from aoizora.placement.placement import Placement
+from aoizora.placement.space import PlacementSet, enumerate_placements
+
+__all__ = [
+    "JAX_DEFAULT",
+    "MeshSpec",
+    "Placement",
+    "PlacementSet",
+    "enumerate_placements",
+    "jax_default_placement",
+]

@@ -1,0 +1,84 @@
+"""The CLI as a user runs it: a subprocess, libtpu noise filtered, one-line errors with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-c", "from aoizora.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_topology_json_counts():
+    out = run("topology", "v5e:16x16", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert len(data["chips"]) == 256 and len(data["links"]) == 1024
+    assert data["wrap"] == [True, True] and data["generation"] == "v5e"
+    assert set(data) >= {"name", "generation", "shape", "wrap", "chips", "links", "hardware"}
+    assert data["links"][0].keys() >= {"src", "dst", "bandwidth_Bps"}
+    assert "could not determine TPU" not in out.stderr and "InitGoogle" not in out.stderr
+
+
+def test_placements_json_lists_jax_default_and_square_rings():
+    out = run("placements", "v5e:2x4", "--mesh", "sp=2,tp=4", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data[0]["name"] == "jax-default"
+    assert all(set(p) >= {"name", "description", "device_coords"} for p in data)
+    assert all(len(p["device_coords"]) == 2 and len(p["device_coords"][0]) == 4 for p in data)
+    square = [[0, 0], [0, 1], [1, 1], [1, 0]]
+    assert any(
+        all(sorted(map(tuple, row)) == sorted(map(tuple, square_shift(square, row))) for row in p["device_coords"])
+        for p in data
+    )
+
+
+def square_shift(square, row):
+    y0 = min(c[1] for c in row)
+    return [[x, y + y0] for x, y in square]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("topology", "v9:2x2"), "unknown TPU generation"),
+        (("topology", "v5e:3x5"), "libtpu does not accept"),
+        (("placements", "v5e:2x4", "--mesh", "sp=3,tp=4"), "multiply to 8"),
+        (("placements", "v5e:2x4", "--mesh", "sp=2;tp=4"), "malformed mesh axis"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    out = run(*args)
+    assert out.returncode == 2
+    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and fragment in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_libtpu_is_reported(monkeypatch):
+    import importlib.util
+
+    from aoizora import toolchain
+    from aoizora.errors import ToolchainError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "libtpu" else real(name, *a))
+    with pytest.raises(ToolchainError, match="libtpu is not installed"):
+        toolchain.require_libtpu()
+
+
+def test_real_errors_are_not_filtered():
+    from aoizora._stderr import is_noise
+
+    assert is_noise("WARNING: could not determine TPU accelerator type, please set env var")
+    assert is_noise("learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327")
+    assert not is_noise("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+    assert not is_noise("aoizora: error: something real")

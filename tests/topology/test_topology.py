@@ -1,0 +1,123 @@
+import pytest
+
+from aoizora.errors import TopologyError
+from aoizora.toolchain import compile_only_devices
+from aoizora.topology import get_topology, hardware_profile, parse_topology_name
+
+
+@pytest.mark.parametrize(
+    "name, chips, devices, links, wrap",
+    [
+        ("v5e:2x2", 4, 4, 8, (False, False)),
+        ("v5e:2x4", 8, 8, 20, (False, False)),
+        ("v5e:4x4", 16, 16, 48, (False, False)),
+        ("v5e:8x16", 128, 128, 480, (False, True)),
+        ("v5e:16x16", 256, 256, 1024, (True, True)),
+        ("v6e:4x4", 16, 16, 48, (False, False)),
+        ("v4:4x4x4", 64, 128, 384, (True, True, True)),
+        ("v4:2x2x2", 8, 16, 24, (False, False, False)),
+        ("v5p:2x2x4", 16, 16, 56, (False, False, False)),
+    ],
+)
+def test_chip_and_link_counts(name, chips, devices, links, wrap):
+    topo = get_topology(name)
+    assert topo.num_chips == chips
+    assert topo.num_devices == devices
+    assert len(topo.links) == links
+    assert topo.wrap == wrap
+
+
+def test_coordinates_come_from_libtpu():
+    topo = get_topology("v5e:2x4")
+    for dev in compile_only_devices("v5e:2x4"):
+        assert topo.positions[dev.id].chip == tuple(dev.coords[:2])
+    assert {c.coords for c in topo.chips} == {(x, y) for x in range(2) for y in range(4)}
+
+
+def test_v4_exposes_two_cores_per_chip():
+    topo = get_topology("v4:2x2x2")
+    assert topo.cores_per_chip == 2
+    assert all(len(c.device_ids) == 2 for c in topo.chips)
+    a, b = topo.chips[0].device_ids
+    assert topo.device_route(a, b) == ()  # two cores of one chip share no ICI link
+
+
+def test_links_join_neighbours_one_per_direction():
+    for name in ("v5e:4x4", "v5e:16x16", "v4:4x4x4"):
+        topo = get_topology(name)
+        pairs = {(l.src, l.dst) for l in topo.links}
+        assert len(pairs) == len(topo.links)
+        for l in topo.links:
+            assert (l.dst, l.src) in pairs  # full duplex
+            diff = [(a - b) % n for a, b, n in zip(l.dst, l.src, topo.shape)]
+            assert sorted(d for d in diff if d) in ([1], [n - 1 for n in [topo.shape[l.dim]]])
+            assert l.bandwidth_Bps == topo.hardware.link_bandwidth_Bps
+        out_degree = {}
+        for l in topo.links:
+            out_degree[l.src] = out_degree.get(l.src, 0) + 1
+        assert max(out_degree.values()) <= topo.hardware.ici_ports_per_chip
+    torus = get_topology("v5e:16x16")
+    assert all(sum(1 for l in torus.links if l.src == c.coords) == 4 for c in torus.chips)
+
+
+def _walk(topo, src, route):
+    cur = src
+    for i in route:
+        link = topo.links[i]
+        assert link.src == cur
+        cur = link.dst
+    return cur
+
+
+def test_routes_on_open_axes_are_dimension_ordered():
+    topo = get_topology("v5e:4x4")
+    route = topo.route((0, 0), (3, 2))
+    assert len(route) == 5
+    assert _walk(topo, (0, 0), route) == (3, 2)
+    dims = [topo.links[i].dim for i in route]
+    assert dims == sorted(dims)  # x first, then y
+    back = topo.route((3, 2), (0, 0))
+    assert [topo.links[i].direction for i in back] == [-1] * 5
+    assert topo.route((1, 1), (1, 1)) == ()
+
+
+def test_routes_on_wrapped_axes_take_the_short_way():
+    topo = get_topology("v5e:16x16")
+    route = topo.route((0, 0), (15, 0))
+    assert len(route) == 1 and topo.links[route[0]].wraparound
+    assert topo.links[route[0]].direction == -1
+    tie = topo.route((0, 0), (8, 0))
+    assert len(tie) == 8 and all(topo.links[i].direction == +1 for i in tie)  # tie -> positive
+    assert _walk(topo, (3, 14), topo.route((3, 14), (12, 1))) == (12, 1)
+    assert len(topo.route((3, 14), (12, 1))) == 7 + 3
+    mixed = get_topology("v5e:8x16")
+    assert len(mixed.route((0, 0), (7, 15))) == 7 + 1  # x open, y wrapped
+
+
+def test_hardware_profiles_from_data_file():
+    hw = hardware_profile("v5e")
+    assert hw.link_bandwidth_Bps == 4.5e10 and hw.hbm_bytes == 16 * 2**30
+    assert hw.peak_bf16_flops == 1.97e14 and hw.clock_hz == 1.5e9
+    assert hardware_profile("v5").generation == "v5p"
+    for gen in ("v5e", "v6e", "v4", "v5p"):
+        assert hardware_profile(gen).sources
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("v7:2x2", "unknown TPU generation"),
+        ("v5e-2x4", "malformed TPU slice name"),
+        ("v4:2x4", "3-D"),
+        ("v5e:3x3", "libtpu does not accept"),
+        ("v5e:0x4", "positive"),
+    ],
+)
+def test_bad_names_raise_clear_errors(name, fragment):
+    with pytest.raises(TopologyError, match=fragment):
+        get_topology(name)
+
+
+def test_name_aliases():
+    assert parse_topology_name("v5:2x2x4") == ("v5p", (2, 2, 4))
+    assert get_topology("v5:2x2x2").name == "v5p:2x2x2"
