@@ -22,3 +22,7 @@ class MeshSpecError(AoizoraError):
 
 class PlacementError(AoizoraError):
     """A physical placement that cannot be built or does not match its slice."""
+
+
+class SimulationError(AoizoraError):
+    """A program, placement and topology that the reference simulator cannot run together."""
