@@ -1,0 +1,53 @@
+"""Reference simulator: event-driven, flow-level execution of one program on one placement.
+
+Independent of the cost model Q2 (it shares only the topology and the program graph) so that Q2
+can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the model and
+`aoizora.sim.algorithms` for how compiled algorithm configs map to rings.
+"""
+
+from __future__ import annotations
+
+from aoizora.hlo.program import Program
+from aoizora.placement import Placement
+from aoizora.sim.algorithms import Direction, RingOrder, best_ring_order, ring_direction
+from aoizora.sim.engine import OpaqueSeconds, Simulator
+from aoizora.sim.network import FlowNetwork, max_min_rates
+from aoizora.sim.result import CollectiveTiming, SimResult
+from aoizora.topology import Topology
+
+__all__ = [
+    "CollectiveTiming",
+    "FlowNetwork",
+    "SimResult",
+    "best_ring_order",
+    "max_min_rates",
+    "ring_direction",
+    "simulate",
+]
+
+
+def simulate(program: Program, topology: Topology, placement: Placement, *,
+             ring_order: RingOrder = "listed", opaque_seconds: OpaqueSeconds = None, chunks: int = 4,
+             ring_direction: Direction | str = "auto", default_direction: Direction = "bidirectional",
+             extrapolate_loops: bool = True, default_trip_count: int | None = None) -> SimResult:
+    """Simulate one execution of `program` with logical device i on `placement.device_ids.flat[i]`.
+
+    ring_order: ``"listed"`` rings follow each group's listed order; ``"best"`` reorders each
+        group's members to minimise its bottleneck link load (the compiler *may* reorder; the
+        evidence is open, hence a switch).
+    opaque_seconds: seconds of opaque/unknown nodes, by node name (mapping) or a callable taking
+        the `Node` (None = use the node's own cost).
+    chunks: pieces each ring step's payload is split into and pipelined.
+    ring_direction: ``"auto"`` (from the compiled algorithm config, see `ring_direction`),
+        or force ``"unidirectional"`` / ``"bidirectional"``.
+    default_direction: what ``"auto"`` uses when the config names no direction.
+    extrapolate_loops: skip loop iterations once provably periodic (exact up to float rounding).
+    default_trip_count: trip count for loops whose count the parser could not tell.
+    Raises `aoizora.errors.SimulationError` on inputs that do not fit together.
+    """
+    sim = Simulator(program, topology, placement, ring_order=ring_order, opaque_seconds=opaque_seconds,
+                    chunks=chunks, ring_direction=ring_direction, default_direction=default_direction,
+                    extrapolate_loops=extrapolate_loops, default_trip_count=default_trip_count)
+    sim.run()
+    return sim.result({"ring_order": ring_order, "chunks": chunks, "ring_direction": ring_direction,
+                       "default_direction": default_direction, "extrapolate_loops": extrapolate_loops})
