@@ -11,6 +11,7 @@ Both readings are assumptions; they are switches of `Q2Options`, never hidden co
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,16 +38,32 @@ class Q2Options:
 
 
 def ring_is_bidirectional(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:
+    """Pincer emitters with two or more colours and `BiDirection` strategies run both ways;
+    `UniDirection`/`StrategyRing` with one colour run one way; anything else (no config,
+    all-gather emitters that name no direction) is taken as bidirectional."""
     if options.ring_direction != "auto":
         return options.ring_direction == "bi"
     if algorithm is None:
         return True
     names = " ".join(n for n in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if n).lower()
-    if "bidirection" in names or (algorithm.colors or 0) >= 2:
+    if "bidirection" in names or ("pincer" in names and (algorithm.colors or 0) != 1):
         return True
-    if "unidirection" in names:
+    if "unidirection" in names or "strategyring" in names:
         return False
     return True
+
+
+def ring_dims(algorithm: AlgorithmConfig | None, group_size: int) -> tuple[int, ...]:
+    """Grid the compiler lays a group on: `NDRingStrategy` with `cores:{a b}` runs one ring per
+    dimension in phases (the listed order laid row-major on the grid); otherwise one 1-D ring."""
+    if algorithm is None:
+        return (group_size,)
+    names = " ".join(n for n in (algorithm.strategy, *algorithm.strategies) if n).lower()
+    cores = algorithm.fields.get("cores", "")
+    dims = tuple(int(t) for t in cores.strip("{}").split() if t.isdigit())
+    if "ndring" in names and len(dims) > 1 and math.prod(dims) == group_size:
+        return dims
+    return (group_size,)
 
 
 def ring_is_reordered(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:

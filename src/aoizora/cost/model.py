@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.cost.algorithms import Q2Options, ring_is_bidirectional, ring_is_reordered
+from aoizora.cost.algorithms import Q2Options, ring_dims, ring_is_bidirectional, ring_is_reordered
 from aoizora.cost.links import Incidence, incidence
-from aoizora.cost.traffic import RingOrderer, Traffic, collective_traffic
+from aoizora.cost.traffic import RingOrderer, collective_phases
 from aoizora.errors import PlacementError
 from aoizora.hlo.program import Collective, Node, NodeKind, Program
 from aoizora.placement import Placement
@@ -112,16 +112,25 @@ class CostModel:
         reordered = ring_is_reordered(coll.algorithm, self.options)
         groups = [tuple(int(rows[d]) for d in g) for g in coll.groups]
         pairs = [(int(rows[a]), int(rows[b])) for a, b in coll.source_target_pairs]
-        traffic: Traffic = collective_traffic(
-            coll, groups, pairs, self.inc, bidirectional=bidirectional, reorder=self.orderer if reordered else None
+        phases = collective_phases(
+            coll, groups, pairs, self.inc, bidirectional=bidirectional,
+            reorder=self.orderer if reordered else None, dims=ring_dims(coll.algorithm, coll.group_size),
         )
-        loads = self.inc.link_loads(traffic.matrix)
         hw = self.topology.hardware
-        top = int(np.argmax(loads)) if loads.size and loads.max() > 0 else None
-        peak = float(loads[top]) if top is not None else 0.0
-        seconds = peak / hw.link_bandwidth_Bps + traffic.steps * traffic.max_hops * hw.hop_latency_s
+        loads = np.zeros(len(self.topology.links))
+        seconds, peak, top, steps, max_hops = 0.0, 0.0, None, 0, 0
+        for phase in phases:
+            phase_loads = self.inc.link_loads(phase.matrix)
+            loads += phase_loads
+            phase_top = int(np.argmax(phase_loads)) if phase_loads.size else 0
+            phase_peak = float(phase_loads[phase_top]) if phase_loads.size else 0.0
+            seconds += phase_peak / hw.link_bandwidth_Bps + phase.steps * phase.max_hops * hw.hop_latency_s
+            if phase_peak > peak:
+                peak, top = phase_peak, phase_top
+            steps += phase.steps
+            max_hops = max(max_hops, phase.max_hops)
         est = CollectiveEstimate(
-            coll.index, coll.name, coll.kind.value, seconds, peak, top, traffic.steps, traffic.max_hops,
+            coll.index, coll.name, coll.kind.value, seconds, peak, top, steps, max_hops,
             coll.multiplicity, bidirectional, reordered,
         )
         return est, loads
