@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from aoizora.errors import MeshSpecError
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.program import Program
 from aoizora.placement import MeshSpec, jax_default_placement
@@ -69,3 +70,25 @@ def transformer_program(topology: Topology, mesh_spec: MeshSpec, cfg: Transforme
     mesh = jax_default_placement(topology, mesh_spec).jax_mesh(topology)
     compiled = lower(cfg, mesh, rules).compile()
     return NamedProgram(f"transformer[{cfg.layers}x{cfg.dim}]", program_from_compiled(compiled))
+
+
+def default_suite(topology: Topology, mesh_spec: MeshSpec, which: str = "all") -> list[NamedProgram]:
+    """Programs `aoizora validate` compiles when no HLO is given.
+
+    micro: every collective over each mesh axis; transformer: a 4-layer scanned block whose
+    logical axes (batch, seq, heads/mlp) follow the mesh axes in order.
+    """
+    programs: list[NamedProgram] = []
+    if which in ("micro", "all"):
+        programs.extend(collective_microprograms(topology, mesh_spec))
+    if which in ("transformer", "all"):
+        names = list(mesh_spec.axis_names)
+        roles = ["batch", "seq", "heads"][-len(names):] if len(names) <= 3 else None
+        if roles is None:
+            raise MeshSpecError(f"the built-in transformer suite takes meshes of up to 3 axes, not {mesh_spec}")
+        rules = {role: name for role, name in zip(roles, names)}
+        if "heads" in rules:
+            rules["mlp"] = rules["heads"]
+        cfg = TransformerConfig(layers=4, dim=1024, heads=16, head_dim=64, mlp=4096, seq=4096, batch=2)
+        programs.append(transformer_program(topology, mesh_spec, cfg, rules))
+    return programs
