@@ -5,4 +5,14 @@ from aoizora.errors import AoizoraError
 
 __version__ = "0.1.0"
 
-__all__ = ["AoizoraError", "__version__"]
+
+def __getattr__(name: str):
+    # The planner pulls in jax; keep `import aoizora` light and load it on first use.
+    if name in ("load_plan", "plan_function", "plan_space", "Plan", "FunctionStrategy"):
+        from aoizora import plan as _plan
+
+        return getattr(_plan, name)
+    raise AttributeError(f"module 'aoizora' has no attribute {name!r}")
+
+
+__all__ = ["AoizoraError", "FunctionStrategy", "Plan", "__version__", "load_plan", "plan_function", "plan_space"]

@@ -39,3 +39,15 @@ class HloModelError(AoizoraError):
 
 class SimulationError(AoizoraError):
     """A program, placement and topology that the reference simulator cannot run together."""
+
+
+class PlanFormatError(AoizoraError):
+    """A plan file that is missing, not JSON, or not a valid plan of this schema version."""
+
+
+class PlanMismatchError(AoizoraError):
+    """A plan applied to devices of another kind, count or slice shape."""
+
+
+class PlanningError(AoizoraError):
+    """Planning could not produce a plan (e.g. no strategy fits or compiles)."""

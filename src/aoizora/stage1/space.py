@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aoizora.hlo.program import OpaqueCost
+from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import MeshSpec
 from aoizora.stage1.dag import KernelCall
 
@@ -67,6 +67,22 @@ class StrategySpace(abc.ABC):
     def describe(self, strategy: Any) -> dict[str, Any]:
         """JSON-ready description of a strategy for reports."""
         return {"strategy": repr(strategy)}
+
+    def compiled_kernel_cost(self, strategy: Any, op: OpaqueOp) -> OpaqueCost | None:
+        """Cost of one opaque custom call in the *compiled* program (the HLO analyzer's hook)."""
+        return None
+
+    def expert_strategy(self, num_devices: int) -> Any | None:
+        """The hand-tuned deployment to compare against (None when the workload has none)."""
+        return None
+
+    def workload(self) -> dict[str, Any]:
+        """What is being planned, for the plan file and its cache key: name and input shapes."""
+        return {"name": self.name, "shapes": {}}
+
+    def key_of(self, strategy: Any) -> str:
+        """The key of a strategy as `candidates` labels it."""
+        return getattr(strategy, "key", repr(strategy))
 
 
 def axis_assignments(num_devices: int, axis_names: Sequence[str]) -> Iterator[dict[str, int]]:

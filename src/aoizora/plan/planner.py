@@ -1,0 +1,217 @@
+"""The planner end to end: Stage 1 -> compile the Top-K -> placements x Q2 -> a Plan."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.cost import Q2Options
+from aoizora.errors import PlanningError
+from aoizora.plan import cache
+from aoizora.plan.plan import Plan
+from aoizora.plan.schema import SCHEMA_VERSION
+from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
+from aoizora.stage1 import DEFAULT_TOP_K, Stage1Result, run_stage1
+from aoizora.stage1.space import StrategySpace
+from aoizora.topology import Topology
+
+
+@dataclass
+class PlanResult:
+    """A plan and how it was reached (Stage 1 entries and Stage 2 outcomes are None from the cache)."""
+
+    plan: Plan
+    from_cache: bool
+    stage1: Stage1Result | None = None
+    outcomes: list[StrategyOutcome] | None = None
+
+
+def toolchain_versions() -> dict[str, str]:
+    import jax
+    import jaxlib
+
+    try:
+        libtpu = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        libtpu = "absent"
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu}
+
+
+def plan_space(
+    space: StrategySpace,
+    topology: Topology,
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    options: Q2Options | None = None,
+    compile_timeout_s: float | None = 600.0,
+    verify_top: int = 2,
+    use_cache: bool = True,
+    progress: bool = True,
+    console: Any = None,
+) -> PlanResult:
+    """Plan a workload (its strategy space) on a slice; answers from the cache when it can."""
+    import aoizora
+
+    options = options or Q2Options()
+    request = {
+        "workload": space.workload(),
+        "topology": topology.name,
+        "toolchain": toolchain_versions(),
+        "aoizora": aoizora.__version__,
+        "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
+                    "verify_top": verify_top},
+    }
+    if use_cache:
+        hit = cache.lookup(request)
+        if hit is not None:
+            return PlanResult(hit, from_cache=True)
+
+    t_start = time.perf_counter()
+    stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
+    kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
+    if not kept:
+        reasons = sorted({r for e in stage1.entries for r in e.reasons})[:3]
+        raise PlanningError(
+            f"no strategy of {space.name} fits on {topology.name} ({'; '.join(reasons) or 'none legal'}); "
+            "use a larger slice or a smaller workload"
+        )
+
+    outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console)
+    chosen_pairs = [s for o in outcomes for s in o.scored]
+    if not chosen_pairs:
+        reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
+        raise PlanningError(f"none of the Top-{len(kept)} strategies compiled for {topology.name} ({reasons})")
+    best = min(chosen_pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
+
+    baselines: dict[str, Any] = {}
+    same = next(o for o in outcomes if o.key == best.key).jax_default
+    if same is not None:
+        baselines["same_strategy_jax_default"] = _pair_json(same, best)
+    expert = space.expert_strategy(topology.num_devices)
+    if expert is not None:
+        expert_key = space.key_of(expert)
+        expert_outcome = next((o for o in outcomes if o.key == expert_key), None)
+        if expert_outcome is None:
+            extra, extra_t, _ = _stage2(space, [(expert_key, expert)], topology, options, compile_timeout_s, 0, progress, console)
+            expert_outcome = extra[0]
+            timings["compile"] += extra_t["compile"]
+        if expert_outcome.jax_default is not None:
+            baselines["expert"] = _pair_json(expert_outcome.jax_default, best)
+        else:
+            baselines["expert"] = {"strategy": expert_key, "dropped": expert_outcome.dropped}
+
+    timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
+    doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes)
+    plan = Plan(doc)
+    if use_cache:
+        cache.store(request, plan)
+    return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
+
+
+def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console):
+    if not progress:
+        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top)
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"Stage 2: compile and score ({topology.name})", total=len(kept))
+        return run_stage2(
+            space, kept, topology, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
+            on_compiled=lambda _: bar.advance(task),
+        )
+
+
+def _pair_json(pair: Scored, best: Scored | None = None) -> dict[str, Any]:
+    out = {
+        "strategy": pair.key,
+        "placement": pair.placement.name,
+        "step_seconds": pair.q2.step_seconds,
+        "exposed_comm_seconds": pair.q2.exposed_comm_seconds,
+        "compute_seconds": pair.q2.compute_seconds,
+        "verified_compile": pair.verified,
+    }
+    if best is not None and best.q2.step_seconds > 0:
+        out["speedup_of_plan"] = pair.q2.step_seconds / best.q2.step_seconds
+    return out
+
+
+def _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes) -> dict[str, Any]:
+    import aoizora
+
+    chosen = next(o for o in outcomes if o.key == best.key)
+    alternatives = []
+    for o in outcomes:
+        row: dict[str, Any] = {"strategy": o.key, "placement": None}
+        if o.dropped:
+            row["dropped"] = o.dropped
+        elif o.best is not None:
+            row.update(_pair_json(o.best))
+            row["memory_bytes_per_device"] = o.compiled.memory_bytes if o.compiled else None
+            row["jax_default_step_seconds"] = o.jax_default.q2.step_seconds if o.jax_default else None
+            row["placements"] = [
+                {"name": s.placement.name, "step_seconds": s.q2.step_seconds, "exposed_comm_seconds": s.q2.exposed_comm_seconds}
+                for s in sorted(o.scored, key=lambda s: s.q2.step_seconds)
+            ]
+        alternatives.append(row)
+    q2 = best.q2
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "aoizora_version": aoizora.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "request": request,
+        "workload": space.workload(),
+        "topology": {
+            "name": topology.name,
+            "generation": topology.generation,
+            "shape": list(topology.shape),
+            "wrap": list(topology.wrap),
+            "cores_per_chip": topology.cores_per_chip,
+            "device_kinds": sorted({d.device_kind for d in topology.devices}),
+        },
+        "toolchain": request["toolchain"],
+        "mesh": {"axis_names": list(best.placement.mesh.axis_names), "axis_sizes": list(best.placement.mesh.axis_sizes)},
+        "strategy": {"key": best.key, **space.describe(chosen.strategy)},
+        "placement": {
+            "name": best.placement.name,
+            "description": best.placement.description,
+            "device_coords": best.placement.coords(topology).tolist(),
+            "verified_compile": best.verified,
+        },
+        "prediction": {
+            "step_seconds": q2.step_seconds,
+            "compute_seconds": q2.compute_seconds,
+            "exposed_comm_seconds": q2.exposed_comm_seconds,
+            "comm_seconds": q2.comm_seconds,
+            "memory_bytes_per_device": chosen.compiled.memory_bytes if chosen.compiled else None,
+            "collectives": [c.to_json() for c in q2.collectives],
+            "link_bytes": q2.link_bytes.tolist(),
+        },
+        "baselines": baselines,
+        "alternatives": alternatives,
+        "stage1": {"counts": stage1.counts(), "entries": [e.to_json() for e in stage1.entries]},
+        "timings": timings,
+        "notes": notes,
+    }
+
+
+def plan_function(
+    fn: Any,
+    abstract_args: Any,
+    strategy_space: "StrategySpace | list",
+    topology: "Topology | str",
+    **kwargs: Any,
+) -> PlanResult:
+    """Plan a user's own JAX function through the same two stages.
+
+    `strategy_space` is either a `StrategySpace` or a list of `FunctionStrategy` (a mesh and the
+    PartitionSpec of each argument); `abstract_args` are `jax.ShapeDtypeStruct`s (no data).
+    """
+    from aoizora.plan.function_space import FunctionSpace
+    from aoizora.topology import get_topology
+
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    space = strategy_space if isinstance(strategy_space, StrategySpace) else FunctionSpace(fn, abstract_args, strategy_space)
+    return plan_space(space, topo, **kwargs)

@@ -1,0 +1,185 @@
+"""Stage 2: compile the Top-K strategies for the slice, score every placement with Q2, choose.
+
+One compile per strategy serves all its placements: the compiled replica groups are logical mesh
+positions, so a placement only relabels them. The compiler's algorithm config can depend on the
+device order (a permuted mesh turned `has_reordering_map` off in one test), so the best few pairs
+are recompiled with their own device order and re-scored before the final choice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aoizora.cost import CostModel, Q2Options, Q2Result
+from aoizora.hlo.builder import program_from_compiled
+from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
+from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
+from aoizora.stage1.space import StrategySpace
+from aoizora.topology import Topology
+
+
+class CompileTimeout(Exception):
+    pass
+
+
+@dataclass
+class Compiled:
+    """A strategy compiled for the slice (over one device order)."""
+
+    key: str
+    program: Program
+    memory_bytes: int | None
+    compile_seconds: float
+    placement_name: str
+
+
+@dataclass
+class Scored:
+    """One (strategy, placement) pair and its Q2 prediction."""
+
+    key: str
+    placement: Placement
+    q2: Q2Result
+    verified: bool = False  # scored on a program compiled with this placement's own device order
+
+
+@dataclass
+class StrategyOutcome:
+    key: str
+    strategy: Any
+    compiled: Compiled | None = None
+    dropped: str | None = None  # reason, when the compiler refused or timed out
+    scored: list[Scored] = field(default_factory=list)
+
+    @property
+    def best(self) -> Scored | None:
+        return min(self.scored, key=lambda s: s.q2.step_seconds) if self.scored else None
+
+    @property
+    def jax_default(self) -> Scored | None:
+        return next((s for s in self.scored if s.placement.name == JAX_DEFAULT), None)
+
+
+def compile_with_timeout(lower: Callable[[], Any], timeout_s: float | None) -> Any:
+    """`lower().compile()` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["compiled"] = lower().compile()
+        except BaseException as exc:  # reported to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["compiled"]
+
+
+def compile_strategy(
+    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None
+) -> Compiled:
+    import jax
+
+    mesh = placement.jax_mesh(topology)
+    inputs = space.lowering_inputs(strategy, mesh)
+    t0 = time.perf_counter()
+    compiled = compile_with_timeout(
+        lambda: jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs), timeout_s
+    )
+    seconds = time.perf_counter() - t0
+    hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
+    program = program_from_compiled(compiled, opaque_cost=hook)
+    return Compiled(key, program, _memory_bytes(compiled), seconds, placement.name)
+
+
+def _memory_bytes(compiled: Any) -> int | None:
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        return None
+    if m is None:
+        return None
+    return int(
+        m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+        + getattr(m, "generated_code_size_in_bytes", 0)
+    )
+
+
+def drop_reason(exc: BaseException) -> str:
+    text = str(exc)
+    first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
+    if "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text:
+        return f"out of HBM at compile: {first}"
+    if isinstance(exc, CompileTimeout):
+        return first
+    return f"compile failed: {type(exc).__name__}: {first}"
+
+
+def run_stage2(
+    space: StrategySpace,
+    kept: list[tuple[str, Any]],
+    topology: Topology,
+    *,
+    options: Q2Options | None = None,
+    compile_timeout_s: float | None = 600.0,
+    verify_top: int = 2,
+    on_compiled: Callable[[StrategyOutcome], None] | None = None,
+) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
+    """Compile each kept strategy, score all its placements; recompile and re-score the best pairs.
+
+    Returns the outcomes, seconds per phase, and notes (e.g. when a recompile changed the program).
+    """
+    model = CostModel(topology, options)
+    outcomes: list[StrategyOutcome] = []
+    timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
+    notes: list[str] = []
+    for key, strategy in kept:
+        outcome = StrategyOutcome(key, strategy)
+        space_p = enumerate_placements(topology, space.mesh_spec(strategy))
+        default = space_p.placements[0]
+        try:
+            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s)
+            timings["compile"] += outcome.compiled.compile_seconds
+        except Exception as exc:
+            outcome.dropped = drop_reason(exc)
+        if outcome.compiled is not None:
+            t0 = time.perf_counter()
+            for p in space_p.placements:
+                outcome.scored.append(Scored(key, p, model.evaluate(outcome.compiled.program, p)))
+            timings["score"] += time.perf_counter() - t0
+        outcomes.append(outcome)
+        if on_compiled:
+            on_compiled(outcome)
+
+    # Verify the leading pairs on programs compiled with their own device order.
+    pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
+    by_key = {o.key: o for o in outcomes}
+    t0 = time.perf_counter()
+    for s in pairs[:verify_top]:
+        if s.placement.name == JAX_DEFAULT:
+            s.verified = True
+            continue
+        outcome = by_key[s.key]
+        try:
+            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s)
+        except Exception as exc:
+            notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
+            continue
+        rescored = model.evaluate(own.program, s.placement)
+        if abs(rescored.step_seconds - s.q2.step_seconds) > 1e-9 * max(1.0, s.q2.step_seconds):
+            notes.append(
+                f"{s.key} / {s.placement.name}: compiling with this device order changed Q2 from "
+                f"{s.q2.step_seconds * 1e3:.3f} ms to {rescored.step_seconds * 1e3:.3f} ms"
+            )
+        s.q2, s.verified = rescored, True
+    timings["verify"] = time.perf_counter() - t0
+    return outcomes, timings, notes
