@@ -1,0 +1,152 @@
+import json
+import time
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from aoizora.errors import PlanFormatError, PlanMismatchError
+from aoizora.placement import MeshSpec
+from aoizora.plan import FunctionStrategy, Plan, load_plan, plan_function
+from aoizora.topology import get_topology
+
+
+def mlp(x, w1, w2):
+    return jax.nn.gelu(x @ w1) @ w2
+
+
+ARGS = (
+    jax.ShapeDtypeStruct((2048, 1024), jnp.bfloat16),
+    jax.ShapeDtypeStruct((1024, 4096), jnp.bfloat16),
+    jax.ShapeDtypeStruct((4096, 1024), jnp.bfloat16),
+)
+STRATEGIES = [
+    FunctionStrategy("data", MeshSpec(("data",), (4,)), (P("data", None), P(), P())),
+    FunctionStrategy("tensor", MeshSpec(("tensor",), (4,)), (P(), P(None, "tensor"), P("tensor", None))),
+    FunctionStrategy("data+tensor", MeshSpec(("data", "tensor"), (2, 2)),
+                     (P("data", None), P(None, "tensor"), P("tensor", None))),
+    FunctionStrategy("too-big", MeshSpec(("data",), (8,)), (P("data", None), P(), P())),
+]
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AOIZORA_CACHE_DIR", str(cache))
+    topo = get_topology("v5e:2x2")
+    t0 = time.perf_counter()
+    result = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    first = time.perf_counter() - t0
+    yield SimpleNamespace(result=result, topo=topo, cache=cache, first_seconds=first, mp=mp)
+    mp.undo()
+
+
+def test_plan_function_plans_a_non_wan_program(planned):
+    plan = planned.result.plan
+    assert not planned.result.from_cache
+    assert plan.strategy["key"] in {"data", "tensor", "data+tensor"}
+    counts = plan.data["stage1"]["counts"]
+    assert counts["enumerated"] == 4 and counts["rejected"] == 1  # the 8-device mesh
+    assert plan.data["baselines"]["same_strategy_jax_default"]["speedup_of_plan"] >= 1.0
+    assert {a["strategy"] for a in plan.data["alternatives"]} <= {"data", "tensor", "data+tensor"}
+    assert plan.predicted_step_seconds > 0
+    assert set(plan.data["timings"]) >= {"stage1", "compile", "score", "verify", "total"}
+
+
+def test_plan_round_trip(planned, tmp_path):
+    path = planned.result.plan.save(tmp_path / "plan.json")
+    again = load_plan(path)
+    assert again.data == json.loads(json.dumps(planned.result.plan.data))
+    mesh = again.mesh(planned.topo.devices)
+    assert mesh.axis_names == again.axis_names and mesh.devices.shape == again.axis_sizes
+    coords = [tuple(d.coords[:2]) for d in mesh.devices.ravel()]
+    assert coords == [tuple(c) for c in again.device_coords.reshape(-1, 2).tolist()]
+
+
+def test_cache_hit_is_fast_and_corruption_is_recomputed(planned):
+    topo = planned.topo
+    t0 = time.perf_counter()
+    hit = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    assert hit.from_cache and time.perf_counter() - t0 < 1.0
+    assert hit.plan.data == planned.result.plan.data
+    (entry,) = list(planned.cache.glob("*.json"))
+    entry.write_text(entry.read_text()[:200])  # truncated: corrupt
+    again = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    assert not again.from_cache
+    assert load_plan(entry).strategy == again.plan.strategy  # rewritten, valid
+    bypass = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=1, verify_top=0, progress=False, use_cache=False)
+    assert not bypass.from_cache
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda d: d.pop("mesh"), "'mesh' is a required property"),
+        (lambda d: d.update(schema_version=99), "schema_version 99"),
+        (lambda d: d["topology"].update(shape=[2]), "topology/shape"),
+        (lambda d: d["placement"].update(device_coords=[[0, 0]] * 4), "device_coords"),
+    ],
+)
+def test_invalid_plans_are_refused(planned, tmp_path, mutate, fragment):
+    data = json.loads(json.dumps(planned.result.plan.data))
+    mutate(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanFormatError, match=fragment):
+        load_plan(path)
+
+
+def test_not_json_is_refused(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text("{ not json")
+    with pytest.raises(PlanFormatError, match="not valid JSON"):
+        load_plan(path)
+    with pytest.raises(PlanFormatError, match="cannot read"):
+        load_plan(tmp_path / "missing.json")
+
+
+def _fake(coords, kind="TPU v5 lite", core=0):
+    return SimpleNamespace(coords=list(coords) + [0], core_on_chip=core, device_kind=kind, id=hash(tuple(coords)) % 1000)
+
+
+def test_mesh_matches_devices_by_coordinates_in_any_order(planned):
+    plan: Plan = planned.result.plan
+    devices = list(planned.topo.devices)[::-1]  # runtime order differs from libtpu's
+    mesh = plan.mesh(devices)
+    got = [tuple(d.coords[:2]) for d in mesh.devices.ravel()]
+    assert got == [tuple(c) for c in plan.device_coords.reshape(-1, 2).tolist()]
+
+
+@pytest.mark.parametrize(
+    "devices, fragment",
+    [
+        ([_fake((x, y), kind="TPU v4") for x in range(2) for y in range(2)], "devices are TPU v4"),
+        ([_fake((x, 0)) for x in range(2)], "4 devices"),
+        ([_fake((0, y)) for y in range(4)], "devices form 1x4"),
+        ([SimpleNamespace(device_kind="TPU v5 lite", id=i) for i in range(4)], "no TPU coordinates"),
+    ],
+)
+def test_mesh_refuses_mismatching_devices(planned, devices, fragment):
+    with pytest.raises(PlanMismatchError, match=fragment):
+        planned.result.plan.mesh(devices)
+
+
+def test_one_compile_serves_structured_placements():
+    """Evidence behind "one compile per strategy": device order does not change the program."""
+    from aoizora.hlo.builder import program_from_compiled
+    from aoizora.placement import enumerate_placements
+    from aoizora.workloads.transformer import TransformerConfig, lower
+
+    topo = get_topology("v5e:2x4")
+    spec = MeshSpec.parse("sp=2,tp=4")
+    cfg = TransformerConfig(layers=2, dim=512, heads=8, head_dim=64, mlp=2048, seq=1024)
+    rules = {"seq": "sp", "heads": "tp", "mlp": "tp"}
+    signatures = set()
+    for p in enumerate_placements(topo, spec).placements[:4]:
+        prog = program_from_compiled(lower(cfg, p.jax_mesh(topo), rules).compile())
+        signatures.add(tuple((c.kind, c.groups, json.dumps(c.algorithm.to_json() if c.algorithm else None)) for c in prog.collectives))
+    assert len(signatures) == 1
