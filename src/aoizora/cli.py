@@ -182,6 +182,18 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
         print_validation(report, title=f"Q2 vs simulator on {topo.name}, mesh {spec}")
 
 
+@cli.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for index.html.")
+def explain(plan_path: str, out_dir: str) -> None:
+    """An HTML report of a plan: link-load heatmaps, strategies and placements, a step timeline."""
+    from aoizora.plan import load_plan
+    from aoizora.report.html import write_report
+
+    path = write_report(load_plan(plan_path), out_dir)
+    click.echo(f"wrote {path}")
+
+
 def _read_text(path: str) -> str:
     from aoizora.errors import AoizoraError
 

@@ -53,6 +53,7 @@ class Q2Result:
     collectives: list[CollectiveEstimate]
     link_bytes: np.ndarray  # bytes per directed link (topology.links order) per program execution
     uncosted: list[str] = field(default_factory=list)  # opaque/unknown ops no hook costed
+    timeline: list[dict[str, Any]] | None = None  # schedule segments, when asked for
 
     @property
     def comm_seconds(self) -> float:
@@ -67,6 +68,7 @@ class Q2Result:
             "collectives": [c.to_json() for c in self.collectives],
             "link_bytes": self.link_bytes.tolist(),
             "uncosted": list(self.uncosted),
+            "timeline": self.timeline,
         }
 
 
@@ -135,8 +137,10 @@ class CostModel:
         )
         return est, loads
 
-    def evaluate(self, program: Program, placement: Placement) -> Q2Result:
-        """Predicted step latency of `program` with its logical devices laid out by `placement`."""
+    def evaluate(self, program: Program, placement: Placement, *, timeline: bool = False) -> Q2Result:
+        """Predicted step latency of `program` with its logical devices laid out by `placement`.
+
+        `timeline=True` also records the schedule's segments (for reports; slower)."""
         rows = placement_rows(program, self.topology, placement, self.inc)
         estimates: list[CollectiveEstimate] = []
         link_bytes = np.zeros(len(self.topology.links))
@@ -144,19 +148,35 @@ class CostModel:
             est, loads = self.collective_estimate(coll, rows)
             estimates.append(est)
             link_bytes += loads * coll.multiplicity
-        step, compute, uncosted = _schedule(program, self.topology, estimates)
-        return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted)
+        segments: list[dict[str, Any]] | None = [] if timeline else None
+        step, compute, uncosted = _schedule(program, self.topology, estimates, segments)
+        return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted, segments)
 
 
 def _schedule(
-    program: Program, topology: Topology, estimates: list[CollectiveEstimate]
+    program: Program,
+    topology: Topology,
+    estimates: list[CollectiveEstimate],
+    timeline: list[dict[str, Any]] | None = None,
 ) -> tuple[float, float, list[str]]:
     """Walk the schedule once; loop bodies are timed once and scaled by their trip counts.
 
     One compute stream per chip (all chips run the same SPMD program, so one stream stands for
     all). A sync collective occupies the stream; an async one runs beside it from its start node
-    and the stream waits at its done node only if it has not finished.
+    and the stream waits at its done node only if it has not finished. When `timeline` is a
+    list, it receives the segments of the walk (consecutive compute merged; a loop's remaining
+    iterations as one `loop` segment).
     """
+
+    def record(kind: str, name: str, start: float, end: float) -> None:
+        if timeline is None or end <= start:
+            return
+        last = timeline[-1] if timeline else None
+        if kind == "compute" and last is not None and last["kind"] == "compute" and abs(last["end"] - start) < 1e-15:
+            last["end"] = end
+            return
+        timeline.append({"kind": kind, "name": name, "start": start, "end": end})
+
     loop_at_end = {lp.end: lp for lp in program.loops}
     loop_start_time: dict[int, float] = {}
     loop_compute: dict[int, float] = {}
@@ -177,6 +197,7 @@ def _schedule(
             if lp is not None and lp.index in loop_start_time:
                 trips = lp.trip_count or 1
                 body = clock - loop_start_time[lp.index]
+                record("loop", f"{lp.name}: {trips - 1} more iterations", clock, clock + body * (trips - 1))
                 clock += body * (trips - 1)
                 compute_total += (compute_total - loop_compute[lp.index]) * (trips - 1)
             finish[i] = clock
@@ -186,19 +207,26 @@ def _schedule(
             if node.kind == NodeKind.COLLECTIVE_START:
                 start = max(clock, ready)
                 pending[node.collective] = start + (est.seconds if est else 0.0)
+                record("async", est.name if est else node.name, start, pending[node.collective])
                 finish[i] = start
             elif node.kind == NodeKind.COLLECTIVE_DONE:
-                clock = max(clock, ready, pending.pop(node.collective, 0.0))
+                begin = max(clock, ready)
+                clock = max(begin, pending.pop(node.collective, 0.0))
+                record("wait", est.name if est else node.name, begin, clock)
                 finish[i] = clock
             else:
-                clock = max(clock, ready) + (est.seconds if est else 0.0)
+                begin = max(clock, ready)
+                clock = begin + (est.seconds if est else 0.0)
+                record("comm", est.name if est else node.name, begin, clock)
                 finish[i] = clock
             continue
         seconds = node_seconds(node, topology)
         if seconds is None:
             uncosted.append(node.name)
             seconds = 0.0
-        clock = max(clock, ready) + seconds
+        begin = max(clock, ready)
+        clock = begin + seconds
+        record("compute", node.name, begin, clock)
         compute_total += seconds
         finish[i] = clock
     return clock, compute_total, uncosted

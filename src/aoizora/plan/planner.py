@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aoizora.cost import Q2Options
+from aoizora.cost import CostModel, Q2Options
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.plan.plan import Plan
@@ -103,6 +103,15 @@ def plan_space(
         else:
             baselines["expert"] = {"strategy": expert_key, "dropped": expert_outcome.dropped}
 
+    # Schedules and link loads of the choice and of JAX's placement of the same strategy, for reports.
+    model = CostModel(topology, options)
+    best.q2 = model.evaluate(best.program, best.placement, timeline=True)
+    if same is not None:
+        detailed = model.evaluate(same.program, same.placement, timeline=True)
+        baselines["same_strategy_jax_default"].update(
+            link_bytes=detailed.link_bytes.tolist(), timeline=detailed.timeline,
+            device_coords=same.placement.coords(topology).tolist(),
+        )
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes)
     plan = Plan(doc)
@@ -188,6 +197,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
             "memory_bytes_per_device": chosen.compiled.memory_bytes if chosen.compiled else None,
             "collectives": [c.to_json() for c in q2.collectives],
             "link_bytes": q2.link_bytes.tolist(),
+            "timeline": q2.timeline,
         },
         "baselines": baselines,
         "alternatives": alternatives,

@@ -44,6 +44,7 @@ class Scored:
     key: str
     placement: Placement
     q2: Q2Result
+    program: Program  # the compiled program it was scored on
     verified: bool = False  # scored on a program compiled with this placement's own device order
 
 
@@ -154,7 +155,7 @@ def run_stage2(
         if outcome.compiled is not None:
             t0 = time.perf_counter()
             for p in space_p.placements:
-                outcome.scored.append(Scored(key, p, model.evaluate(outcome.compiled.program, p)))
+                outcome.scored.append(Scored(key, p, model.evaluate(outcome.compiled.program, p), outcome.compiled.program))
             timings["score"] += time.perf_counter() - t0
         outcomes.append(outcome)
         if on_compiled:
@@ -180,6 +181,6 @@ def run_stage2(
                 f"{s.key} / {s.placement.name}: compiling with this device order changed Q2 from "
                 f"{s.q2.step_seconds * 1e3:.3f} ms to {rescored.step_seconds * 1e3:.3f} ms"
             )
-        s.q2, s.verified = rescored, True
+        s.q2, s.program, s.verified = rescored, own.program, True
     timings["verify"] = time.perf_counter() - t0
     return outcomes, timings, notes

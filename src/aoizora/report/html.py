@@ -1,0 +1,95 @@
+"""`aoizora explain`: a self-contained HTML report of a plan (images embedded)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aoizora.plan.plan import Plan
+from aoizora.report.heatmap import link_heatmaps
+from aoizora.report.timeline import timeline_figure
+from aoizora.topology import get_topology
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _ms(seconds: Any) -> str:
+    return "-" if seconds is None else f"{float(seconds) * 1e3:,.3f}"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write_report(plan: Plan, out_dir: str | Path) -> Path:
+    """Write `index.html` (and the same images as PNG files) into `out_dir`; returns the HTML path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    d = plan.data
+    topo = get_topology(d["topology"]["name"])
+    pred = d["prediction"]
+    same = d.get("baselines", {}).get("same_strategy_jax_default", {})
+
+    panels = [(f"plan: {d['placement']['name']}", np.asarray(pred["link_bytes"]), plan.device_coords)]
+    if "link_bytes" in same:
+        panels.append(("same strategy, jax-default", np.asarray(same["link_bytes"]), np.asarray(same["device_coords"])))
+    heat = link_heatmaps(topo, panels)
+    heat.savefig(out / "links.png", dpi=110, bbox_inches="tight")
+    heat_src = _png(heat)
+
+    lanes = [(f"plan ({_ms(pred['step_seconds'])} ms)", pred.get("timeline") or [])]
+    if same.get("timeline"):
+        lanes.append((f"jax-default ({_ms(same['step_seconds'])} ms)", same["timeline"]))
+    tl = timeline_figure(lanes)
+    tl.savefig(out / "timeline.png", dpi=110, bbox_inches="tight")
+    tl_src = _png(tl)
+
+    summary = [
+        ["strategy", d["strategy"]["key"]],
+        ["placement", f"{d['placement']['name']} — {d['placement']['description']}"],
+        ["mesh", ", ".join(f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes))],
+        ["predicted step", f"{_ms(pred['step_seconds'])} ms (compute {_ms(pred['compute_seconds'])}, "
+                           f"exposed communication {_ms(pred['exposed_comm_seconds'])})"],
+    ]
+    for name, base in d.get("baselines", {}).items():
+        if "speedup_of_plan" in base:
+            summary.append([f"vs {name.replace('_', ' ')}", f"{base['speedup_of_plan']:.3f}x ({base['strategy']} / {base['placement']}: {_ms(base['step_seconds'])} ms)"])
+    alternatives = [
+        [a["strategy"], a.get("placement") or "-", _ms(a.get("step_seconds")), _ms(a.get("exposed_comm_seconds")),
+         _ms(a.get("jax_default_step_seconds")),
+         "-" if a.get("memory_bytes_per_device") is None else f"{a['memory_bytes_per_device'] / 2**30:.2f}",
+         a.get("dropped", "")]
+        for a in d["alternatives"]
+    ]
+    chosen = next((a for a in d["alternatives"] if a["strategy"] == d["strategy"]["key"]), {})
+    placements = [[p["name"], _ms(p["step_seconds"]), _ms(p["exposed_comm_seconds"])] for p in chosen.get("placements", [])]
+    timings = [[k, f"{v:.2f} s"] for k, v in d["timings"].items()]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes", []))
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>aoizora plan — {html.escape(d['workload']['name'])} on {html.escape(topo.name)}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;margin:0.5em 0 1.5em}}
+td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}img{{max-width:100%}}</style></head><body>
+<h1>{html.escape(d['workload']['name'])} on {html.escape(topo.name)}</h1>
+{_table(["", ""], summary)}
+<h2>Link loads of one step</h2><img src="{heat_src}" alt="link heatmaps">
+<h2>Timeline of one step</h2><img src="{tl_src}" alt="timeline">
+<h2>Strategies (Stage 2)</h2>{_table(["strategy", "best placement", "step ms", "exposed comm ms", "jax-default ms", "memory GiB/device", "dropped"], alternatives)}
+<h2>Placements of the chosen strategy</h2>{_table(["placement", "step ms", "exposed comm ms"], placements)}
+<h2>Planning</h2>{_table(["stage", "time"], timings)}<p>Stage 1: {html.escape(str(d.get('stage1', {}).get('counts', {})))}</p>
+<ul>{notes}</ul><p>toolchain: {html.escape(str(d['toolchain']))}</p></body></html>"""
+    path = out / "index.html"
+    path.write_text(doc, encoding="utf-8")
+    return path
