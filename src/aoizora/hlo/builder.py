@@ -252,15 +252,12 @@ class _Builder:
         if op == "fusion":
             inner = self._fused_collective(inst)
             if inner is not None:
-                callee, coll = inner
-                if _is_async_collective_custom_call(coll, ASYNC_COLLECTIVE_DONE):
+                callee, coll, role = inner
+                if role == "done" and self._is_pending(deps):
                     return self.collective_done(comp, inst, deps, mult, loop)
-                mode = CollectiveMode.FUSION
-                if _is_async_collective_custom_call(coll, ASYNC_COLLECTIVE_START) or (
-                    isinstance(inst.backend_config, Mapping)
-                    and "async_collective_fusion_config" in inst.backend_config
-                ):
-                    mode = CollectiveMode.ASYNC_FUSION
+                if role == "step" and self._is_pending(deps):
+                    return self.collective_step(comp, inst, deps, mult, loop)
+                mode = CollectiveMode.ASYNC_FUSION if role == "start" else CollectiveMode.FUSION
                 return self.collective(comp, inst, deps, mult, loop, mode, coll, callee)
             return self.compute(comp, inst, deps, mult, loop)
         if op == "custom-call":
@@ -271,7 +268,7 @@ class _Builder:
                     return self.collective(
                         comp, inst, deps, mult, loop, CollectiveMode.ASYNC_FUSION, coll[1], coll[0]
                     )
-            if target == ASYNC_COLLECTIVE_DONE and self._is_pending(deps):
+            if target == ASYNC_COLLECTIVE_DONE:
                 return self.collective_done(comp, inst, deps, mult, loop)
             if target in FREE_CUSTOM_CALLS:
                 return self.compute(comp, inst, deps, mult, loop)
@@ -349,7 +346,9 @@ class _Builder:
             operand_shapes=node.operand_shapes,
             result_shape=inst.shape,
             backend_config=inst.backend_config,
-            kernel_name=_kernel_name(inst.backend_config),
+            kernel_name=_kernel_name(inst),
+            op_name=_op_name(inst),
+            frontend_attributes=inst.attr("frontend_attributes"),
         )
         return (node.index,)
 
@@ -399,6 +398,7 @@ class _Builder:
             fused_compute = tuple(
                 i.opcode for i in inner_comp.instructions
                 if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
+                and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
             )
             # all-reduce + dynamic-slice fused together is a reduce-scatter
             outer = inst.shape.byte_size
@@ -443,6 +443,9 @@ class _Builder:
             algorithm=cfg,
             fused_compute=fused_compute,
         )
+        afc = _async_fusion_config(coll_inst)
+        if afc is not None:
+            coll.async_fusion_configs = (afc,)
         node.collective = coll.index
         node.hbm_bytes = io_bytes(inst, list(node.operand_shapes)) if sync else operand_bytes
         self.collectives.append(coll)
@@ -453,34 +456,71 @@ class _Builder:
     def _is_pending(self, deps: tuple[int, ...]) -> bool:
         return any(d in self._pending for d in deps)
 
+    def collective_step(
+        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
+    ) -> Val:
+        """An async collective fusion: compute that also advances a started collective."""
+        ci = next(self._pending[d] for d in deps if d in self._pending)
+        val = self.compute(comp, inst, deps, mult, loop)
+        node = self.nodes[val[0]]  # type: ignore[index]
+        node.collective = ci
+        coll = self.collectives[ci]
+        coll.steps += (node.index,)
+        inner = self._fused_collective(inst)
+        afc = _async_fusion_config(inner[1]) if inner else None
+        if afc is not None:
+            coll.async_fusion_configs += (afc,)
+        self._pending[node.index] = ci  # the done reads the buffers through this node
+        return val
+
     def collective_done(
         self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
     ) -> Val:
         starts = [d for d in deps if d in self._pending]
-        if not starts:
-            raise HloModelError(f"{inst.name!r} ({inst.opcode}) has no matching start")
         node = self._node(comp, inst, NodeKind.COLLECTIVE_DONE, deps, mult, loop)
-        ci = self._pending.pop(starts[0])
+        if not starts:  # a done whose start this walk did not see: keep it, costless
+            node.kind = NodeKind.COMPUTE
+            return (node.index,)
+        ci = self._pending[starts[0]]
+        for k in [k for k, v in self._pending.items() if v == ci]:
+            del self._pending[k]
         coll = self.collectives[ci]
         coll.done = node.index
         node.collective = ci
         node.hbm_bytes = coll.result_bytes
         return (node.index,)
 
-    def _fused_collective(self, inst: Instruction) -> tuple[Computation, Instruction] | None:
+    def _fused_collective(
+        self, inst: Instruction
+    ) -> tuple[Computation, Instruction, str] | None:
+        """(body, collective op, role) of a fusion holding a collective, else None.
+
+        role: "start" / "done" when the body ends in libtpu's AsyncCollectiveStart / Done
+        custom call; "step" for an async collective fusion (compute fused with steps of a
+        started collective: its collective op carries ``async_collective_fusion_config``);
+        "fusion" for a plain collective fusion.
+        """
         callee = inst.attr("calls")
         if not callee:
             return None
         comp = self.m.computation(callee)
+        coll: Instruction | None = None
+        role = "fusion"
         for i in comp.instructions:
-            if i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS:
-                return comp, i
-            if i.opcode == "custom-call" and _unquote(i.attr("custom_call_target") or "") in (
-                ASYNC_COLLECTIVE_START,
-                ASYNC_COLLECTIVE_DONE,
-            ):
-                return comp, i
-        return None
+            if coll is None and (i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS):
+                coll = i
+                bc = i.backend_config
+                if isinstance(bc, Mapping) and "async_collective_fusion_config" in bc:
+                    role = "step"
+            if i.opcode == "custom-call":
+                target = _unquote(i.attr("custom_call_target") or "")
+                if target == ASYNC_COLLECTIVE_START:
+                    role = "start"
+                elif target == ASYNC_COLLECTIVE_DONE:
+                    role = "done"
+        if coll is None:
+            return None
+        return comp, coll, role
 
     def _collective_in_callees(self, inst: Instruction) -> tuple[Computation, Instruction] | None:
         for key in ("called_computations", "calls", "to_apply"):
@@ -544,6 +584,13 @@ def _deps(vals: list[Val]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _async_fusion_config(inst: Instruction) -> Mapping[str, Any] | None:
+    bc = inst.backend_config
+    if isinstance(bc, Mapping) and isinstance(bc.get("async_collective_fusion_config"), Mapping):
+        return bc["async_collective_fusion_config"]
+    return None
+
+
 def _unquote(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == '"' and s[-1] == '"' else s
 
@@ -559,15 +606,33 @@ def _branch_names(inst: Instruction) -> list[str]:
     return [n for n in (inst.attr("true_computation"), inst.attr("false_computation")) if n]
 
 
-def _kernel_name(bc: Mapping[str, Any] | str | None) -> str | None:
+def _op_name(inst: Instruction) -> str | None:
+    md = inst.attr("metadata")
+    if not md:
+        return None
+    i = md.find('op_name="')
+    if i < 0:
+        return None
+    j = md.find('"', i + 9)
+    return md[i + 9 : j] if j > 0 else None
+
+
+def _kernel_name(inst: Instruction) -> str | None:
+    """The kernel's name: from the custom-call config, the op_name before ``/pallas_call``,
+    or the instruction name without its ``.N`` suffix."""
+    bc = inst.backend_config
     if isinstance(bc, Mapping):
         cc = bc.get("custom_call_config")
-        for src in (bc, cc if isinstance(cc, Mapping) else {}):
+        if isinstance(cc, Mapping):
             for key in ("kernel_name", "name"):
-                v = src.get(key)
-                if isinstance(v, str):
-                    return v
-    return None
+                if isinstance(cc.get(key), str):
+                    return cc[key]
+    op_name = _op_name(inst)
+    if op_name and "/pallas_call" in op_name:
+        head = op_name.rsplit("/pallas_call", 1)[0]
+        return head.rsplit("/", 1)[-1] or None
+    base = inst.name.split(".", 1)[0]
+    return base or None
 
 
 def _start_result(inst: Instruction, in_shapes: list[Shape]) -> Shape:

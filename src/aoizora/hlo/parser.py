@@ -236,6 +236,8 @@ class _Parser:
         attrs: dict[str, str] = {}
         backend_config: dict[str, Any] | str | None = None
         while lx.accept(","):
+            if lx.peek_char() == ",":  # libtpu sometimes prints an empty attribute: ", ,"
+                continue
             key = lx.word("attribute name")
             lx.expect("=", f"after attribute {key!r}")
             if key == "backend_config":

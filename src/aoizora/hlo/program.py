@@ -209,6 +209,9 @@ class Collective:
     algorithm: AlgorithmConfig | None
     overlap: tuple[int, ...] = ()  # compute/opaque node indices between start and done
     fused_compute: tuple[str, ...] = ()  # for collective fusions: compute opcodes fused in
+    steps: tuple[int, ...] = ()  # async collective fusions (compute nodes) that advance it
+    # ``async_collective_fusion_config`` of the start and of each step (e.g. flag_start/end)
+    async_fusion_configs: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -235,6 +238,8 @@ class Collective:
             "algorithm": self.algorithm.to_json() if self.algorithm else None,
             "overlap": list(self.overlap),
             "fused_compute": list(self.fused_compute),
+            "steps": list(self.steps),
+            "async_fusion_configs": [dict(c) for c in self.async_fusion_configs],
         }
 
 
@@ -265,7 +270,9 @@ class OpaqueOp:
     operand_shapes: tuple[Shape, ...]
     result_shape: Shape
     backend_config: Mapping[str, Any] | str | None
-    kernel_name: str | None  # Pallas kernel name when the backend config carries one
+    kernel_name: str | None  # e.g. "splash_mha_fwd_no_residuals" (Pallas kernel name)
+    op_name: str | None = None  # metadata op_name (the jax source path of the call)
+    frontend_attributes: str | None = None  # raw, e.g. Pallas kernel_metadata (block sizes)
 
 
 @dataclass(frozen=True, slots=True)
