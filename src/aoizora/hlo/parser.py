@@ -303,6 +303,8 @@ class _Parser:
         m = _ARRAY_SHAPE.match(lx.text, lx.pos)
         if not m or m.end() == lx.pos:
             raise lx.error("expected a shape")
+        if m.group(2) is None and lx.text.startswith("[", m.end()):
+            raise lx.error("unterminated dimensions in shape", m.end())
         key = m.group(0)
         cached = self._shape_cache.get(key)
         if cached is None:
