@@ -144,3 +144,11 @@ def allreduce_4x4():
     m = mesh("v5e:4x4", (4, 4), ("x", "y"))
     return compile_jit(lambda a, b: a @ b, m, (P(None, "y"), P("y", None)), P(),
                        (S((512, 1024), BF16), S((1024, 256), BF16)))
+
+
+def matmul_allreduce_2way():
+    """A 2-way sharded matmul: mesh (x=4, y=2), contraction over y -> all-reduce of the
+    bf16[128,512] partial product over pairs {0,1},{2,3},{4,5},{6,7}."""
+    m = mesh("v5e:2x4", (4, 2), ("x", "y"))
+    return compile_jit(lambda a, b: a @ b, m, (P(None, "y"), P("y", None)), P(),
+                       (S((128, 256), BF16), S((256, 512), BF16)))
