@@ -152,3 +152,15 @@ def matmul_allreduce_2way():
     m = mesh("v5e:2x4", (4, 2), ("x", "y"))
     return compile_jit(lambda a, b: a @ b, m, (P(None, "y"), P("y", None)), P(),
                        (S((128, 256), BF16), S((256, 512), BF16)))
+
+
+PERMUTED_ORDER = (5, 2, 7, 0, 3, 6, 1, 4)
+
+
+def permuted_mesh_allreduce():
+    """The all-reduce matmul over a mesh whose devices are a permutation of libtpu's order:
+    replica groups stay logical positions; the device assignment carries the permutation."""
+    devs = compile_only_devices("v5e:2x4")
+    m = Mesh(np.array([devs[i] for i in PERMUTED_ORDER]).reshape(2, 4), ("x", "y"))
+    return compile_jit(lambda a, b: a @ b, m, (P(None, "y"), P("y", None)), P(),
+                       (S((256, 512), BF16), S((512, 1024), BF16)))

@@ -191,3 +191,15 @@ def test_all_reduce_on_4x4(compiled):
     ar = only(prog, CollectiveKind.ALL_REDUCE)
     assert ar.groups == tuple(tuple(range(4 * i, 4 * i + 4)) for i in range(4))
     assert ar.operand_bytes == 512 * 256 * 2
+
+
+def test_groups_are_logical_positions_and_device_ids_map_them(compiled):
+    from aoizora.toolchain import compile_only_devices
+
+    prog = analyze(compiled("permuted_mesh_allreduce"))
+    ar = only(prog, CollectiveKind.ALL_REDUCE)
+    assert ar.groups == Y_GROUPS  # positions in mesh.devices.flat, not device ids
+    devs = compile_only_devices("v5e:2x4")
+    assert prog.device_ids == tuple(devs[i].id for i in programs.PERMUTED_ORDER)
+    assert ar.operand_bytes == 256 * 1024 * 2
+    assert ar.algorithm is not None and ar.algorithm.has_reordering_map is not None
