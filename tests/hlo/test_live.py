@@ -123,6 +123,10 @@ def test_scanned_layers_trip_count(compiled, layers):
     # schedule view: body nodes are a contiguous range, deps point backwards
     assert all(d < n.index for n in prog.nodes for d in n.deps)
     assert prog.nodes[loop.end].kind is NodeKind.LOOP
+    walked = list(prog.execution_order())
+    assert len(walked) == sum(n.multiplicity for n in prog.nodes)
+    assert sum(1 for n, _ in walked if n.collective is not None and n.loop == loop.index) == (
+        layers * len(inside))
 
 
 def test_splash_attention_is_opaque_with_cost_hook(compiled):

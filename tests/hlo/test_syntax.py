@@ -215,3 +215,102 @@ def test_error_positions(text, line, column):
     with pytest.raises(HloParseError) as exc:
         parse_hlo(text)
     assert (exc.value.line, exc.value.column) == (line, column), str(exc.value)
+
+
+_LOOP_TEMPLATE = """HloModule loops, num_partitions=1
+
+%fused_cmp (fp0: s32[], fp1: s32[]) -> pred[] {{
+  %fp0 = s32[] parameter(0)
+  %fp1 = s32[] parameter(1)
+  ROOT %fcmp = pred[] compare(%fp0, %fp1), direction={fdir}
+}}
+
+%fused_inc (gp0: s32[]) -> s32[] {{
+  %gp0 = s32[] parameter(0)
+  %gstep = s32[] constant({step})
+  ROOT %ginc = s32[] {incop}(%gp0, %gstep)
+}}
+
+%cond (cp: (f32[4], s32[])) -> pred[] {{
+  %cp = (f32[4], s32[]) parameter(0)
+  %ci = s32[] get-tuple-element(%cp), index=1
+  %cc = s32[] copy(%ci)
+  %climit = s32[] constant({limit})
+  ROOT %cr = pred[] {cond_root}
+}}
+
+%body (bp: (f32[4], s32[])) -> (f32[4], s32[]) {{
+  %bp = (f32[4], s32[]) parameter(0)
+  %bx = f32[4] get-tuple-element(%bp), index=0
+  %bi = s32[] get-tuple-element(%bp), index=1
+  %by = f32[4] sine(%bx)
+  %bn = s32[] fusion(%bi), kind=kLoop, calls=%fused_inc
+  ROOT %bt = (f32[4], s32[]) tuple(%by, %bn)
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4] parameter(0)
+  %i0 = s32[] constant({init})
+  %t = (f32[4], s32[]) tuple(%x, %i0)
+  %w = (f32[4], s32[]) while(%t), condition=%cond, body=%body
+  ROOT %r = f32[4] get-tuple-element(%w), index=0
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("init", "limit", "step", "incop", "direction", "fused", "expected"),
+    [
+        (0, 40, 1, "add", "LT", True, 40),
+        (0, 40, 3, "add", "LT", False, 14),
+        (2, 10, 2, "add", "LE", False, 5),
+        (10, 0, 1, "subtract", "GT", True, 10),
+        (10, 0, 2, "subtract", "GE", False, 6),
+        (0, 12, 4, "add", "NE", False, 3),
+        (0, 12, 5, "add", "NE", False, None),  # never equal: not a counted loop
+        (5, 0, 1, "add", "LT", False, 0),
+    ],
+)
+def test_induction_trip_counts(init, limit, step, incop, direction, fused, expected):
+    cond_root = (
+        "fusion(%cc, %climit), kind=kLoop, calls=%fused_cmp" if fused
+        else f"compare(%climit, %cc), direction={ {'LT': 'GT', 'GT': 'LT', 'LE': 'GE', 'GE': 'LE', 'NE': 'NE'}[direction] }"
+    )
+    text = _LOOP_TEMPLATE.format(init=init, limit=limit, step=step, incop=incop,
+                                 fdir=direction, cond_root=cond_root)
+    prog = analyze(text)
+    (loop,) = prog.loops
+    assert loop.trip_count == expected
+    assert loop.trip_count_source == ("induction" if expected is not None else "unknown")
+    sine = next(n for n in prog.nodes if n.name == "by")
+    assert sine.multiplicity == (expected if expected is not None else 1)
+    assert "by (sine)" in prog.unknown_ops  # 'sine' is no HLO opcode: kept, listed
+
+
+def test_execution_order_repeats_loop_bodies(edge):
+    order = list(edge.execution_order())
+    assert len(order) == sum(n.multiplicity for n in edge.nodes)
+    first = edge.loops[0]
+    body_names = [n.name for n in edge.nodes[first.start:first.end]]
+    walked = [n.name for n, its in order[: 10 * len(body_names)]]
+    assert walked == body_names * 10
+    assert [its for n, its in order if n.name == "b.t"][:3] == [(0,), (1,), (2,)]
+    assert order[10 * len(body_names)][0].name == "loop"
+
+
+def test_unknown_op_inside_a_fusion_is_listed():
+    text = """HloModule f, num_partitions=1
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  ROOT %w = f32[4] wobble(%p)
+}
+
+ENTRY %e (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  ROOT %fu = f32[4] fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+    prog = analyze(text)
+    assert prog.unknown_ops == ["w (wobble) in fusion fu"]
+    assert prog.nodes[0].kind is NodeKind.COMPUTE and prog.nodes[0].hbm_bytes == 32

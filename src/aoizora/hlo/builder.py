@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from aoizora.errors import HloModelError
+from aoizora.errors import HloModelError, HloParseError
 from aoizora.hlo import attrs as A
 from aoizora.hlo.costs import (
     ELEMENTWISE_FLOP_OPS,
@@ -159,6 +159,7 @@ class _Builder:
         self.opaque_ops: dict[int, OpaqueOp] = {}
         self.fusion = FusionCoster(module.computations)
         self._pending: dict[int, int] = {}  # start node index -> collective index
+        self._fusions_checked: dict[str, list[str]] = {}
         self._depth = 0
 
     # -- walking --------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class _Builder:
         if op == "parameter":
             n = inst.parameter_number or 0
             return args[n] if n < len(args) else ()
-        if op == "constant" or op in ("partition-id", "replica-id", "after-all", "iota_free"):
+        if op in ("constant", "partition-id", "replica-id", "after-all"):
             return ()
         if op == "tuple":
             return TupleVal(vals)
@@ -304,10 +305,37 @@ class _Builder:
         self.nodes.append(node)
         return node
 
+    def _unknown_in_fusion(self, inst: Instruction) -> None:
+        """List unknown opcodes inside a fusion body (its FLOPs cannot count them)."""
+        callee = inst.attr("calls")
+        if not callee:
+            return
+        key = callee.lstrip("%")
+        if key in self._fusions_checked:
+            found = self._fusions_checked[key]
+        else:
+            found = []
+            stack = [self.m.computation(key)]
+            seen = {key}
+            while stack:
+                body = stack.pop()
+                for i in body.instructions:
+                    if i.opcode not in KNOWN_OPCODES:
+                        found.append(f"{i.name} ({i.opcode})")
+                    sub = i.attr("calls") if i.opcode == "fusion" else None
+                    if sub and sub.lstrip("%") not in seen:
+                        seen.add(sub.lstrip("%"))
+                        stack.append(self.m.computation(sub))
+            self._fusions_checked[key] = found
+        for f in found:
+            self.unknown.append(f"{f} in fusion {inst.name}")
+
     def compute(
         self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
     ) -> Val:
         node = self._node(comp, inst, NodeKind.COMPUTE, deps, mult, loop)
+        if inst.opcode == "fusion":
+            self._unknown_in_fusion(inst)
         shapes = list(node.operand_shapes)
         if inst.opcode == "conditional":
             branches = _branch_names(inst)
@@ -316,8 +344,8 @@ class _Builder:
             node.flops = instruction_flops(inst, shapes, self.fusion.flops)
         if inst.opcode == "copy-start":
             node.hbm_bytes = 2 * sum(s.byte_size for s in shapes)
-        elif inst.opcode == "slice-start":
-            node.hbm_bytes = 2 * inst.shape.leaves()[1].byte_size if inst.shape.is_tuple and len(inst.shape.leaves()) > 1 else io_bytes(inst, shapes)
+        elif inst.opcode == "slice-start" and inst.shape.is_tuple and len(inst.shape.tuple_shapes) > 1:
+            node.hbm_bytes = 2 * inst.shape.tuple_shapes[1].byte_size  # read + write the slice
         else:
             node.hbm_bytes = io_bytes(inst, shapes)
         node.fusion_kind = inst.attr("kind")
@@ -680,7 +708,17 @@ def _traffic(
 
 
 # -- trip counts ----------------------------------------------------------------------------
-_PASS = frozenset({"copy", "bitcast", "convert", "reshape"})
+# A tiny symbolic evaluator over the loop's condition and body. Values are
+#   ("const", v)          a known integer
+#   ("state",)            the loop-state tuple (parameter 0 of the body / condition)
+#   ("param", k)          element k of the loop state
+#   ("affine", k, c)      element k of the loop state plus c
+#   ("cmp", dir, a, b)    a comparison
+# It looks through copies/converts/bitcasts/reshapes, tuple plumbing and fusions (libtpu may
+# fuse the compare of the condition or the increment of the body).
+_PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
 
 
 def _trip_count(
@@ -695,100 +733,115 @@ def _trip_count(
             except (TypeError, ValueError):
                 pass
     try:
-        trip = _induction_trip_count(comp, inst, body, cond)
-    except (KeyError, IndexError, ValueError, ZeroDivisionError):
+        trip = _induction_trip_count(m, comp, inst, body, cond)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, HloParseError):
         trip = None
     return (trip, "induction") if trip is not None else (None, "unknown")
 
 
-def _strip(comp: Computation, inst: Instruction) -> Instruction:
+def _literal_int(lit: str) -> int | None:
+    lit = lit.strip()
+    if lit in ("true", "false"):
+        return int(lit == "true")
+    try:
+        return int(lit)
+    except ValueError:
+        try:
+            f = float(lit)
+        except ValueError:
+            return None
+        return int(f) if f.is_integer() else None
+
+
+def _sym(
+    m: HloModule, comp: Computation, inst: Instruction, frame: _Frame, depth: int = 0
+) -> tuple[Any, ...] | None:
+    if depth > 32:
+        return None
     while inst.opcode in _PASS and inst.operands:
         inst = comp.by_name[inst.operands[0]]
-    return inst
+    op = inst.opcode
 
+    def sub(name: str) -> tuple[Any, ...] | None:
+        return _sym(m, comp, comp.by_name[name], frame, depth + 1)
 
-def _param_index(comp: Computation, inst: Instruction) -> int | None:
-    """k when ``inst`` is (a copy/convert of) get-tuple-element(parameter(0), index=k)."""
-    inst = _strip(comp, inst)
-    if inst.opcode == "get-tuple-element":
-        src = _strip(comp, comp.by_name[inst.operands[0]])
-        if src.opcode == "parameter":
-            return int(inst.attr("index") or 0)
-    return None
-
-
-def _const(comp: Computation, inst: Instruction, depth: int = 0) -> int | None:
-    """Integer value of a scalar constant reached through copies / tuple plumbing."""
-    if depth > 16:
-        return None
-    inst = _strip(comp, inst)
-    if inst.opcode == "constant" and inst.literal is not None:
-        lit = inst.literal.strip()
-        if lit in ("true", "false"):
-            return int(lit == "true")
-        try:
-            return int(lit)
-        except ValueError:
-            try:
-                f = float(lit)
-                return int(f) if f.is_integer() else None
-            except ValueError:
-                return None
-    if inst.opcode == "get-tuple-element":
-        src = _strip(comp, comp.by_name[inst.operands[0]])
+    if op == "constant":
+        v = _literal_int(inst.literal or "")
+        return ("const", v) if v is not None else None
+    if op == "parameter":
+        if frame is None:
+            return ("state",)
+        outer, fusion, outer_frame = frame
+        n = inst.parameter_number or 0
+        return _sym(m, outer, outer.by_name[fusion.operands[n]], outer_frame, depth + 1)
+    if op == "get-tuple-element":
+        idx = int(inst.attr("index") or 0)
+        src = comp.by_name[inst.operands[0]]
+        while src.opcode in _PASS and src.operands:
+            src = comp.by_name[src.operands[0]]
         if src.opcode == "tuple":
-            idx = int(inst.attr("index") or 0)
-            return _const(comp, comp.by_name[src.operands[idx]], depth + 1)
-    if inst.opcode == "negate":
-        v = _const(comp, comp.by_name[inst.operands[0]], depth + 1)
-        return -v if v is not None else None
+            return sub(src.operands[idx])
+        base = _sym(m, comp, src, frame, depth + 1)
+        return ("param", idx) if base == ("state",) else None
+    if op == "fusion":
+        callee = m.computation(inst.attr("calls") or "")
+        assert callee.root is not None
+        return _sym(m, callee, callee.root, (comp, inst, frame), depth + 1)
+    if op == "negate":
+        a = sub(inst.operands[0])
+        return ("const", -a[1]) if a and a[0] == "const" else None
+    if op in ("add", "subtract") and len(inst.operands) == 2:
+        a, b = sub(inst.operands[0]), sub(inst.operands[1])
+        if not a or not b:
+            return None
+        sign = 1 if op == "add" else -1
+        if a[0] == "const" and b[0] == "const":
+            return ("const", a[1] + sign * b[1])
+        if a[0] in ("param", "affine") and b[0] == "const":
+            off = a[2] if a[0] == "affine" else 0
+            return ("affine", a[1], off + sign * b[1])
+        if op == "add" and b[0] in ("param", "affine") and a[0] == "const":
+            off = b[2] if b[0] == "affine" else 0
+            return ("affine", b[1], off + a[1])
+        return None
+    if op == "compare" and len(inst.operands) == 2:
+        return ("cmp", inst.attr("direction") or "", sub(inst.operands[0]), sub(inst.operands[1]))
     return None
-
-
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
 
 def _induction_trip_count(
-    comp: Computation, inst: Instruction, body: Computation, cond: Computation
+    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
 ) -> int | None:
-    root = _strip(cond, cond.root)  # type: ignore[arg-type]
-    if root.opcode == "fusion":
+    assert cond.root is not None and body.root is not None
+    c = _sym(m, cond, cond.root, None)
+    if not c or c[0] != "cmp" or not c[2] or not c[3]:
         return None
-    if root.opcode != "compare" or len(root.operands) != 2:
+    direction, a, b = c[1], c[2], c[3]
+    if a[0] == "const" and b[0] in ("param", "affine"):
+        a, b, direction = b, a, _FLIP.get(direction, "")
+    if b[0] != "const" or a[0] not in ("param", "affine"):
         return None
-    direction = root.attr("direction") or ""
-    a, b = (cond.by_name[o] for o in root.operands)
-    k = _param_index(cond, a)
-    limit = _const(cond, b)
-    if k is None or limit is None:
-        k = _param_index(cond, b)
-        limit = _const(cond, a)
-        direction = _FLIP.get(direction, "")
-    if k is None or limit is None:
+    k = a[1]
+    limit = b[1] - (a[2] if a[0] == "affine" else 0)  # i + c < L  <=>  i < L - c
+    # the while operand is the state tuple; element k is its initial induction value
+    src = comp.by_name[inst.operands[0]]
+    while src.opcode in _PASS and src.operands:
+        src = comp.by_name[src.operands[0]]
+    if src.opcode != "tuple":
         return None
-    # initial value: element k of the while operand (a tuple in the caller)
-    init_src = _strip(comp, comp.by_name[inst.operands[0]])
-    if init_src.opcode != "tuple":
+    init_val = _sym(m, comp, comp.by_name[src.operands[k]], None)
+    if not init_val or init_val[0] != "const":
         return None
-    init = _const(comp, comp.by_name[init_src.operands[k]])
-    if init is None:
-        return None
-    # step: body root element k = add(param element k, constant) (either order)
-    broot = _strip(body, body.root)  # type: ignore[arg-type]
+    init = init_val[1]
+    broot = body.root
+    while broot.opcode in _PASS and broot.operands:
+        broot = body.by_name[broot.operands[0]]
     if broot.opcode != "tuple":
         return None
-    upd = _strip(body, body.by_name[broot.operands[k]])
-    step = None
-    if upd.opcode in ("add", "subtract") and len(upd.operands) == 2:
-        x, y = (body.by_name[o] for o in upd.operands)
-        if _param_index(body, x) == k:
-            step = _const(body, y)
-        elif upd.opcode == "add" and _param_index(body, y) == k:
-            step = _const(body, x)
-        if step is not None and upd.opcode == "subtract":
-            step = -step
-    if not step:
+    upd = _sym(m, body, body.by_name[broot.operands[k]], None)
+    if not upd or upd[0] != "affine" or upd[1] != k or upd[2] == 0:
         return None
+    step = upd[2]
     if direction == "LT":
         n = -(-(limit - init) // step) if step > 0 else None
     elif direction == "LE":

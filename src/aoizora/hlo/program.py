@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -330,6 +330,33 @@ class Program:
                 seconds=cost.seconds,
             )
         return dataclasses.replace(self, nodes=nodes)
+
+    def execution_order(self) -> Iterator[tuple[Node, tuple[int, ...]]]:
+        """Nodes as they execute: loop bodies repeated ``trip_count`` times (1 if unknown).
+
+        Yields ``(node, iterations)`` where ``iterations`` holds the iteration number of each
+        enclosing loop, outermost first. The walk a simulator wants; it costs
+        sum(multiplicity) steps, so prefer `nodes` + ``multiplicity`` for closed forms.
+        """
+        children: dict[int | None, list[Loop]] = {}
+        for lp in self.loops:
+            children.setdefault(lp.parent, []).append(lp)
+
+        def run(start: int, end: int, parent: int | None, its: tuple[int, ...]):
+            subs = {lp.start: lp for lp in children.get(parent, ()) if start <= lp.start <= end}
+            i = start
+            while i < end:
+                lp = subs.get(i)
+                if lp is not None and lp.end < end:
+                    for t in range(lp.trip_count if lp.trip_count is not None else 1):
+                        yield from run(lp.start, lp.end, lp.index, its + (t,))
+                    yield self.nodes[lp.end], its
+                    i = lp.end + 1
+                    continue
+                yield self.nodes[i], its
+                i += 1
+
+        yield from run(0, len(self.nodes), None, ())
 
     def total_flops(self) -> float:
         """FLOPs of one program execution (loop bodies scaled by their trip counts)."""
