@@ -33,6 +33,7 @@ from aoizora.hlo.costs import (
     MOVEMENT_OPS,
     FusionCoster,
     estimated_cycles,
+    hbm_size,
     instruction_flops,
     io_bytes,
 )
@@ -342,10 +343,14 @@ class _Builder:
             node.flops = max((self.fusion.flops(b) for b in branches), default=0.0)
         else:
             node.flops = instruction_flops(inst, shapes, self.fusion.flops)
-        if inst.opcode == "copy-start":
-            node.hbm_bytes = 2 * sum(s.byte_size for s in shapes)
-        elif inst.opcode == "slice-start" and inst.shape.is_tuple and len(inst.shape.tuple_shapes) > 1:
-            node.hbm_bytes = 2 * inst.shape.tuple_shapes[1].byte_size  # read + write the slice
+        elems = inst.shape.tuple_shapes
+        if inst.opcode == "copy-start" and elems:
+            # (destination, source alias, context): read the source, write the destination
+            node.hbm_bytes = sum(hbm_size(s) for s in shapes) + hbm_size(elems[0])
+        elif inst.opcode == "slice-start" and len(elems) > 1:
+            # ((operands), result, context): read the slice from the operand, write the result
+            src_in_hbm = bool(shapes) and shapes[0].memory_space == 0
+            node.hbm_bytes = (elems[1].byte_size if src_in_hbm else 0) + hbm_size(elems[1])
         else:
             node.hbm_bytes = io_bytes(inst, shapes)
         node.fusion_kind = inst.attr("kind")
@@ -402,8 +407,6 @@ class _Builder:
         # operand / result shapes of the collective itself (per device)
         where = inner_comp if inner_comp is not None else comp
         in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
-        if inner_comp is None and inst is not coll_inst:
-            in_shapes = list(node.operand_shapes)
         if coll_inst.opcode.endswith("-start") and coll_inst.shape.is_tuple:
             res_shape = _start_result(coll_inst, in_shapes)
         else:

@@ -25,8 +25,9 @@ things from a compiled program and nothing else, so the model is flat, typed and
       node closing a loop body; zero cost), ``unknown`` (an op this parser does not know;
       costed as opaque compute and listed in `Program.unknown_ops`, never dropped).
     * compute costs: ``flops`` (dot/convolution 2·MACs plus one per output element of
-      elementwise/reduce work), ``hbm_bytes`` (operands read + results written, the HBM traffic
-      of a fused kernel whose internals stay on chip), ``estimated_cycles`` (the compiler's own
+      elementwise/reduce work), ``hbm_bytes`` (operands read + results written that live in HBM,
+      i.e. layout memory space 0: the HBM traffic of a fused kernel whose internals stay on
+      chip; VMEM-resident ``S(1)`` operands arrive through separately costed ``copy-start``s), ``estimated_cycles`` (the compiler's own
       cost model from ``backend_config``, None when absent) and ``seconds`` (only set by an
       opaque-cost hook that answers in time).
 
