@@ -164,3 +164,43 @@ def permuted_mesh_allreduce():
     m = Mesh(np.array([devs[i] for i in PERMUTED_ORDER]).reshape(2, 4), ("x", "y"))
     return compile_jit(lambda a, b: a @ b, m, (P(None, "y"), P("y", None)), P(),
                        (S((256, 512), BF16), S((512, 1024), BF16)))
+
+
+def shard_map_4x4():
+    """shard_map on v5e:4x4, mesh (a=4, b=4): all_gather over a, psum over b, all_to_all over
+    a of a bf16[128,256] block per device (libtpu prints iota replica groups here)."""
+    m = mesh("v5e:4x4", (4, 4), ("a", "b"))
+
+    def body(x):
+        g = jax.lax.all_gather(x, "a", axis=0, tiled=True)  # [512, 256]
+        s = jax.lax.psum(x, "b")
+        t = jax.lax.all_to_all(x, "a", 1, 1, tiled=True)
+        return g[:128] + s + t
+
+    def f(x):
+        return jax.shard_map(body, mesh=m, in_specs=P("a", "b"), out_specs=P("a", "b"))(x)
+
+    return compile_jit(f, m, (P("a", "b"),), P("a", "b"), (S((512, 1024), BF16),))
+
+
+FSDP_TP = dict(layers=3, tokens=4096, dim=1024, ffn=4096)
+
+
+def fsdp_tp_scan():
+    """A scanned FFN stack on v5e:4x4, mesh (fsdp=4, tensor=4): weights gathered over fsdp
+    each layer (libtpu overlaps one gather via an async collective fusion and prints its
+    groups as a transposed iota), partial sums all-reduced over tensor."""
+    m = mesh("v5e:4x4", (4, 4), ("fsdp", "tensor"))
+    c = FSDP_TP
+
+    def f(x, w1, w2):
+        def step(h, ws):
+            a, b = ws
+            return h + jax.nn.gelu(h @ a) @ b, None
+        h, _ = jax.lax.scan(step, x, (w1, w2))
+        return h
+
+    return compile_jit(
+        f, m, (P("fsdp", None), P(None, "fsdp", "tensor"), P(None, "tensor", "fsdp")), P("fsdp", None),
+        (S((c["tokens"], c["dim"]), BF16), S((c["layers"], c["dim"], c["ffn"]), BF16),
+         S((c["layers"], c["ffn"], c["dim"]), BF16)))

@@ -207,3 +207,31 @@ def test_groups_are_logical_positions_and_device_ids_map_them(compiled):
     assert prog.device_ids == tuple(devs[i].id for i in programs.PERMUTED_ORDER)
     assert ar.operand_bytes == 256 * 1024 * 2
     assert ar.algorithm is not None and ar.algorithm.has_reordering_map is not None
+
+
+def test_fsdp_tp_scan_on_4x4_iota_groups_and_async_fusion(compiled):
+    c = compiled("fsdp_tp_scan")
+    text = c.as_text()
+    assert "replica_groups=[4,4]<=[4,4]T(1,0)" in text  # the transposed-iota form, live
+    prog = analyze(text)
+    cfg = programs.FSDP_TP
+    (loop,) = prog.loops
+    assert (loop.trip_count, loop.trip_count_source) == (cfg["layers"], "induction")
+    fsdp_groups = tuple(tuple(t + 4 * f for f in range(4)) for t in range(4))
+    tensor_groups = tuple(tuple(4 * f + t for t in range(4)) for f in range(4))
+    gathers = [x for x in prog.collectives if x.kind is CollectiveKind.ALL_GATHER]
+    shard = (cfg["dim"] // 4) * (cfg["ffn"] // 4) * 2  # w1 / w2 block per device, bf16
+    assert len(gathers) == 2  # w1 and w2, once per layer
+    for g in gathers:
+        assert g.groups == fsdp_groups and g.loop == loop.index
+        assert (g.operand_bytes, g.result_bytes) == (shard, 4 * shard)
+        assert g.multiplicity == cfg["layers"]
+    fused = [g for g in gathers if g.mode is CollectiveMode.ASYNC_FUSION]
+    assert fused and all(g.steps and g.start < g.done for g in fused)
+    (ar,) = [x for x in prog.collectives if x.kind is CollectiveKind.ALL_REDUCE]
+    partial = (cfg["tokens"] // 4) * cfg["dim"] * 2  # [T/4, F/4] @ [F/4, D] partial, bf16
+    assert ar.groups == tensor_groups and ar.operand_bytes == partial
+    assert ar.multiplicity == cfg["layers"]
+    # per layer and device: [T/4, D] @ [D, F/4] and [T/4, F/4] @ [F/4, D]
+    mm = cfg["layers"] * 2 * (2 * (cfg["tokens"] // 4) * cfg["dim"] * (cfg["ffn"] // 4))
+    assert mm <= prog.total_flops() <= mm * 1.02
