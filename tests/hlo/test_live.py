@@ -69,6 +69,7 @@ def test_all_gather(compiled):
     assert ag.groups == Y_GROUPS
     assert (ag.operand_bytes, ag.result_bytes) == (shard, 4 * shard)
     assert ag.send_bytes == ag.recv_bytes == 3 * shard
+    assert ag.array_bytes == 256 * 512 * 2
     assert ag.dimensions == (0,)
 
 
@@ -79,6 +80,7 @@ def test_reduce_scatter(compiled):
     assert rs.groups == Y_GROUPS
     assert (rs.operand_bytes, rs.result_bytes) == (full, full // 4)
     assert rs.send_bytes == 3 * full // 4
+    assert rs.array_bytes == full
     # libtpu 0.0.42.1 emits it as an all-reduce + dynamic-slice collective fusion
     assert rs.mode in (CollectiveMode.FUSION, CollectiveMode.SYNC)
 

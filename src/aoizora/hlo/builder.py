@@ -442,6 +442,12 @@ class _Builder:
                 result_bytes = outer
             node.flops = self.fusion.flops(inner_comp.name)
         payload, send, recv = _traffic(kind, operand_bytes, result_bytes, group_size, pairs)
+        if kind is CollectiveKind.ALL_GATHER:
+            array = max(result_bytes, operand_bytes * group_size)
+        elif kind is CollectiveKind.ALL_TO_ALL:
+            array = operand_bytes * group_size
+        else:
+            array = operand_bytes
         cfg = None
         for bc in (inst.backend_config, coll_inst.backend_config):
             if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
@@ -464,6 +470,7 @@ class _Builder:
             operand_bytes=operand_bytes,
             result_bytes=result_bytes,
             payload_bytes=payload,
+            array_bytes=array,
             send_bytes=send,
             recv_bytes=recv,
             group_size=group_size,

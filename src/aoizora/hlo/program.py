@@ -54,6 +54,10 @@ all-to-all             S                    (N−1)/N·S each
 collective-permute     S                    S if the device is a source / target, else 0
 =====================  ===================  ===================================================
 
+``array_bytes`` is V of the textbook formulas (all-gather / reduce-scatter ≈ V/W on a ring):
+the gathered result of an all-gather, the input of a reduce-scatter / all-reduce, N·S for an
+all-to-all, S for a permute.
+
 These are algorithm-independent lower bounds on the traffic of each device; how that traffic
 maps onto links (ring direction, reordering) is the cost model's business and is recorded,
 not interpreted, in ``algorithm``.
@@ -200,6 +204,7 @@ class Collective:
     operand_bytes: int  # per device: bytes of the collective's input buffer(s)
     result_bytes: int  # per device: bytes of its output buffer(s)
     payload_bytes: int  # per device: the conventional size (see the module docstring)
+    array_bytes: int  # V of the textbook costs: bytes of the full array the group works on
     send_bytes: int  # per device (max over devices), bandwidth-optimal lower bound
     recv_bytes: int
     group_size: int
@@ -229,6 +234,7 @@ class Collective:
             "operand_bytes": self.operand_bytes,
             "result_bytes": self.result_bytes,
             "payload_bytes": self.payload_bytes,
+            "array_bytes": self.array_bytes,
             "send_bytes": self.send_bytes,
             "recv_bytes": self.recv_bytes,
             "group_size": self.group_size,
