@@ -79,7 +79,7 @@ _ASYNC_DONES = {f"{k}-done": v for k, v in _COLLECTIVE_OPS.items()}
 _OTHER_KNOWN = frozenset(
     """dot convolution fusion custom-call reduce reduce-window select-and-scatter sort map
     call while conditional copy-start slice-start send send-done recv recv-done infeed outfeed
-    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve top-k
+    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve topk
     batch-norm-training batch-norm-inference batch-norm-grad dynamic-reshape
     set-dimension-size async-start async-update async-done""".split()
 )

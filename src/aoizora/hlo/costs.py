@@ -32,11 +32,11 @@ from aoizora.hlo.parser import Computation, Instruction
 from aoizora.hlo.shapes import Shape
 
 ELEMENTWISE_FLOP_OPS = frozenset(
-    """abs add and atan2 cbrt ceil clamp clz compare complex convert cos divide erf exponential
+    """abs add and atan2 cbrt ceil clamp clz compare complex convert divide erf exponential
     exponential-minus-one floor imag is-finite log log-plus-one logistic maximum minimum multiply
     negate not or popcnt power real reduce-precision remainder round-nearest-afz
     round-nearest-even rsqrt select shift-left shift-right-arithmetic shift-right-logical sign
-    sin sqrt stochastic-convert subtract tan tanh xor""".split()
+    sine cosine sqrt stochastic-convert subtract tan tanh xor""".split()
 )
 """Ops costed at one FLOP per result element (comparisons and conversions included: they
 occupy the vector units like arithmetic does)."""

@@ -5,7 +5,7 @@ Grammar (what libtpu 0.0.42.1 prints; ``[]`` optional, ``*`` repeated)::
     module       := 'HloModule' NAME (',' KEY '=' VALUE)* section* computation*
     section      := WORD entry*              e.g. FileNames / FunctionNames / StackFrames
     entry        := INT (STRING | '{' ... '}')
-    computation  := ['ENTRY'] NAME '(' params ')' '->' shape '{' instruction* '}'
+    computation  := ['ENTRY'] NAME ['(' params ')' '->' shape] '{' instruction* '}'
     instruction  := ['ROOT'] NAME '=' shape OPCODE '(' operands ')' (',' KEY '=' VALUE)*
     shape        := '(' shape (',' shape)* ')' | DTYPE ['[' dims ']' [LAYOUT]]
     operand      := [shape] NAME           (old printers put the shape before the name)
@@ -128,7 +128,7 @@ class _Parser:
                 lx.pos = tok.pos
                 raise lx.error("expected a computation")
             after = lx.peek_char()
-            if tok.text == "ENTRY" or after == "(":
+            if tok.text == "ENTRY" or after in ("(", "{"):
                 lx.pos = save
                 comp = self.computation()
                 if comp.name in computations:
@@ -173,11 +173,13 @@ class _Parser:
             is_entry = True
             name = lx.word("computation name")
         name = name.lstrip("%")
-        if lx.peek_char() != "(":
-            raise lx.error(f"expected '(' after computation name {name!r}")
-        lx.balanced_extent()  # parameter list: the parameter instructions carry the shapes
-        lx.expect("->", "before the result shape")
-        self.shape()
+        c = lx.peek_char()
+        if c == "(":  # signature; the short printer omits it ("name {")
+            lx.balanced_extent()  # parameter list: the parameter instructions carry the shapes
+            lx.expect("->", "before the result shape")
+            self.shape()
+        elif c != "{":
+            raise lx.error(f"expected '(' or '{{' after computation name {name!r}")
         lx.expect("{", f"to open computation {name!r}")
         comp = Computation(name, is_entry, [])
         while True:
