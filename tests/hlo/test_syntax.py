@@ -314,3 +314,13 @@ ENTRY %e (x: f32[4]) -> f32[4] {
     prog = analyze(text)
     assert prog.unknown_ops == ["w (wobble) in fusion fu"]
     assert prog.nodes[0].kind is NodeKind.COMPUTE and prog.nodes[0].hbm_bytes == 32
+
+
+def test_program_json_round_trips(edge):
+    import json
+
+    data = json.loads(json.dumps(edge.to_json()))
+    assert len(data["nodes"]) == len(edge.nodes)
+    assert data["loops"][0]["trip_count"] == 10
+    assert data["collectives"][0]["groups"] == [[0, 2], [1, 3]]
+    assert data["unknown_ops"] == ["mystery (frobnicate)"]

@@ -46,7 +46,6 @@ from aoizora.hlo.program import (
     Loop,
     Node,
     NodeKind,
-    OpaqueCost,
     OpaqueCostHook,
     OpaqueOp,
     Program,
@@ -407,7 +406,11 @@ class _Builder:
         # operand / result shapes of the collective itself (per device)
         where = inner_comp if inner_comp is not None else comp
         in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
-        if coll_inst.opcode.endswith("-start") and coll_inst.shape.is_tuple:
+        if (
+            coll_inst.opcode.endswith("-start")
+            and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
+            and coll_inst.shape.is_tuple
+        ):
             res_shape = _start_result(coll_inst, in_shapes)
         else:
             res_shape = coll_inst.shape
