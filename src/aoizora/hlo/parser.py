@@ -28,6 +28,13 @@ from aoizora.hlo.shapes import Shape
 
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)(?:\[([^\]]*)\](\{[^{}\s]*\})?)?")
 _DIM = re.compile(r"\s*(?:<=)?\s*(\d+|\?)\s*")
+# Fast paths over the same tokens as the general rules (the general path handles the rest
+# and reports errors): an instruction head, an opcode, a plain operand list, ", key=".
+_NAME = r"%?([\w.][\w.\-$]*)"
+_HEAD = re.compile(r"(ROOT[ \t]+)?" + _NAME + r"[ \t]*=[ \t]*")
+_OPCODE = re.compile(r"[ \t]*([a-z][a-z0-9\-]*)\(")
+_SIMPLE_OPERANDS = re.compile(r"\(((?:[ \t]*%?[\w.][\w.\-$]*[ \t]*,)*[ \t]*(?:%?[\w.][\w.\-$]*)?[ \t]*)\)")
+_ATTR_KEY = re.compile(r",[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=")
 
 
 @dataclass(slots=True)
@@ -209,17 +216,28 @@ class _Parser:
         lx = self.lx
         lx.skip_space()
         start = lx.pos
-        name = lx.word("instruction name")
-        is_root = False
-        if name == "ROOT":
-            is_root = True
+        m = _HEAD.match(lx.text, start)
+        if m:  # fast path for the common "[ROOT] %name = " head (same tokens, one regex)
+            is_root = m.group(1) is not None
+            name = m.group(2)
+            lx.pos = m.end()
+        else:
             name = lx.word("instruction name")
-        name = name.lstrip("%")
-        lx.expect("=", f"after instruction name {name!r}")
+            is_root = False
+            if name == "ROOT":
+                is_root = True
+                name = lx.word("instruction name")
+            name = name.lstrip("%")
+            lx.expect("=", f"after instruction name {name!r}")
         shape = self.shape()
-        opcode = lx.word("opcode")
-        if lx.peek_char() != "(":
-            raise lx.error(f"expected '(' after opcode {opcode!r}")
+        m = _OPCODE.match(lx.text, lx.pos)
+        if m:
+            opcode = m.group(1)
+            lx.pos = m.end() - 1  # at the '('
+        else:
+            opcode = lx.word("opcode")
+            if lx.peek_char() != "(":
+                raise lx.error(f"expected '(' after opcode {opcode!r}")
         literal = None
         param_no = None
         operands: tuple[str, ...] = ()
@@ -237,11 +255,19 @@ class _Parser:
             operands = self.operands()
         attrs: dict[str, str] = {}
         backend_config: dict[str, Any] | str | None = None
-        while lx.accept(","):
-            if lx.peek_char() == ",":  # libtpu sometimes prints an empty attribute: ", ,"
-                continue
-            key = lx.word("attribute name")
-            lx.expect("=", f"after attribute {key!r}")
+        text = lx.text
+        while True:
+            m = _ATTR_KEY.match(text, lx.pos)
+            if m:  # fast path: ", key="
+                key = m.group(1)
+                lx.pos = m.end()
+            else:
+                if not lx.accept(","):
+                    break
+                if lx.peek_char() == ",":  # libtpu sometimes prints an empty attribute: ", ,"
+                    continue
+                key = lx.word("attribute name")
+                lx.expect("=", f"after attribute {key!r}")
             if key == "backend_config":
                 c = lx.peek_char()
                 if c == "{":
@@ -261,6 +287,13 @@ class _Parser:
 
     def operands(self) -> tuple[str, ...]:
         lx = self.lx
+        m = _SIMPLE_OPERANDS.match(lx.text, lx.pos)
+        if m:  # fast path: "(%a, %b)" — plain names only
+            inner = m.group(1).strip()
+            lx.pos = m.end()
+            if not inner:
+                return ()
+            return tuple(x.strip().lstrip("%") for x in inner.split(","))
         lx.expect("(")
         names: list[str] = []
         if lx.accept(")"):
