@@ -117,17 +117,19 @@ def main() -> None:
 
     from aoizora.hlo import build_program, parse_hlo, summarize
 
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         prog = build_program(parse_hlo(text))
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     rep = summarize(prog)
     print(f"HLO text: {len(text):,} chars, {text.count(chr(10)):,} lines; "
           f"{len(prog.nodes)} nodes, {len(prog.collectives)} collectives, "
           f"loops {[lp.trip_count for lp in prog.loops]}, opaque {len(rep['opaque'])}")
     print(f"parse+build median {statistics.median(times) * 1e3:.1f} ms "
-          f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, n={args.repeat})")
+          f"(min {min(times) * 1e3:.1f}, max {max(times) * 1e3:.1f}, n={args.repeat}); "
+          f"CPU median {statistics.median(cpu) * 1e3:.1f} ms; load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
