@@ -237,3 +237,17 @@ def test_fsdp_tp_scan_on_4x4_iota_groups_and_async_fusion(compiled):
     # per layer and device: [T/4, D] @ [D, F/4] and [T/4, F/4] @ [F/4, D]
     mm = cfg["layers"] * 2 * (2 * (cfg["tokens"] // 4) * cfg["dim"] * (cfg["ffn"] // 4))
     assert mm <= prog.total_flops() <= mm * 1.02
+
+
+def test_shard_map_on_4x4(compiled):
+    prog = analyze(compiled("shard_map_4x4"))
+    block = 128 * 256 * 2  # bf16[512/4, 1024/4]
+    a_groups = tuple(tuple(b + 4 * a for a in range(4)) for b in range(4))  # vary a, fix b
+    b_groups = tuple(tuple(4 * a + b for b in range(4)) for a in range(4))
+    ag = only(prog, CollectiveKind.ALL_GATHER)
+    assert ag.groups == a_groups and (ag.operand_bytes, ag.result_bytes) == (block, 4 * block)
+    ar = only(prog, CollectiveKind.ALL_REDUCE)
+    assert ar.groups == b_groups and ar.operand_bytes == block
+    a2a = only(prog, CollectiveKind.ALL_TO_ALL)
+    assert a2a.groups == a_groups and a2a.operand_bytes == block
+    assert a2a.array_bytes == 4 * block and a2a.send_bytes == 3 * block // 4

@@ -324,3 +324,31 @@ def test_program_json_round_trips(edge):
     assert data["loops"][0]["trip_count"] == 10
     assert data["collectives"][0]["groups"] == [[0, 2], [1, 3]]
     assert data["unknown_ops"] == ["mystery (frobnicate)"]
+
+
+def test_bare_async_collective_custom_calls():
+    """AsyncCollectiveStart / Done as top-level custom calls (the form without a wrapping
+    kCustom fusion), with a matmul between them."""
+    text = """HloModule acs, num_partitions=4
+
+%ag_body (p: bf16[64,128]) -> bf16[256,128] {
+  %p = bf16[64,128] parameter(0)
+  ROOT %ag = bf16[256,128] all-gather(%p), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true
+}
+
+ENTRY %e (x: bf16[64,128], w: bf16[128,128]) -> (bf16[256,128], bf16[64,128]) {
+  %x = bf16[64,128] parameter(0)
+  %w = bf16[128,128] parameter(1)
+  %start = (bf16[64,128], bf16[256,128], u32[]) custom-call(%x), custom_call_target="AsyncCollectiveStart", called_computations={%ag_body}
+  %mm = bf16[64,128] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %done = bf16[256,128] custom-call(%start), custom_call_target="AsyncCollectiveDone"
+  ROOT %t = (bf16[256,128], bf16[64,128]) tuple(%done, %mm)
+}
+"""
+    prog = analyze(text)
+    (c,) = prog.collectives
+    assert c.kind is CollectiveKind.ALL_GATHER and c.mode is CollectiveMode.ASYNC_FUSION
+    assert c.groups == ((0, 1, 2, 3),)
+    assert (c.operand_bytes, c.result_bytes, c.send_bytes) == (64 * 128 * 2, 256 * 128 * 2, 3 * 64 * 128 * 2)
+    assert [prog.nodes[i].name for i in c.overlap] == ["mm"]
+    assert prog.nodes[c.done].name == "done" and prog.opaque == []
