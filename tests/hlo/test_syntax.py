@@ -352,3 +352,36 @@ ENTRY %e (x: bf16[64,128], w: bf16[128,128]) -> (bf16[256,128], bf16[64,128]) {
     assert (c.operand_bytes, c.result_bytes, c.send_bytes) == (64 * 128 * 2, 256 * 128 * 2, 3 * 64 * 128 * 2)
     assert [prog.nodes[i].name for i in c.overlap] == ["mm"]
     assert prog.nodes[c.done].name == "done" and prog.opaque == []
+
+
+def test_conditional_costed_as_costliest_branch_and_collectives_flagged():
+    text = """HloModule cnd, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%cheap (p: f32[8]) -> f32[8] {
+  %p = f32[8] parameter(0)
+  ROOT %n = f32[8] negate(%p)
+}
+
+%costly (q: f32[8]) -> f32[8] {
+  %q = f32[8] parameter(0)
+  %e = f32[8] exponential(%q)
+  %r = f32[8] all-reduce(%e), channel_id=1, replica_groups={{0,1}}, to_apply=%add
+  ROOT %m = f32[8] multiply(%r, %e)
+}
+
+ENTRY %main (c: pred[], x: f32[8]) -> f32[8] {
+  %c = pred[] parameter(0)
+  %x = f32[8] parameter(1)
+  ROOT %k = f32[8] conditional(%c, %x, %x), true_computation=%costly, false_computation=%cheap
+}
+"""
+    prog = analyze(text)
+    (node,) = prog.nodes
+    assert node.opcode == "conditional" and node.flops == 16.0
+    assert prog.unknown_ops == ["k (conditional with collectives in its branches)"]

@@ -340,6 +340,12 @@ class _Builder:
         if inst.opcode == "conditional":
             branches = _branch_names(inst)
             node.flops = max((self.fusion.flops(b) for b in branches), default=0.0)
+            if any(
+                i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS
+                for b in branches
+                for i in self.m.computation(b).instructions
+            ):  # not modelled: say so rather than drop it silently
+                self.unknown.append(f"{inst.name} (conditional with collectives in its branches)")
         else:
             node.flops = instruction_flops(inst, shapes, self.fusion.flops)
         elems = inst.shape.tuple_shapes
