@@ -96,7 +96,8 @@ raw frontend attributes such as Pallas ``kernel_metadata``) and returning an `Op
 program with another hook without re-parsing.
 
 Known limits: ``conditional`` is one compute node costed as its most expensive branch (a
-collective inside a branch is not modelled); an async collective whose start and done sit
+collective inside a branch is not modelled; the conditional is then listed in
+``unknown_ops``); an async collective whose start and done sit
 on different sides of a loop boundary keeps the start's multiplicity; ``send``/``recv`` are
 costed as compute.
 """
