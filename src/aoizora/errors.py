@@ -22,3 +22,16 @@ class MeshSpecError(AoizoraError):
 
 class PlacementError(AoizoraError):
     """A physical placement that cannot be built or does not match its slice."""
+
+
+class HloParseError(AoizoraError):
+    """Text that is not (complete) HLO; ``line`` and ``column`` locate the problem (1-based)."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+class HloModelError(AoizoraError):
+    """Parsed HLO whose structure cannot form a program (missing computation, bad operand)."""

@@ -1,0 +1,876 @@
+"""Build the `Program` (see `aoizora.hlo.program`) from a parsed `HloModule`.
+
+One pass over the entry computation in printed order (the compiler's schedule). Calls are
+inlined; while-loop bodies are emitted once, inline, followed by a ``loop`` node, with every
+body node's multiplicity multiplied by the loop's trip count. Free ops (parameter, constant,
+tuple, get-tuple-element, bitcast, ...) produce no node: the builder tracks, for each HLO value,
+which nodes produced it (element by element through tuples) so dependencies skip them.
+
+How collectives are recognised:
+
+* sync ops ``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all``,
+  ``collective-permute`` (and ``ragged-all-to-all`` as all-to-all, ``collective-broadcast``
+  as all-gather-like one-to-all traffic is not modelled: it is listed as unknown);
+* ``*-start`` / ``*-done`` pairs, and ``async-start`` / ``async-done`` wrapping a collective;
+* collective fusions: a ``fusion`` whose body contains a collective (libtpu fuses
+  all-reduce + dynamic-slice into ``SingleInputAllReduceScatterFusion``, i.e. a reduce-scatter:
+  reported as kind reduce-scatter when the fusion's result is the all-reduce's divided by the
+  group size);
+* async collective fusions: the ``AsyncCollectiveStart`` / ``AsyncCollectiveDone`` custom
+  calls (or fusions containing them) that libtpu emits for collective matmul; the collective
+  inside the start's fused body gives kind, groups and sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+from aoizora.errors import HloModelError, HloParseError
+from aoizora.hlo import attrs as A
+from aoizora.hlo.costs import (
+    ELEMENTWISE_FLOP_OPS,
+    MOVEMENT_OPS,
+    FusionCoster,
+    estimated_cycles,
+    hbm_size,
+    instruction_flops,
+    io_bytes,
+)
+from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
+from aoizora.hlo.program import (
+    AlgorithmConfig,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    OpaqueCostHook,
+    OpaqueOp,
+    Program,
+)
+from aoizora.hlo.shapes import Shape
+
+# A value's producers: a tuple of node indices, or a list of element values for tuples.
+Val = Union[tuple[int, ...], "TupleVal"]
+
+
+class TupleVal(list):  # type: ignore[type-arg]
+    """Producers of a tuple value, element by element."""
+
+
+_FREE = frozenset(
+    """parameter constant get-tuple-element tuple bitcast after-all partition-id replica-id
+    add-dependency opt-barrier optimization-barrier domain copy-done slice-done
+    get-dimension-size""".split()
+)
+_COLLECTIVE_OPS = {
+    "all-reduce": CollectiveKind.ALL_REDUCE,
+    "all-gather": CollectiveKind.ALL_GATHER,
+    "reduce-scatter": CollectiveKind.REDUCE_SCATTER,
+    "all-to-all": CollectiveKind.ALL_TO_ALL,
+    "ragged-all-to-all": CollectiveKind.ALL_TO_ALL,
+    "collective-permute": CollectiveKind.COLLECTIVE_PERMUTE,
+}
+_ASYNC_STARTS = {f"{k}-start": v for k, v in _COLLECTIVE_OPS.items()}
+_ASYNC_DONES = {f"{k}-done": v for k, v in _COLLECTIVE_OPS.items()}
+_OTHER_KNOWN = frozenset(
+    """dot convolution fusion custom-call reduce reduce-window select-and-scatter sort map
+    call while conditional copy-start slice-start send send-done recv recv-done infeed outfeed
+    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve topk
+    batch-norm-training batch-norm-inference batch-norm-grad dynamic-reshape
+    set-dimension-size async-start async-update async-done""".split()
+)
+KNOWN_OPCODES = (
+    _FREE | ELEMENTWISE_FLOP_OPS | MOVEMENT_OPS | set(_COLLECTIVE_OPS) | set(_ASYNC_STARTS)
+    | set(_ASYNC_DONES) | _OTHER_KNOWN
+)
+"""Every opcode the builder understands; anything else becomes an ``unknown`` node."""
+
+FREE_CUSTOM_CALLS = frozenset(
+    {"AllocateBuffer", "ConcatBitcast", "Sharding", "SPMDFullToShardShape",
+     "SPMDShardToFullShape", "MoveToHost", "MoveToDevice", "LayoutConstraint"}
+)
+"""libtpu-internal custom calls that are buffer bookkeeping, costed like compute (bytes only),
+not opaque kernels."""
+
+ASYNC_COLLECTIVE_START = "AsyncCollectiveStart"
+ASYNC_COLLECTIVE_DONE = "AsyncCollectiveDone"
+
+
+def build_program(
+    module: HloModule | str,
+    *,
+    opaque_cost: OpaqueCostHook | None = None,
+    device_ids: Sequence[int] | None = None,
+) -> Program:
+    """The loop-aware program graph of a compiled module (text or parsed).
+
+    ``opaque_cost`` costs custom calls the compiler cannot (see `OpaqueOp`); ``device_ids``
+    optionally records the device assignment (logical id -> runtime device id).
+    """
+    if isinstance(module, str):
+        module = parse_hlo(module)
+    builder = _Builder(module)
+    builder.run()
+    prog = Program(
+        module_name=module.name,
+        num_partitions=module.num_partitions,
+        replica_count=module.replica_count,
+        nodes=builder.nodes,
+        collectives=builder.collectives,
+        loops=builder.loops,
+        unknown_ops=builder.unknown,
+        device_ids=tuple(device_ids) if device_ids is not None else None,
+        _opaque_ops=builder.opaque_ops,
+    )
+    if opaque_cost is not None:
+        prog = prog.with_opaque_cost(opaque_cost)
+    return prog
+
+
+def program_from_compiled(compiled: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
+    """The program of a ``jax`` compiled object (``jax.jit(f).lower(...).compile()``).
+
+    Logical device ids are positions in the executable's device assignment; for a ``jit`` over
+    a ``Mesh`` that is ``mesh.devices.flat`` order, recorded here as ``device_ids``.
+    """
+    text = compiled.as_text()
+    device_ids = None
+    try:
+        shardings = compiled.input_shardings[0]
+        if shardings:
+            set_ = shardings[0]._device_assignment
+            device_ids = [d.id for d in set_]
+    except Exception:  # pragma: no cover - older/newer jax without these attributes
+        device_ids = None
+    return build_program(text, opaque_cost=opaque_cost, device_ids=device_ids)
+
+
+class _Builder:
+    def __init__(self, module: HloModule) -> None:
+        self.m = module
+        self.num_devices = module.num_partitions * module.replica_count
+        self.nodes: list[Node] = []
+        self.collectives: list[Collective] = []
+        self.loops: list[Loop] = []
+        self.unknown: list[str] = []
+        self.opaque_ops: dict[int, OpaqueOp] = {}
+        self.fusion = FusionCoster(module.computations)
+        self._pending: dict[int, int] = {}  # start node index -> collective index
+        self._fusions_checked: dict[str, list[str]] = {}
+        self._depth = 0
+
+    # -- walking --------------------------------------------------------------------------
+    def run(self) -> None:
+        self.walk(self.m.entry, [], 1, None)
+        for c in self.collectives:
+            if c.start != c.done:
+                c.overlap = tuple(
+                    i
+                    for i in range(c.start + 1, c.done)
+                    if self.nodes[i].kind in (NodeKind.COMPUTE, NodeKind.OPAQUE, NodeKind.UNKNOWN)
+                )
+
+    def walk(self, comp: Computation, args: list[Val], mult: int, loop: int | None) -> Val:
+        """Emit the nodes of ``comp`` with its parameters bound to ``args``; return its root."""
+        self._depth += 1
+        if self._depth > 64:
+            raise HloModelError(f"calls nested deeper than 64 levels at {comp.name!r}")
+        env: dict[str, Val] = {}
+        for inst in comp.instructions:
+            env[inst.name] = self.instruction(comp, inst, env, args, mult, loop)
+        self._depth -= 1
+        assert comp.root is not None
+        return env[comp.root.name]
+
+    def operand_vals(self, comp: Computation, inst: Instruction, env: Mapping[str, Val]) -> list[Val]:
+        out = []
+        for o in inst.operands:
+            v = env.get(o)
+            if v is None:
+                raise HloModelError(
+                    f"instruction {inst.name!r} in {comp.name!r} uses {o!r}, which is not defined "
+                    "before it"
+                )
+            out.append(v)
+        return out
+
+    def operand_shapes(self, comp: Computation, inst: Instruction) -> list[Shape]:
+        return [comp.by_name[o].shape for o in inst.operands if o in comp.by_name]
+
+    def instruction(
+        self,
+        comp: Computation,
+        inst: Instruction,
+        env: Mapping[str, Val],
+        args: list[Val],
+        mult: int,
+        loop: int | None,
+    ) -> Val:
+        op = inst.opcode
+        vals = self.operand_vals(comp, inst, env)
+        if op == "parameter":
+            n = inst.parameter_number or 0
+            return args[n] if n < len(args) else ()
+        if op in ("constant", "partition-id", "replica-id", "after-all"):
+            return ()
+        if op == "tuple":
+            return TupleVal(vals)
+        if op == "get-tuple-element":
+            idx = int(inst.attr("index") or 0)
+            v = vals[0]
+            if isinstance(v, TupleVal):
+                return v[idx] if idx < len(v) else _flat(v)
+            return v
+        if op in ("bitcast", "add-dependency", "opt-barrier", "optimization-barrier", "domain",
+                  "copy-done", "slice-done", "get-dimension-size"):
+            return vals[0] if vals else ()
+        if op == "while":
+            return self.while_loop(comp, inst, vals, mult, loop)
+        if op == "call":
+            callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
+            return self.walk(callee, vals, mult, loop)
+        deps = _deps(vals)
+        if op in _COLLECTIVE_OPS:
+            return self.collective(comp, inst, deps, mult, loop, CollectiveMode.SYNC, inst)
+        if op in _ASYNC_STARTS:
+            return self.collective(comp, inst, deps, mult, loop, CollectiveMode.ASYNC, inst)
+        if op in _ASYNC_DONES or (op == "async-done" and self._is_pending(deps)):
+            return self.collective_done(comp, inst, deps, mult, loop)
+        if op == "async-start":
+            callee = self.m.computation(inst.attr("calls") or "")
+            wrapped = callee.root
+            assert wrapped is not None
+            if wrapped.opcode in _COLLECTIVE_OPS:
+                return self.collective(
+                    comp, inst, deps, mult, loop, CollectiveMode.ASYNC, wrapped, callee
+                )
+            return self.compute(comp, inst, deps, mult, loop)
+        if op in ("async-update", "async-done"):
+            return deps
+        if op == "fusion":
+            inner = self._fused_collective(inst)
+            if inner is not None:
+                callee, coll, role = inner
+                if role == "done" and self._is_pending(deps):
+                    return self.collective_done(comp, inst, deps, mult, loop)
+                if role == "step" and self._is_pending(deps):
+                    return self.collective_step(comp, inst, deps, mult, loop)
+                mode = CollectiveMode.ASYNC_FUSION if role == "start" else CollectiveMode.FUSION
+                return self.collective(comp, inst, deps, mult, loop, mode, coll, callee)
+            return self.compute(comp, inst, deps, mult, loop)
+        if op == "custom-call":
+            target = _unquote(inst.attr("custom_call_target") or "")
+            if target == ASYNC_COLLECTIVE_START:
+                coll = self._collective_in_callees(inst)
+                if coll is not None:
+                    return self.collective(
+                        comp, inst, deps, mult, loop, CollectiveMode.ASYNC_FUSION, coll[1], coll[0]
+                    )
+            if target == ASYNC_COLLECTIVE_DONE:
+                return self.collective_done(comp, inst, deps, mult, loop)
+            if target in FREE_CUSTOM_CALLS:
+                return self.compute(comp, inst, deps, mult, loop)
+            return self.opaque(comp, inst, deps, mult, loop, target)
+        if op not in KNOWN_OPCODES:
+            return self.opaque(comp, inst, deps, mult, loop, None)
+        return self.compute(comp, inst, deps, mult, loop)
+
+    # -- node constructors ----------------------------------------------------------------
+    def _node(
+        self,
+        comp: Computation,
+        inst: Instruction,
+        kind: NodeKind,
+        deps: tuple[int, ...],
+        mult: int,
+        loop: int | None,
+    ) -> Node:
+        node = Node(
+            index=len(self.nodes),
+            name=inst.name,
+            opcode=inst.opcode,
+            kind=kind,
+            computation=comp.name,
+            shape=inst.shape,
+            operand_shapes=tuple(self.operand_shapes(comp, inst)),
+            deps=deps,
+            multiplicity=mult,
+            loop=loop,
+            estimated_cycles=estimated_cycles(inst.backend_config),
+            backend_config=inst.backend_config if isinstance(inst.backend_config, Mapping) else None,
+        )
+        self.nodes.append(node)
+        return node
+
+    def _unknown_in_fusion(self, inst: Instruction) -> None:
+        """List unknown opcodes inside a fusion body (its FLOPs cannot count them)."""
+        callee = inst.attr("calls")
+        if not callee:
+            return
+        key = callee.lstrip("%")
+        if key in self._fusions_checked:
+            found = self._fusions_checked[key]
+        else:
+            found = []
+            stack = [self.m.computation(key)]
+            seen = {key}
+            while stack:
+                body = stack.pop()
+                for i in body.instructions:
+                    if i.opcode not in KNOWN_OPCODES:
+                        found.append(f"{i.name} ({i.opcode})")
+                    sub = i.attr("calls") if i.opcode == "fusion" else None
+                    if sub and sub.lstrip("%") not in seen:
+                        seen.add(sub.lstrip("%"))
+                        stack.append(self.m.computation(sub))
+            self._fusions_checked[key] = found
+        for f in found:
+            self.unknown.append(f"{f} in fusion {inst.name}")
+
+    def compute(
+        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
+    ) -> Val:
+        node = self._node(comp, inst, NodeKind.COMPUTE, deps, mult, loop)
+        if inst.opcode == "fusion":
+            self._unknown_in_fusion(inst)
+        shapes = list(node.operand_shapes)
+        if inst.opcode == "conditional":
+            branches = _branch_names(inst)
+            node.flops = max((self.fusion.flops(b) for b in branches), default=0.0)
+            if any(
+                i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS
+                for b in branches
+                for i in self.m.computation(b).instructions
+            ):  # not modelled: say so rather than drop it silently
+                self.unknown.append(f"{inst.name} (conditional with collectives in its branches)")
+        else:
+            node.flops = instruction_flops(inst, shapes, self.fusion.flops)
+        elems = inst.shape.tuple_shapes
+        if inst.opcode == "copy-start" and elems:
+            # (destination, source alias, context): read the source, write the destination
+            node.hbm_bytes = sum(hbm_size(s) for s in shapes) + hbm_size(elems[0])
+        elif inst.opcode == "slice-start" and len(elems) > 1:
+            # ((operands), result, context): read the slice from the operand, write the result
+            src_in_hbm = bool(shapes) and shapes[0].memory_space == 0
+            node.hbm_bytes = (elems[1].byte_size if src_in_hbm else 0) + hbm_size(elems[1])
+        else:
+            node.hbm_bytes = io_bytes(inst, shapes)
+        node.fusion_kind = inst.attr("kind")
+        if inst.opcode == "custom-call":
+            node.custom_call_target = _unquote(inst.attr("custom_call_target") or "")
+        return (node.index,)
+
+    def opaque(
+        self,
+        comp: Computation,
+        inst: Instruction,
+        deps: tuple[int, ...],
+        mult: int,
+        loop: int | None,
+        target: str | None,
+    ) -> Val:
+        kind = NodeKind.OPAQUE if target is not None else NodeKind.UNKNOWN
+        node = self._node(comp, inst, kind, deps, mult, loop)
+        node.hbm_bytes = io_bytes(inst, list(node.operand_shapes))
+        node.custom_call_target = target
+        if target is None:
+            self.unknown.append(f"{inst.name} ({inst.opcode})")
+        self.opaque_ops[node.index] = OpaqueOp(
+            name=inst.name,
+            target=target if target is not None else inst.opcode,
+            operand_shapes=node.operand_shapes,
+            result_shape=inst.shape,
+            backend_config=inst.backend_config,
+            kernel_name=_kernel_name(inst),
+            op_name=_op_name(inst),
+            frontend_attributes=inst.attr("frontend_attributes"),
+        )
+        return (node.index,)
+
+    def collective(
+        self,
+        comp: Computation,
+        inst: Instruction,
+        deps: tuple[int, ...],
+        mult: int,
+        loop: int | None,
+        mode: CollectiveMode,
+        coll_inst: Instruction,
+        inner_comp: Computation | None = None,
+    ) -> Val:
+        sync = mode in (CollectiveMode.SYNC, CollectiveMode.FUSION)
+        node_kind = NodeKind.COLLECTIVE if sync else NodeKind.COLLECTIVE_START
+        node = self._node(comp, inst, node_kind, deps, mult, loop)
+        opcode = coll_inst.opcode
+        for suffix in ("-start", "-done"):
+            if opcode.endswith(suffix):
+                opcode = opcode[: -len(suffix)]
+        kind = _COLLECTIVE_OPS.get(opcode)
+        # operand / result shapes of the collective itself (per device)
+        where = inner_comp if inner_comp is not None else comp
+        in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
+        if (
+            coll_inst.opcode.endswith("-start")
+            and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
+            and coll_inst.shape.is_tuple
+        ):
+            res_shape = _start_result(coll_inst, in_shapes)
+        else:
+            res_shape = coll_inst.shape
+        operand_bytes = sum(s.byte_size for s in in_shapes)
+        result_bytes = res_shape.byte_size
+        if kind is None:  # custom-call collective without a recognisable inner op
+            kind = CollectiveKind.ALL_GATHER if result_bytes > operand_bytes else CollectiveKind.ALL_REDUCE
+        groups: tuple[tuple[int, ...], ...] = ()
+        pairs: tuple[tuple[int, int], ...] = ()
+        if kind is CollectiveKind.COLLECTIVE_PERMUTE:
+            pairs = A.parse_pairs(coll_inst.attr("source_target_pairs"))
+        else:
+            groups = A.parse_replica_groups(
+                coll_inst.attr("replica_groups"), coll_inst.attr("device_ids"), self.num_devices
+            )
+        group_size = len(groups[0]) if groups else 2
+        fused_compute: tuple[str, ...] = ()
+        if inner_comp is not None and mode is not CollectiveMode.ASYNC:
+            fused_compute = tuple(
+                i.opcode for i in inner_comp.instructions
+                if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
+                and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
+            )
+            # all-reduce + dynamic-slice fused together is a reduce-scatter
+            outer = inst.shape.byte_size
+            if (
+                kind is CollectiveKind.ALL_REDUCE
+                and group_size > 1
+                and outer * group_size == result_bytes
+            ):
+                kind = CollectiveKind.REDUCE_SCATTER
+                result_bytes = outer
+            node.flops = self.fusion.flops(inner_comp.name)
+        payload, send, recv = _traffic(kind, operand_bytes, result_bytes, group_size, pairs)
+        if kind is CollectiveKind.ALL_GATHER:
+            array = max(result_bytes, operand_bytes * group_size)
+        elif kind is CollectiveKind.ALL_TO_ALL:
+            array = operand_bytes * group_size
+        else:
+            array = operand_bytes
+        cfg = None
+        for bc in (inst.backend_config, coll_inst.backend_config):
+            if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
+                parsed = A.parse_algorithm_config(bc["collective_algorithm_config"])
+                if parsed is not None:
+                    cfg = AlgorithmConfig(raw=bc["collective_algorithm_config"], **parsed)
+                    break
+        dtype = in_shapes[0].leaves()[0].dtype if in_shapes and in_shapes[0].leaves() else res_shape.dtype
+        channel = coll_inst.attr("channel_id")
+        coll = Collective(
+            index=len(self.collectives),
+            name=inst.name,
+            kind=kind,
+            mode=mode,
+            start=node.index,
+            done=node.index,
+            groups=groups,
+            source_target_pairs=pairs,
+            dtype=dtype,
+            operand_bytes=operand_bytes,
+            result_bytes=result_bytes,
+            payload_bytes=payload,
+            array_bytes=array,
+            send_bytes=send,
+            recv_bytes=recv,
+            group_size=group_size,
+            multiplicity=mult,
+            loop=loop,
+            channel_id=int(channel) if channel and channel.isdigit() else None,
+            dimensions=A.parse_int_list(coll_inst.attr("dimensions")),
+            algorithm=cfg,
+            fused_compute=fused_compute,
+        )
+        afc = _async_fusion_config(coll_inst)
+        if afc is not None:
+            coll.async_fusion_configs = (afc,)
+        node.collective = coll.index
+        node.hbm_bytes = io_bytes(inst, list(node.operand_shapes)) if sync else operand_bytes
+        self.collectives.append(coll)
+        if not sync:
+            self._pending[node.index] = coll.index
+        return (node.index,)
+
+    def _is_pending(self, deps: tuple[int, ...]) -> bool:
+        return any(d in self._pending for d in deps)
+
+    def collective_step(
+        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
+    ) -> Val:
+        """An async collective fusion: compute that also advances a started collective."""
+        ci = next(self._pending[d] for d in deps if d in self._pending)
+        val = self.compute(comp, inst, deps, mult, loop)
+        node = self.nodes[val[0]]  # type: ignore[index]
+        node.collective = ci
+        coll = self.collectives[ci]
+        coll.steps += (node.index,)
+        inner = self._fused_collective(inst)
+        afc = _async_fusion_config(inner[1]) if inner else None
+        if afc is not None:
+            coll.async_fusion_configs += (afc,)
+        self._pending[node.index] = ci  # the done reads the buffers through this node
+        return val
+
+    def collective_done(
+        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
+    ) -> Val:
+        starts = [d for d in deps if d in self._pending]
+        node = self._node(comp, inst, NodeKind.COLLECTIVE_DONE, deps, mult, loop)
+        if not starts:  # a done whose start this walk did not see: keep it, costless
+            node.kind = NodeKind.COMPUTE
+            return (node.index,)
+        ci = self._pending[starts[0]]
+        for k in [k for k, v in self._pending.items() if v == ci]:
+            del self._pending[k]
+        coll = self.collectives[ci]
+        coll.done = node.index
+        node.collective = ci
+        node.hbm_bytes = coll.result_bytes
+        return (node.index,)
+
+    def _fused_collective(
+        self, inst: Instruction
+    ) -> tuple[Computation, Instruction, str] | None:
+        """(body, collective op, role) of a fusion holding a collective, else None.
+
+        role: "start" / "done" when the body ends in libtpu's AsyncCollectiveStart / Done
+        custom call; "step" for an async collective fusion (compute fused with steps of a
+        started collective: its collective op carries ``async_collective_fusion_config``);
+        "fusion" for a plain collective fusion.
+        """
+        callee = inst.attr("calls")
+        if not callee:
+            return None
+        comp = self.m.computation(callee)
+        coll: Instruction | None = None
+        role = "fusion"
+        for i in comp.instructions:
+            if coll is None and (i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS):
+                coll = i
+                bc = i.backend_config
+                if isinstance(bc, Mapping) and "async_collective_fusion_config" in bc:
+                    role = "step"
+            if i.opcode == "custom-call":
+                target = _unquote(i.attr("custom_call_target") or "")
+                if target == ASYNC_COLLECTIVE_START:
+                    role = "start"
+                elif target == ASYNC_COLLECTIVE_DONE:
+                    role = "done"
+        if coll is None:
+            return None
+        return comp, coll, role
+
+    def _collective_in_callees(self, inst: Instruction) -> tuple[Computation, Instruction] | None:
+        for key in ("called_computations", "calls", "to_apply"):
+            raw = inst.attr(key)
+            if not raw:
+                continue
+            for name in raw.strip("{}").split(","):
+                name = name.strip()
+                if not name:
+                    continue
+                comp = self.m.computation(name)
+                for i in comp.instructions:
+                    if i.opcode in _COLLECTIVE_OPS:
+                        return comp, i
+        return None
+
+    # -- loops ----------------------------------------------------------------------------
+    def while_loop(
+        self, comp: Computation, inst: Instruction, vals: list[Val], mult: int, parent: int | None
+    ) -> Val:
+        body = self.m.computation(inst.attr("body") or "")
+        cond = self.m.computation(inst.attr("condition") or "")
+        trip, source = _trip_count(self.m, comp, inst, body, cond)
+        loop = Loop(
+            index=len(self.loops),
+            name=inst.name,
+            trip_count=trip,
+            trip_count_source=source,
+            start=len(self.nodes),
+            end=-1,
+            parent=parent,
+            multiplicity=mult * (trip if trip is not None else 1),
+        )
+        self.loops.append(loop)
+        root = self.walk(body, list(vals), loop.multiplicity, loop.index)
+        end = self._node(comp, inst, NodeKind.LOOP, _deps([root]), mult, parent)
+        end.hbm_bytes = 0
+        loop.end = end.index
+        return (end.index,)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _flat(v: Val) -> tuple[int, ...]:
+    if isinstance(v, TupleVal):
+        out: list[int] = []
+        for e in v:
+            out.extend(_flat(e))
+        return tuple(out)
+    return v
+
+
+def _deps(vals: list[Val]) -> tuple[int, ...]:
+    seen: set[int] = set()
+    out: list[int] = []
+    for v in vals:
+        for i in _flat(v):
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+    out.sort()
+    return tuple(out)
+
+
+def _async_fusion_config(inst: Instruction) -> Mapping[str, Any] | None:
+    bc = inst.backend_config
+    if isinstance(bc, Mapping) and isinstance(bc.get("async_collective_fusion_config"), Mapping):
+        return bc["async_collective_fusion_config"]
+    return None
+
+
+def _unquote(s: str) -> str:
+    return s[1:-1] if len(s) >= 2 and s[0] == '"' and s[-1] == '"' else s
+
+
+def _is_async_collective_custom_call(inst: Instruction, target: str) -> bool:
+    return inst.opcode == "custom-call" and _unquote(inst.attr("custom_call_target") or "") == target
+
+
+def _branch_names(inst: Instruction) -> list[str]:
+    raw = inst.attr("branch_computations")
+    if raw:
+        return [n.strip() for n in raw.strip("{}").split(",") if n.strip()]
+    return [n for n in (inst.attr("true_computation"), inst.attr("false_computation")) if n]
+
+
+def _op_name(inst: Instruction) -> str | None:
+    md = inst.attr("metadata")
+    if not md:
+        return None
+    i = md.find('op_name="')
+    if i < 0:
+        return None
+    j = md.find('"', i + 9)
+    return md[i + 9 : j] if j > 0 else None
+
+
+def _kernel_name(inst: Instruction) -> str | None:
+    """The kernel's name: from the custom-call config, the op_name before ``/pallas_call``,
+    or the instruction name without its ``.N`` suffix."""
+    bc = inst.backend_config
+    if isinstance(bc, Mapping):
+        cc = bc.get("custom_call_config")
+        if isinstance(cc, Mapping):
+            for key in ("kernel_name", "name"):
+                if isinstance(cc.get(key), str):
+                    return cc[key]
+    op_name = _op_name(inst)
+    if op_name and "/pallas_call" in op_name:
+        head = op_name.rsplit("/pallas_call", 1)[0]
+        return head.rsplit("/", 1)[-1] or None
+    base = inst.name.split(".", 1)[0]
+    return base or None
+
+
+def _start_result(inst: Instruction, in_shapes: list[Shape]) -> Shape:
+    """The result buffer inside a ``*-start`` tuple: (operands..., results..., scratch...)."""
+    elems = list(inst.shape.tuple_shapes)
+    n_in = len(in_shapes)
+    if len(elems) > n_in:
+        res = elems[n_in]
+        if n_in > 1 and len(elems) >= 2 * n_in:
+            return Shape("tuple", (), None, tuple(elems[n_in : 2 * n_in]))
+        return res
+    return elems[-1] if elems else inst.shape
+
+
+def _traffic(
+    kind: CollectiveKind,
+    operand_bytes: int,
+    result_bytes: int,
+    n: int,
+    pairs: tuple[tuple[int, int], ...],
+) -> tuple[int, int, int]:
+    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm."""
+    s = operand_bytes
+    if kind is CollectiveKind.ALL_REDUCE:
+        t = 2 * (n - 1) * s // n if n > 1 else 0
+        return s, t, t
+    if kind is CollectiveKind.ALL_GATHER:
+        t = (n - 1) * s
+        return s, t, t
+    if kind is CollectiveKind.REDUCE_SCATTER:
+        t = (n - 1) * s // n if n > 1 else 0
+        return s, t, t
+    if kind is CollectiveKind.ALL_TO_ALL:
+        t = (n - 1) * s // n if n > 1 else 0
+        return s, t, t
+    # collective-permute: a device sends its buffer once per pair it is the source of
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    for a, b in pairs:
+        if a == b:
+            continue
+        sends[a] = sends.get(a, 0) + 1
+        recvs[b] = recvs.get(b, 0) + 1
+    return s, s * max(sends.values(), default=0), s * max(recvs.values(), default=0)
+
+
+# -- trip counts ----------------------------------------------------------------------------
+# A tiny symbolic evaluator over the loop's condition and body. Values are
+#   ("const", v)          a known integer
+#   ("state",)            the loop-state tuple (parameter 0 of the body / condition)
+#   ("param", k)          element k of the loop state
+#   ("affine", k, c)      element k of the loop state plus c
+#   ("cmp", dir, a, b)    a comparison
+# It looks through copies/converts/bitcasts/reshapes, tuple plumbing and fusions (libtpu may
+# fuse the compare of the condition or the increment of the body).
+_PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
+
+
+def _trip_count(
+    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
+) -> tuple[int | None, str]:
+    bc = inst.backend_config
+    if isinstance(bc, Mapping):
+        ktc = bc.get("known_trip_count")
+        if isinstance(ktc, Mapping) and "n" in ktc:
+            try:
+                return int(ktc["n"]), "backend_config"
+            except (TypeError, ValueError):
+                pass
+    try:
+        trip = _induction_trip_count(m, comp, inst, body, cond)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, HloParseError):
+        trip = None
+    return (trip, "induction") if trip is not None else (None, "unknown")
+
+
+def _literal_int(lit: str) -> int | None:
+    lit = lit.strip()
+    if lit in ("true", "false"):
+        return int(lit == "true")
+    try:
+        return int(lit)
+    except ValueError:
+        try:
+            f = float(lit)
+        except ValueError:
+            return None
+        return int(f) if f.is_integer() else None
+
+
+def _sym(
+    m: HloModule, comp: Computation, inst: Instruction, frame: _Frame, depth: int = 0
+) -> tuple[Any, ...] | None:
+    if depth > 32:
+        return None
+    while inst.opcode in _PASS and inst.operands:
+        inst = comp.by_name[inst.operands[0]]
+    op = inst.opcode
+
+    def sub(name: str) -> tuple[Any, ...] | None:
+        return _sym(m, comp, comp.by_name[name], frame, depth + 1)
+
+    if op == "constant":
+        v = _literal_int(inst.literal or "")
+        return ("const", v) if v is not None else None
+    if op == "parameter":
+        if frame is None:
+            return ("state",)
+        outer, fusion, outer_frame = frame
+        n = inst.parameter_number or 0
+        return _sym(m, outer, outer.by_name[fusion.operands[n]], outer_frame, depth + 1)
+    if op == "get-tuple-element":
+        idx = int(inst.attr("index") or 0)
+        src = comp.by_name[inst.operands[0]]
+        while src.opcode in _PASS and src.operands:
+            src = comp.by_name[src.operands[0]]
+        if src.opcode == "tuple":
+            return sub(src.operands[idx])
+        base = _sym(m, comp, src, frame, depth + 1)
+        return ("param", idx) if base == ("state",) else None
+    if op == "fusion":
+        callee = m.computation(inst.attr("calls") or "")
+        assert callee.root is not None
+        return _sym(m, callee, callee.root, (comp, inst, frame), depth + 1)
+    if op == "negate":
+        a = sub(inst.operands[0])
+        return ("const", -a[1]) if a and a[0] == "const" else None
+    if op in ("add", "subtract") and len(inst.operands) == 2:
+        a, b = sub(inst.operands[0]), sub(inst.operands[1])
+        if not a or not b:
+            return None
+        sign = 1 if op == "add" else -1
+        if a[0] == "const" and b[0] == "const":
+            return ("const", a[1] + sign * b[1])
+        if a[0] in ("param", "affine") and b[0] == "const":
+            off = a[2] if a[0] == "affine" else 0
+            return ("affine", a[1], off + sign * b[1])
+        if op == "add" and b[0] in ("param", "affine") and a[0] == "const":
+            off = b[2] if b[0] == "affine" else 0
+            return ("affine", b[1], off + a[1])
+        return None
+    if op == "compare" and len(inst.operands) == 2:
+        return ("cmp", inst.attr("direction") or "", sub(inst.operands[0]), sub(inst.operands[1]))
+    return None
+
+
+def _induction_trip_count(
+    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
+) -> int | None:
+    assert cond.root is not None and body.root is not None
+    c = _sym(m, cond, cond.root, None)
+    if not c or c[0] != "cmp" or not c[2] or not c[3]:
+        return None
+    direction, a, b = c[1], c[2], c[3]
+    if a[0] == "const" and b[0] in ("param", "affine"):
+        a, b, direction = b, a, _FLIP.get(direction, "")
+    if b[0] != "const" or a[0] not in ("param", "affine"):
+        return None
+    k = a[1]
+    limit = b[1] - (a[2] if a[0] == "affine" else 0)  # i + c < L  <=>  i < L - c
+    # the while operand is the state tuple; element k is its initial induction value
+    src = comp.by_name[inst.operands[0]]
+    while src.opcode in _PASS and src.operands:
+        src = comp.by_name[src.operands[0]]
+    if src.opcode != "tuple":
+        return None
+    init_val = _sym(m, comp, comp.by_name[src.operands[k]], None)
+    if not init_val or init_val[0] != "const":
+        return None
+    init = init_val[1]
+    broot = body.root
+    while broot.opcode in _PASS and broot.operands:
+        broot = body.by_name[broot.operands[0]]
+    if broot.opcode != "tuple":
+        return None
+    upd = _sym(m, body, body.by_name[broot.operands[k]], None)
+    if not upd or upd[0] != "affine" or upd[1] != k or upd[2] == 0:
+        return None
+    step = upd[2]
+    if direction == "LT":
+        n = -(-(limit - init) // step) if step > 0 else None
+    elif direction == "LE":
+        n = (limit - init) // step + 1 if step > 0 else None
+    elif direction == "GT":
+        n = -(-(init - limit) // -step) if step < 0 else None
+    elif direction == "GE":
+        n = (init - limit) // -step + 1 if step < 0 else None
+    elif direction == "NE":
+        n = (limit - init) // step if (limit - init) % step == 0 else None
+    else:
+        n = None
+    return max(0, n) if n is not None else None

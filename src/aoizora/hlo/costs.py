@@ -1,0 +1,162 @@
+"""FLOPs and HBM bytes of compute instructions, derived from shapes alone.
+
+Why from shapes: the compiler's ``cost_analysis()`` counts a while-loop body once and gives
+Pallas kernels ~0 cost, so the cost model needs per-op numbers it can scale by trip counts.
+
+Conventions (documented so the cost model can rely on them):
+
+* ``dot``: 2 · (result elements) · (product of the lhs contracting dimensions).
+* ``convolution`` (libtpu prints most matmuls as convolutions, e.g. ``dim_labels=bf_io->bf``):
+  2 · (result elements) · (kernel input-feature size) · (product of kernel spatial sizes).
+  The kernel's input-feature dimension already holds C_in / feature_group_count.
+* elementwise arithmetic / transcendental ops: one FLOP per result element; ``reduce`` and
+  ``reduce-window``: one per *input* element (times the window for reduce-window); data
+  movement (copy, transpose, slice, broadcast, gather, pad, ...): zero FLOPs.
+* ``fusion``: sum of its body's FLOPs (recursing into nested fusions); HBM bytes of a fusion
+  (and of any top-level op) = bytes of its operands + bytes of its result that live in HBM
+  (layout memory space 0; ``S(1)`` VMEM operands were prefetched by a separately costed
+  ``copy-start``), i.e. the traffic of a kernel whose intermediates stay on chip. Logical
+  bytes, TPU tiling padding ignored.
+* ``estimated_cycles``: the compiler's own estimate, read from ``backend_config`` (top level
+  or ``window_config``) when present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from math import prod
+from typing import Any
+
+from aoizora.hlo.attrs import parse_int_list
+from aoizora.hlo.parser import Computation, Instruction
+from aoizora.hlo.shapes import Shape
+
+ELEMENTWISE_FLOP_OPS = frozenset(
+    """abs add and atan2 cbrt ceil clamp clz compare complex convert divide erf exponential
+    exponential-minus-one floor imag is-finite log log-plus-one logistic maximum minimum multiply
+    negate not or popcnt power real reduce-precision remainder round-nearest-afz
+    round-nearest-even rsqrt select shift-left shift-right-arithmetic shift-right-logical sign
+    sine cosine sqrt stochastic-convert subtract tan tanh xor""".split()
+)
+"""Ops costed at one FLOP per result element (comparisons and conversions included: they
+occupy the vector units like arithmetic does)."""
+
+MOVEMENT_OPS = frozenset(
+    """bitcast bitcast-convert broadcast concatenate copy dynamic-slice dynamic-update-slice
+    gather iota pad reshape reverse scatter slice transpose get-tuple-element tuple parameter
+    constant partition-id replica-id""".split()
+)
+
+
+def estimated_cycles(backend_config: Mapping[str, Any] | str | None) -> int | None:
+    """The compiler's ``estimated_cycles`` for an op, None when it did not print one."""
+    if not isinstance(backend_config, Mapping):
+        return None
+    v = backend_config.get("estimated_cycles")
+    if v is None:
+        wc = backend_config.get("window_config")
+        if isinstance(wc, Mapping):
+            v = wc.get("estimated_cycles")
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def dot_flops(inst: Instruction, lhs: Shape) -> float:
+    """2 · result elements · contracted size of a ``dot``."""
+    contracting = parse_int_list(inst.attr("lhs_contracting_dims"))
+    k = prod(lhs.dims[d] for d in contracting) if contracting else 1
+    return 2.0 * inst.shape.num_elements * k
+
+
+def convolution_flops(inst: Instruction, rhs: Shape) -> float:
+    """2 · result elements · (kernel input features · kernel window) of a ``convolution``."""
+    labels = inst.attr("dim_labels")
+    out_elems = inst.shape.leaves()[0].num_elements if inst.shape.is_tuple else inst.shape.num_elements
+    if not labels or "_" not in labels or "->" not in labels:
+        return 2.0 * out_elems  # unknown labelling: count one MAC per output
+    kernel_labels = labels.split("->", 1)[0].split("_", 1)[1]
+    if len(kernel_labels) != len(rhs.dims):
+        return 2.0 * out_elems
+    macs_per_out = 1
+    for ch, size in zip(kernel_labels, rhs.dims):
+        if ch == "i" or ch.isdigit():
+            macs_per_out *= size
+    return 2.0 * out_elems * macs_per_out
+
+
+def instruction_flops(
+    inst: Instruction,
+    operand_shapes: list[Shape],
+    fused_flops: Callable[[str], float],
+) -> float:
+    """FLOPs of one instruction (``fused_flops`` answers for called fusion computations)."""
+    op = inst.opcode
+    if op == "fusion":
+        callee = inst.attr("calls")
+        return fused_flops(callee) if callee else 0.0
+    if op == "dot" and operand_shapes:
+        return dot_flops(inst, operand_shapes[0])
+    if op == "convolution" and len(operand_shapes) >= 2:
+        return convolution_flops(inst, operand_shapes[1])
+    if op in ELEMENTWISE_FLOP_OPS:
+        return float(sum(s.num_elements for s in inst.shape.leaves()))
+    if op == "reduce" and operand_shapes:
+        half = max(1, len(operand_shapes) // 2)  # variadic reduce: inputs then init values
+        return float(sum(s.num_elements for s in operand_shapes[:half]))
+    if op == "reduce-window" and operand_shapes:
+        window = inst.attr("window") or ""
+        size = 1
+        for part in window.split():
+            if part.startswith("size="):
+                for d in part[5:].split("x"):
+                    if d.isdigit():
+                        size *= int(d)
+        return float(inst.shape.num_elements * size)
+    return 0.0
+
+
+def hbm_size(shape: Shape) -> int:
+    """Bytes of the arrays of ``shape`` that live in HBM (layout memory space 0)."""
+    return sum(leaf.byte_size for leaf in shape.leaves() if leaf.memory_space == 0)
+
+
+def io_bytes(inst: Instruction, operand_shapes: list[Shape]) -> int:
+    """HBM bytes read (operands) plus written (result) by a top-level op.
+
+    Buffers whose layout puts them in another memory space (``S(1)`` VMEM, ``S(2)`` SMEM/sflags,
+    ...) are left out: moving them there was a separate op (a ``copy-start`` prefetch) that is
+    costed on its own.
+    """
+    return sum(hbm_size(s) for s in operand_shapes) + hbm_size(inst.shape)
+
+
+class FusionCoster:
+    """FLOPs of fused computations, computed once per computation name and cached."""
+
+    __slots__ = ("_computations", "_cache")
+
+    def __init__(self, computations: Mapping[str, Computation]) -> None:
+        self._computations = computations
+        self._cache: dict[str, float] = {}
+
+    def flops(self, name: str) -> float:
+        """Sum of the FLOPs of a fused computation's instructions (nested fusions included)."""
+        key = name.lstrip("%")
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        comp = self._computations.get(key)
+        if comp is None:
+            return 0.0
+        self._cache[key] = 0.0  # guards against (invalid) recursion
+        total = 0.0
+        by_name = comp.by_name
+        for inst in comp.instructions:
+            shapes = [by_name[o].shape for o in inst.operands if o in by_name]
+            total += instruction_flops(inst, shapes, self.flops)
+        self._cache[key] = total
+        return total
