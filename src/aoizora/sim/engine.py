@@ -45,16 +45,21 @@ from aoizora.topology import Topology
 OpaqueSeconds = Mapping[str, float] | Callable[[Node], "float | None"] | None
 
 _COMPUTE, _SYNC, _START, _DONE, _LOOP = 0, 1, 2, 3, 4
+
+#: Times closer than this (seconds) are one instant. Far below any modelled duration (the
+#: shortest is a hop latency, ~1e-6 s), far above float rounding of times (~1e-18 s).
+TIME_EPS = 1e-13
 _EV_DEVICE, _EV_TX_END, _EV_DELIVER = 0, 1, 2
 
 
 class _Run:
     """One run of one collective: the mutable state over its (shared, immutable) plan."""
 
-    __slots__ = ("plan", "coll", "missing", "issued", "enabled", "queues", "busy", "pending",
+    __slots__ = ("serial", "plan", "coll", "missing", "issued", "enabled", "queues", "busy", "pending",
                  "left", "first_issue", "waiters", "finished")
 
-    def __init__(self, plan: Plan, coll: int):
+    def __init__(self, serial: int, plan: Plan, coll: int):
+        self.serial = serial
         self.plan = plan
         self.coll = coll
         self.missing = [len(p) for p in plan.prereqs]
@@ -108,6 +113,7 @@ class Simulator:
         self.plans: dict[int, Plan] = {}
         self.runs: dict[tuple, _Run] = {}
         self.unfinished = 0
+        self._dirty: dict[tuple[int, int], _Run] = {}  # senders to (re)consider at the end of the instant
         nl = len(program.loops)
         self.pc = [0] * n
         self.iters = [[0] * nl for _ in range(n)]
@@ -220,25 +226,31 @@ class Simulator:
         while True:
             t_ev = heap[0][0] if heap else math.inf
             dt = net.time_to_next_finish()
-            if dt < math.inf and self.now + dt <= t_ev:
-                self.now += dt
-                for fid in net.advance(dt):
-                    self._tx_end(*self.flows.pop(fid))
-                continue
-            if t_ev == math.inf:
+            t_next = min(self.now + dt, t_ev)
+            if t_next == math.inf:
                 break
-            for fid in net.advance(t_ev - self.now):
+            finished = net.advance(max(0.0, t_next - self.now), slack=TIME_EPS)
+            self.now = max(self.now, t_next)
+            # One batch per instant: everything within TIME_EPS of now happens "at once", and
+            # senders choose their next transfer only after all of it, so float rounding of
+            # coinciding times never decides who goes first.
+            for fid in finished:
                 self._tx_end(*self.flows.pop(fid))
-            self.now = max(self.now, t_ev)
-            while heap and heap[0][0] <= self.now:
-                _, _, kind, a, b = heapq.heappop(heap)
-                self.events += 1
-                if kind == _EV_DEVICE:
-                    self._device(b)
-                elif kind == _EV_TX_END:
-                    self._tx_end(a, b)
-                else:
-                    self._deliver(a, b)
+            while True:
+                while heap and heap[0][0] <= self.now + TIME_EPS:
+                    _, _, kind, a, b = heapq.heappop(heap)
+                    self.events += 1
+                    if kind == _EV_DEVICE:
+                        self._device(b)
+                    elif kind == _EV_TX_END:
+                        self._tx_end(a, b)
+                    else:
+                        self._deliver(a, b)
+                if not self._dirty:
+                    break
+                self._flush_senders()
+                if not (heap and heap[0][0] <= self.now + TIME_EPS):
+                    break
         stuck = [d for d in range(self.n) if math.isnan(self.finish[d])]
         if stuck:
             d = stuck[0]
@@ -315,7 +327,7 @@ class Simulator:
         key = self._key(d, c)
         run = self.runs.get(key)
         if run is None:
-            run = _Run(self._plan(c), c)
+            run = _Run(len(self.runs), self._plan(c), c)
             self.runs[key] = run
             self.unfinished += 1
         phys = self.l2p[d]
@@ -338,7 +350,12 @@ class Simulator:
         run.enabled[t] = 1
         s = plan.sender[t]
         heapq.heappush(run.queues[s], (plan.seq[t], t))
-        self._send(run, s)
+        self._dirty[(run.serial, s)] = run
+
+    def _flush_senders(self) -> None:
+        dirty, self._dirty = self._dirty, {}
+        for (_, s), run in sorted(dirty.items(), key=lambda kv: kv[0]):
+            self._send(run, s)
 
     def _send(self, run: _Run, s: int) -> None:
         if run.busy[s] or not run.queues[s]:
@@ -361,7 +378,7 @@ class Simulator:
         plan = run.plan
         s = plan.sender[t]
         run.busy[s] = 0
-        self._send(run, s)
+        self._dirty[(run.serial, s)] = run
         self._push(self.now + len(plan.route[t]) * self.hop_latency, _EV_DELIVER, run, t)
 
     def _deliver(self, run: _Run, t: int) -> None:
@@ -430,7 +447,7 @@ class Simulator:
             if skip <= 0:
                 continue
             shift = skip * period
-            self.heap = [(t + shift, s, k, a, b) for t, s, k, a, b in self.heap]
+            self.heap[:] = [(t + shift, s, k, a, b) for t, s, k, a, b in self.heap]  # in place: run() holds it
             heapq.heapify(self.heap)
             self.now += shift
             for d in range(self.n):

@@ -83,16 +83,17 @@ class FlowNetwork:
         self._solve()
         return float((self._remaining / self._rates).min())
 
-    def advance(self, dt: float) -> list[int]:
+    def advance(self, dt: float, slack: float = 0.0) -> list[int]:
         """Move every flow forward by `dt` seconds; remove and return the flows that finished.
 
-        A flow finishes when what is left would take no longer than a rounding error of `dt`.
+        A flow finishes when what is left would take no longer than `dt` plus `slack` (the
+        caller's notion of "the same instant") plus a rounding error of `dt`.
         """
         if not self._ids:
             return []
         self._solve()
         left = self._remaining / self._rates
-        done = left <= dt * (1.0 + 1e-9) + 1e-15
+        done = left <= dt * (1.0 + 1e-9) + slack + 1e-15
         self._remaining = self._remaining - self._rates * dt
         if not done.any():
             return []
