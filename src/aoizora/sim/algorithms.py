@@ -10,8 +10,8 @@ Algorithm config -> ring shape (`ring_direction="auto"`), decided from the strin
 0.0.42.1 prints (see `ring_direction`):
 
 * ``BiDirection...`` anywhere in emitter/strategy        -> bidirectional
-* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``) with
-  ``colors`` != 1 -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
+* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``):
+  ``colors:1`` -> unidirectional (a one-armed pincer), otherwise -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
   split in halves going opposite ways round the ring (this holds even when the strategy is named
   ``UniDirection1DRingStrategy{colors:2}``: each color is a one-way ring, the pair is not)
 * ``UniDirection...`` or ``StrategyRing`` (``colors:1``)   -> unidirectional
@@ -49,8 +49,8 @@ def ring_direction(algorithm: AlgorithmConfig | None, default: Direction = "bidi
     text = " ".join(s for s in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if s)
     if _BI.search(text):
         return "bidirectional"
-    if "pincer" in text.lower() and algorithm.colors != 1:
-        return "bidirectional"
+    if "pincer" in text.lower():
+        return "unidirectional" if algorithm.colors == 1 else "bidirectional"
     if _UNI.search(text):
         return "unidirectional"
     return default
@@ -126,7 +126,8 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
     """The order of the group's devices minimising (bottleneck link load, longest hop, total hops).
 
     Exact (all cyclic orders, first device fixed) up to 8 members; above that a deterministic
-    2-opt local search started from the listed order. Ties keep the earliest order found, so the
+    2-opt local search started from the listed order, a nearest-neighbour order and, when the
+    chips fill a rectangle, its closed snake. Ties keep the earliest order found, so the
     listed order wins whenever it is already optimal.
     """
     n = len(group)
@@ -144,6 +145,18 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
             if cost < best_cost:
                 best, best_cost = cand, cost
         return best
+    for seed in (group, *_seed_orders(topology, group)):
+        cand, cost = _two_opt(topology, seed, bidirectional)
+        if cost < best_cost:
+            best, best_cost = cand, cost
+    return best
+
+
+def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
+             ) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """Deterministic first-improvement 2-opt on the ring cost, from `order`."""
+    best, best_cost = order, _ring_cost(topology, order, bidirectional)
+    n = len(order)
     improved = True
     while improved:
         improved = False
@@ -153,7 +166,46 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
                 cost = _ring_cost(topology, cand, bidirectional)
                 if cost < best_cost:
                     best, best_cost, improved = cand, cost, True
-    return best
+    return best, best_cost
+
+
+def _seed_orders(topology: Topology, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Starting orders for the local search: greedy nearest neighbour, and when the group's chips
+    fill a 2-D rectangle with an even side, the closed snake (a neighbour-only Hamiltonian cycle)."""
+    seeds = []
+    left = list(group[1:])
+    path = [group[0]]
+    while left:
+        cur = path[-1]
+        nxt = min(left, key=lambda d: (len(topology.device_route(cur, d)), left.index(d)))
+        path.append(nxt)
+        left.remove(nxt)
+    seeds.append(tuple(path))
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) == len(group):
+        coords = list(chips)
+        varying = [k for k in range(len(coords[0])) if len({c[k] for c in coords}) > 1]
+        if len(varying) == 2:
+            a, b = varying
+            ra = sorted({c[a] for c in coords})
+            rb = sorted({c[b] for c in coords})
+            if len(ra) * len(rb) == len(group) and (len(ra) % 2 == 0 or len(rb) % 2 == 0):
+                if len(ra) % 2:
+                    a, b, ra, rb = b, a, rb, ra
+                fixed = coords[0]
+
+                def at(x: int, y: int) -> int:
+                    c = list(fixed)
+                    c[a], c[b] = x, y
+                    return chips[tuple(c)]
+
+                order = []
+                for r, x in enumerate(ra):
+                    ys = rb[1:] if r % 2 == 0 else list(reversed(rb[1:]))
+                    order += [at(x, y) for y in ys]
+                order += [at(x, rb[0]) for x in reversed(ra)]
+                seeds.append(tuple(order))
+    return seeds
 
 
 # --- transfer DAGs ---------------------------------------------------------------------------
