@@ -138,8 +138,6 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
     if n <= 8:
         head = group[0]
         for rest in itertools.permutations(group[1:]):
-            if rest[0] > rest[-1]:  # a ring and its reverse load links alike up to direction
-                continue
             cand = (head, *rest)
             cost = _ring_cost(topology, cand, bidirectional)
             if cost < best_cost:

@@ -452,6 +452,14 @@ class Simulator:
             self.now += shift
             for d in range(self.n):
                 self.iters[d][i] += skip
+            # a device parked between a start and its done finds the (finished) run under the
+            # shifted iteration number
+            for rkey, run in list(self.runs.items()):
+                loop = self.nodes[self.program.collectives[rkey[0]].start].loop
+                chain = self.chain[loop] if loop is not None else ()
+                if i in chain and rkey[1 + chain.index(i)] >= base:
+                    j = 1 + chain.index(i)
+                    self.runs[rkey[:j] + (rkey[j] + skip,) + rkey[j + 1 :]] = run
             for cur, old in zip((self.compute, self.link_bytes, self.coll_total, self.coll_runs, self.coll_wait),
                                 p_stats):
                 cur += skip * (cur - old)

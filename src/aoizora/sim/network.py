@@ -59,6 +59,9 @@ class FlowNetwork:
         self._rates = np.zeros(0)
         self._dirty = False
         self.solves = 0
+        # The same sets of concurrent routes recur (every ring step, every loop iteration): a
+        # bounded memo of solved allocations, keyed by the routes in order, saves most solves.
+        self._memo: dict[tuple[tuple[int, ...], ...], np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -72,8 +75,15 @@ class FlowNetwork:
 
     def _solve(self) -> None:
         if self._dirty:
-            self._rates = max_min_rates(self._routes, self.capacity)
-            self.solves += 1
+            key = tuple(self._routes)
+            rates = self._memo.get(key)
+            if rates is None:
+                rates = max_min_rates(self._routes, self.capacity)
+                self.solves += 1
+                if len(self._memo) >= 4096:
+                    self._memo.clear()
+                self._memo[key] = rates
+            self._rates = rates
             self._dirty = False
 
     def time_to_next_finish(self) -> float:
