@@ -75,7 +75,7 @@ def test_compute_cost_sources(topo):
     assert res2.step_seconds == pytest.approx(expected - 5e-3 + 1e-3, rel=1e-6)
 
 
-def _layered(trip, n=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)), work=2e-4):
+def _layered(trip, n=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)), work=2e-4, hide=0.25):
     b = ProgramBuilder(n)
     b.compute(1e-4)
     with b.loop(trip):
@@ -86,7 +86,7 @@ def _layered(trip, n=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)), work=2e-4):
         b.compute(work / 2)
         b.collective("all-to-all", groups, S // 8, algo=algorithm("AllToAllEmitter"))
         p = b.start("collective-permute", payload_bytes=S // 16, pairs=[(i, (i + 1) % n) for i in range(n)])
-        b.compute(work / 4)
+        b.compute(work * hide)
         b.done(p)
     b.compute(1e-4)
     return b.build()
@@ -105,11 +105,14 @@ def test_loop_body_runs_trip_count_times(topo):
     np.testing.assert_allclose(many.link_bytes, 7 * one.link_bytes)
 
 
+@pytest.mark.parametrize("hide", [0.25, 20.0], ids=["exposed-permute", "hidden-permute"])
 @pytest.mark.parametrize("placement_name", ["first", "last"])
-def test_loop_extrapolation_equals_walking_every_iteration(topo, placement_name):
+def test_loop_extrapolation_equals_walking_every_iteration(topo, placement_name, hide):
+    # hidden-permute: the permute finishes while devices still compute before its done, so the
+    # iterations are skipped with devices parked between a start and its done
     places = enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")).placements
     place = places[0] if placement_name == "first" else places[-1]
-    prog = _layered(40)
+    prog = _layered(40, hide=hide)
     full = simulate(prog, topo, place, extrapolate_loops=False)
     fast = simulate(prog, topo, place, extrapolate_loops=True)
     assert fast.loops_extrapolated and sum(fast.loops_extrapolated.values()) > 30
@@ -225,3 +228,21 @@ def test_chunks_pipeline_ring_steps(topo):
     b1 = simulate(big.build(), topo, place, chunks=1).step_seconds
     b8 = simulate(big.build(), topo, place, chunks=8).step_seconds
     assert b8 == pytest.approx(b1, rel=0.01)  # bandwidth-bound: chunking changes only latency
+
+
+def test_extrapolation_skips_while_devices_sit_between_start_and_done(topo):
+    # the only quiescent moments are when the all-gather finishes under the compute, i.e. with
+    # every device between the start and the done of a finished run
+    place = identity_placement(topo)
+    b = ProgramBuilder(8)
+    with b.loop(12):
+        c = b.start("all-gather", [[0, 1, 2, 3], [4, 5, 6, 7]], S // 4, algo=PINCER)
+        b.compute(5e-3)
+        b.done(c)
+    prog = b.build()
+    fast = simulate(prog, topo, place)
+    full = simulate(prog, topo, place, extrapolate_loops=False)
+    assert fast.loops_extrapolated.get(0, 0) >= 9
+    assert fast.step_seconds == pytest.approx(full.step_seconds, rel=1e-12) == pytest.approx(12 * 5e-3)
+    assert fast.collectives[0].runs == 12
+    np.testing.assert_allclose(fast.link_bytes, full.link_bytes, rtol=1e-12)
