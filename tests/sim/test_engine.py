@@ -246,3 +246,25 @@ def test_extrapolation_skips_while_devices_sit_between_start_and_done(topo):
     assert fast.step_seconds == pytest.approx(full.step_seconds, rel=1e-12) == pytest.approx(12 * 5e-3)
     assert fast.collectives[0].runs == 12
     np.testing.assert_allclose(fast.link_bytes, full.link_bytes, rtol=1e-12)
+
+
+def test_empty_replica_groups_mean_all_devices(topo):
+    place = identity_placement(topo)
+    empty = ProgramBuilder(8)
+    empty.collective("all-reduce", [], S, algo=PINCER)
+    full = ProgramBuilder(8)
+    full.collective("all-reduce", [list(range(8))], S, algo=PINCER)
+    t_empty = simulate(empty.build(), topo, place).step_seconds
+    assert t_empty > 0
+    assert t_empty == simulate(full.build(), topo, place).step_seconds
+
+
+def test_program_on_fewer_devices_uses_the_first_placement_positions(topo):
+    place = identity_placement(topo)
+    b = ProgramBuilder(4)
+    b.collective("all-gather", [[0, 1, 2, 3]], S, algo=PINCER)
+    res = simulate(b.build(), topo, place)
+    assert set(res.device_finish_seconds) == {int(d) for d in place.device_ids.ravel()[:4]}
+    used = {l for l, nb in enumerate(res.link_bytes) if nb > 0}
+    chips = {topo.positions[int(d)].chip for d in place.device_ids.ravel()[:4]}
+    assert all(topo.links[l].src in chips and topo.links[l].dst in chips for l in used)

@@ -18,8 +18,13 @@ Algorithm config -> ring shape (`ring_direction="auto"`), decided from the strin
 * anything else (``1DAllGatherNonMajorDim``, no config)   -> `default_direction` (bidirectional
   unless told otherwise: the textbook V/W_bidi assumption)
 
-``StrategyND{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases: the
-group (in its ring order) is laid row-major on an a x b grid; each color carries 1/colors of the
+N-D strategies (``StrategyND``, ``UniDirectionNDRingStrategy``, any config with ``num_dims`` >= 2)
+``{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases. Assumption: such a
+strategy names *physical* dimensions (on v5e:4x4 a 16-device group prints ``dim_sizes:4,4``,
+the slice's own extents, whatever the group's device order), so when the group's chips fill an
+a x b box, strategy dim k runs along the k-th physical axis of that extent; otherwise the listed
+order is laid row-major on the grid. Each line (a ring along one dimension) goes through its
+members in their listed order (``ring_order="listed"``) or in their best order (``"best"``); each color carries 1/colors of the
 data and walks the dimensions in its ``dim_used`` order (reduce-scatter phases, then all-gather
 phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirectional as above.
 """
@@ -27,6 +32,7 @@ phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirection
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 import math
 import re
 from dataclasses import dataclass, field
@@ -65,6 +71,7 @@ class NDLayout:
 
 
 _DIM_SIZES = re.compile(r"dim_sizes:\s*([0-9,\s]+?)(?:\s+[a-z_]+:|\}|$)")
+_NUM_DIMS = re.compile(r"num_dims:\s*(\d+)")
 _DIM_USED = re.compile(r"dim_used:\s*((?:\{[0-9\s]+\},?)+)")
 
 
@@ -73,13 +80,13 @@ def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | 
     if algorithm is None:
         return None
     names = " ".join(s for s in (algorithm.strategy, *algorithm.strategies) if s)
-    if "strategynd" not in names.lower():
-        return None
-    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, dict) else ""
+    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, Mapping) else ""
     text = raw if isinstance(raw, str) else ""
-    sizes_text = algorithm.fields.get("dim_sizes")
+    dims_m = _NUM_DIMS.search(text)
+    if "ND" not in names and not (dims_m and int(dims_m.group(1)) >= 2):
+        return None
     sizes_m = _DIM_SIZES.search(text)
-    sizes_src = sizes_text or (sizes_m.group(1) if sizes_m else None)
+    sizes_src = sizes_m.group(1) if sizes_m else algorithm.fields.get("dim_sizes")
     if not sizes_src:
         return None
     try:
@@ -321,6 +328,8 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
     sizes = layout.dim_sizes
     colors = layout.dim_orders
     strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    listed_pos = {d: i for i, d in enumerate(order)}
+    order = _physical_grid(topology, order, sizes) or order
 
     def lines(dim: int) -> list[tuple[int, ...]]:
         out = []
@@ -330,6 +339,8 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
             line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
             if ring_order == "best":
                 line = best_ring_order(topology, line, bidirectional)
+            else:
+                line = tuple(sorted(line, key=listed_pos.__getitem__))
             out.append(line)
         return out
 
@@ -359,6 +370,36 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
             seq_base += steps * chunks
 
 
+def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The group laid row-major on the strategy grid by *physical* coordinates (strategy dim k on
+    the k-th physical axis of that extent), or None when its chips do not fill such a box."""
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) != len(group):
+        return None
+    coords = list(chips)
+    lows = [min(c[a] for c in coords) for a in range(len(coords[0]))]
+    extents = [max(c[a] for c in coords) - lows[a] + 1 for a in range(len(coords[0]))]
+    varying = [a for a, e in enumerate(extents) if e > 1]
+    used: list[int] = []
+    for n in sizes:
+        axis = next((a for a in varying if a not in used and extents[a] == n), None)
+        if axis is None:
+            return None
+        used.append(axis)
+    if len(used) != len(varying) or math.prod(sizes) != len(group):
+        return None
+    out = []
+    for idx in itertools.product(*(range(n) for n in sizes)):
+        c = list(lows)
+        for axis, i in zip(used, idx):
+            c[axis] = lows[axis] + i
+        d = chips.get(tuple(c))
+        if d is None:
+            return None
+        out.append(d)
+    return tuple(out)
+
+
 def build_plan(collective: Collective, logical_to_device: list[int], topology: Topology, *,
                ring_order: RingOrder, chunks: int, direction: Direction | Literal["auto"],
                default_direction: Direction) -> Plan:
@@ -376,7 +417,9 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
         return plan.finish(tuple(dict.fromkeys(members)))
     bidi = (direction if direction != "auto" else ring_direction(collective.algorithm, default_direction)) == "bidirectional"
     desc = []
-    for group in collective.groups:
+    # HLO's empty replica_groups={} means one group of every device
+    groups = collective.groups or (tuple(range(len(logical_to_device))),)
+    for group in groups:
         devs = tuple(logical_to_device[g] for g in group)
         members += devs
         n = len(devs)
