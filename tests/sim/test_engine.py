@@ -268,3 +268,18 @@ def test_program_on_fewer_devices_uses_the_first_placement_positions(topo):
     used = {l for l, nb in enumerate(res.link_bytes) if nb > 0}
     chips = {topo.positions[int(d)].chip for d in place.device_ids.ravel()[:4]}
     assert all(topo.links[l].src in chips and topo.links[l].dst in chips for l in used)
+
+
+def test_collective_without_traffic_costs_nothing_and_keeps_loops_extrapolable(topo):
+    place = identity_placement(topo)
+    b = ProgramBuilder(8)
+    with b.loop(20):
+        b.collective("collective-permute", payload_bytes=S, pairs=[])  # no pair: no member
+        b.compute(1e-4)
+        b.collective("all-gather", [[i] for i in range(8)], S, algo=PINCER)  # groups of one
+        b.compute(1e-4)
+    res = simulate(b.build(), topo, place)
+    assert res.step_seconds == pytest.approx(20 * 2e-4)
+    assert res.link_bytes.sum() == 0
+    assert [c.runs for c in res.collectives] == [20, 20]
+    assert res.loops_extrapolated

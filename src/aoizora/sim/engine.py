@@ -113,6 +113,7 @@ class Simulator:
         self.plans: dict[int, Plan] = {}
         self.runs: dict[tuple, _Run] = {}
         self.unfinished = 0
+        self._finished_in_instant = False
         self._dirty: dict[tuple[int, int], _Run] = {}  # senders to (re)consider at the end of the instant
         nl = len(program.loops)
         self.pc = [0] * n
@@ -251,6 +252,12 @@ class Simulator:
                 self._flush_senders()
                 if not (heap and heap[0][0] <= self.now + TIME_EPS):
                     break
+            if self._finished_in_instant:
+                # runs that finished while a device was mid-walk (no traffic) are checked here,
+                # once every device is parked again
+                self._finished_in_instant = False
+                if self.unfinished == 0 and self.extrapolate and not self.flows:
+                    self._quiescent()
         stuck = [d for d in range(self.n) if math.isnan(self.finish[d])]
         if stuck:
             d = stuck[0]
@@ -332,13 +339,12 @@ class Simulator:
             self.unfinished += 1
         phys = self.l2p[d]
         plan = run.plan
-        if phys not in plan.involvement:
-            return run  # not a member (e.g. a device outside every permute pair)
-        if run.first_issue is None:
-            run.first_issue = self.now
-        run.issued.add(phys)
-        for t in plan.by_device[phys]:
-            self._enable(run, t)
+        if phys in plan.involvement:  # else not a member (e.g. outside every permute pair)
+            if run.first_issue is None:
+                run.first_issue = self.now
+            run.issued.add(phys)
+            for t in plan.by_device[phys]:
+                self._enable(run, t)
         self._check_finished(run)
         return run
 
@@ -407,6 +413,7 @@ class Simulator:
         self.coll_total[c] += duration
         self.coll_runs[c] += 1
         self.coll_max[c] = max(self.coll_max[c], duration)
+        self._finished_in_instant = True
         if self.unfinished == 0 and self.extrapolate and not self.flows:
             self._quiescent()
 
