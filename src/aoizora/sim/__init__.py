@@ -1,8 +1,22 @@
 """Reference simulator: event-driven, flow-level execution of one program on one placement.
 
 Independent of the cost model Q2 (it shares only the topology and the program graph) so that Q2
-can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the model and
-`aoizora.sim.algorithms` for how compiled algorithm configs map to rings.
+can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the
+execution model, `aoizora.sim.algorithms` for how compiled algorithm configs become transfer
+DAGs, `aoizora.sim.network` for max-min fair link sharing.
+
+What it models: every ring step / exchange as chunked point-to-point transfers over
+dimension-order routes; store-and-forward per chunk; max-min fair sharing of every directed
+link, re-solved whenever a flow starts or ends; hops x hop latency per transfer; all groups of a
+collective at once; per-device in-order compute; async start/done overlap; loops walked per
+iteration (or skipped once provably periodic).
+
+What it leaves out, on purpose or for now: HBM contention between compute and DMA; the compute
+of reductions inside reduce-scatter / all-reduce steps; compute fused into collective fusions
+(a collective node costs only its network time); injection limits per chip other than its
+links; congestion control and packetisation; the exact chunk sizes of libtpu's emitters
+(``chunks`` is a parameter). ``ring_order="best"`` optimises each group on its own, not the
+groups of a collective jointly.
 """
 
 from __future__ import annotations
