@@ -94,7 +94,6 @@ class Simulator:
         n = program.num_devices
         flat = [int(d) for d in placement.device_ids.ravel()]
         self.l2p = flat[:n]
-        self.p2l = {p: l for l, p in enumerate(self.l2p)}
         self.n = n
         self.nodes = program.nodes
         self._roles(program)
@@ -129,7 +128,8 @@ class Simulator:
         self.coll_wait = np.zeros(nc)
         self.coll_max = np.zeros(nc)
         self.extrapolated: dict[int, int] = {}
-        self._seen: dict[tuple, tuple[float, tuple[float, ...], tuple[np.ndarray, ...]]] = {}
+        # quiescent state key -> (time, parked times relative to it, statistics, loop iteration)
+        self._seen: dict[tuple, tuple[float, tuple[float, ...], tuple[np.ndarray, ...], int]] = {}
 
     # --- static preparation ----------------------------------------------------------------
     def _roles(self, program: Program) -> None:
@@ -439,10 +439,10 @@ class Simulator:
             stats = (self.compute.copy(), self.link_bytes.copy(), self.coll_total.copy(), self.coll_runs.copy(),
                      self.coll_wait.copy())
             prev = self._seen.get(key)
-            self._seen[key] = (self.now, rel, stats, base)  # type: ignore[assignment]
+            self._seen[key] = (self.now, rel, stats, base)
             if prev is None:
                 continue
-            p_now, p_rel, p_stats, p_base = prev  # type: ignore[misc]
+            p_now, p_rel, p_stats, p_base = prev
             period = self.now - p_now
             if base != p_base + 1 or period <= 0:
                 continue
