@@ -7,6 +7,11 @@ over all 16 devices (prefetched under the norm/QKV compute), two Ulysses all-to-
 `tp`; compute nodes carry roofline FLOPs/bytes. The body is one `while` loop of 40 iterations.
 
 Run:  .venv/bin/python benchmarks/bench_sim.py [--repeat 5] [--full]
+
+With ``--hlo FILE --mesh fsdp=4,tensor=4`` it times a *compiled* program instead (libtpu HLO text,
+parsed by `aoizora.hlo.analyze`, which needs the HLO parser of branch ``hlo``); opaque kernels
+(splash attention) then cost ``--opaque-seconds`` each, a stand-in that only matters for the
+simulated step, not for the simulator's speed.
 """
 
 from __future__ import annotations
@@ -59,19 +64,33 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--full", action="store_true", help="also time walking all 40 iterations")
+    ap.add_argument("--hlo", help="time this compiled HLO text instead of the hand-built program")
+    ap.add_argument("--mesh", default=f"context={CONTEXT},tp={TP}", help="mesh of --hlo (NAME=SIZE,...)")
+    ap.add_argument("--topology", default="v5e:4x4")
+    ap.add_argument("--opaque-seconds", type=float, default=2e-3)
     args = ap.parse_args()
-    topo = get_topology("v5e:4x4")
-    placements = enumerate_placements(topo, MeshSpec.parse(f"context={CONTEXT},tp={TP}")).placements
-    prog = wan14b_program()
+    topo = get_topology(args.topology)
+    placements = enumerate_placements(topo, MeshSpec.parse(args.mesh)).placements
+    opaque = None
+    if args.hlo:
+        import aoizora.hlo
+
+        if not hasattr(aoizora.hlo, "analyze"):
+            raise SystemExit("--hlo needs the HLO parser (aoizora.hlo.analyze, branch hlo)")
+        with open(args.hlo, encoding="utf-8") as fh:
+            prog = aoizora.hlo.analyze(fh.read())
+        opaque = lambda node: args.opaque_seconds  # noqa: E731
+    else:
+        prog = wan14b_program()
     modes = [True] + ([False] if args.full else [])
-    print(f"program: {len(prog.nodes)} nodes, {len(prog.collectives)} collectives, loop x{LAYERS}; "
-          f"{len(placements)} placements")
+    print(f"program: {len(prog.nodes)} nodes, {len(prog.collectives)} collectives, "
+          f"loops x{[lp.trip_count for lp in prog.loops]}; {len(placements)} placements")
     for extrapolate in modes:
         for place in (placements[0], placements[-1]):
             times = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                res = simulate(prog, topo, place, extrapolate_loops=extrapolate)
+                res = simulate(prog, topo, place, extrapolate_loops=extrapolate, opaque_seconds=opaque)
                 times.append(time.perf_counter() - t0)
             print(f"extrapolate_loops={extrapolate!s:5} placement={place.name:24} median {statistics.median(times):.3f} s "
                   f"(min {min(times):.3f}, max {max(times):.3f}, n={len(times)}) | step {res.step_seconds * 1e3:.2f} ms, "
