@@ -26,24 +26,26 @@ def max_min_rates(routes: list[tuple[int, ...]], capacity: np.ndarray) -> np.nda
     n = len(routes)
     if n == 0:
         return np.zeros(0)
-    used = sorted({l for r in routes for l in r})
-    col = {l: j for j, l in enumerate(used)}
-    inc = np.zeros((n, len(used)))
-    for i, r in enumerate(routes):
-        for l in r:
-            inc[i, col[l]] += 1.0
+    # flow-link incidence as (flow, link) pairs: memory linear in the routes, not flows x links
+    lengths = np.fromiter((len(r) for r in routes), dtype=np.int64, count=n)
+    flow_of = np.repeat(np.arange(n), lengths)
+    link_of = np.fromiter((l for r in routes for l in r), dtype=np.int64, count=int(lengths.sum()))
+    used, link_of = np.unique(link_of, return_inverse=True)
+    n_links = len(used)
     cap = capacity[used].astype(float)
     rates = np.zeros(n)
     active = np.ones(n, dtype=bool)
     while active.any():
-        load = inc[active].sum(axis=0)
+        load = np.bincount(link_of, weights=active[flow_of].astype(float), minlength=n_links)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, cap / np.where(load > 0, load, 1.0), np.inf)
         m = float(share.min())
         bottleneck = share <= m * (1.0 + _REL_TOL)
-        frozen = active & (inc[:, bottleneck].sum(axis=1) > 0)
+        frozen = np.zeros(n, dtype=bool)
+        frozen[flow_of[bottleneck[link_of]]] = True
+        frozen &= active
         rates[frozen] = m
-        cap = np.maximum(cap - m * inc[frozen].sum(axis=0), 0.0)
+        cap = np.maximum(cap - m * np.bincount(link_of, weights=frozen[flow_of].astype(float), minlength=n_links), 0.0)
         active &= ~frozen
     return rates
 
