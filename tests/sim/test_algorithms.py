@@ -154,3 +154,19 @@ def test_nd_strategy_lines_are_physical_lines_whatever_the_listed_order():
     assert t_zig > 1.2 * t_raster
     assert simulate(prog, topo, place, ring_order="best").step_seconds == pytest.approx(
         simulate(prog, topo, placement_from_chips(topo, raster), ring_order="best").step_seconds, rel=1e-9)
+
+
+def test_reordering_map_switch_reorders_only_flagged_collectives():
+    topo = get_topology("v5e:2x4")
+    place = placement_from_chips(topo, [(0, 0), (1, 1), (1, 0), (0, 1), (0, 2), (1, 3), (1, 2), (0, 3)])  # zigzags
+    flagged = algorithm("1DAllGatherNonMajorDim", has_reordering_map=True)
+    plain = algorithm("RotatedPincerEmitter", "UniDirection1DRingStrategy", colors=2, has_reordering_map=False)
+    times = {}
+    for name, algo in (("flagged", flagged), ("plain", plain)):
+        b = ProgramBuilder(8)
+        b.collective("all-gather", [[0, 1, 2, 3], [4, 5, 6, 7]], S, algo=algo)
+        prog = b.build()
+        times[name] = {o: simulate(prog, topo, place, ring_order=o).step_seconds
+                       for o in ("listed", "best", "reordering-map")}
+    assert times["flagged"]["reordering-map"] == times["flagged"]["best"] < times["flagged"]["listed"]
+    assert times["plain"]["reordering-map"] == times["plain"]["listed"] > times["plain"]["best"]

@@ -48,7 +48,8 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
 
     ring_order: ``"listed"`` rings follow each group's listed order; ``"best"`` reorders each
         group's members to minimise its bottleneck link load (the compiler *may* reorder; the
-        evidence is open, hence a switch).
+        evidence is open, hence a switch); ``"reordering-map"`` reorders only collectives whose
+        algorithm config says ``has_reordering_map: true``.
     opaque_seconds: seconds of opaque/unknown nodes, by node name (mapping) or a callable taking
         the `Node` (None = use the node's own cost).
     chunks: pieces each ring step's payload is split into and pipelined.

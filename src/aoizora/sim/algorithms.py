@@ -42,7 +42,7 @@ from aoizora.hlo.program import AlgorithmConfig, Collective, CollectiveKind
 from aoizora.topology import Topology
 
 Direction = Literal["unidirectional", "bidirectional"]
-RingOrder = Literal["listed", "best"]
+RingOrder = Literal["listed", "best", "reordering-map"]
 
 _BI = re.compile(r"bi-?direction", re.IGNORECASE)
 _UNI = re.compile(r"uni-?direction|strategyring", re.IGNORECASE)
@@ -108,6 +108,15 @@ def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | 
 
 
 # --- ring order ------------------------------------------------------------------------------
+
+
+def effective_ring_order(ring_order: RingOrder, algorithm: AlgorithmConfig | None) -> Literal["listed", "best"]:
+    """``"reordering-map"``: the best order only where the config says the compiler carries a
+    reordering map (``has_reordering_map: true``, printed e.g. for ``1DAllGatherNonMajorDim``
+    all-gathers), the listed order elsewhere (``has_reordering_map:0`` or no config)."""
+    if ring_order == "reordering-map":
+        return "best" if algorithm is not None and algorithm.has_reordering_map else "listed"
+    return ring_order
 
 
 def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> dict[int, int]:
@@ -416,6 +425,7 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
         plan.description = f"permute x{len(collective.source_target_pairs)}"
         return plan.finish(tuple(dict.fromkeys(members)))
     bidi = (direction if direction != "auto" else ring_direction(collective.algorithm, default_direction)) == "bidirectional"
+    ring_order = effective_ring_order(ring_order, collective.algorithm)
     desc = []
     # HLO's empty replica_groups={} means one group of every device
     groups = collective.groups or (tuple(range(len(logical_to_device))),)

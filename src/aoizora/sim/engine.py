@@ -511,8 +511,8 @@ def _node_seconds(node: Node, clock_hz: float, peak_flops: float, hbm_Bps: float
 def _validate(program: Program, topology: Topology, placement: Placement, ring_order: str, chunks: int,
               ring_direction: str, default_direction: str) -> None:
     """Reject inputs that would make the simulation meaningless, with a message saying what to do."""
-    if ring_order not in ("listed", "best"):
-        raise SimulationError(f"ring_order must be 'listed' or 'best', not {ring_order!r}")
+    if ring_order not in ("listed", "best", "reordering-map"):
+        raise SimulationError(f"ring_order must be 'listed', 'best' or 'reordering-map', not {ring_order!r}")
     if ring_direction not in ("auto", "unidirectional", "bidirectional"):
         raise SimulationError(f"ring_direction must be 'auto', 'unidirectional' or 'bidirectional', "
                               f"not {ring_direction!r}")

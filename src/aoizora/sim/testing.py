@@ -28,11 +28,11 @@ _COLLECTIVE_FIELDS = {f.name for f in dataclasses.fields(Collective)}
 
 
 def algorithm(emitter: str | None, strategy: str | None = None, *, colors: int | None = None,
-              debug: str = "") -> AlgorithmConfig:
+              debug: str = "", has_reordering_map: bool | None = None) -> AlgorithmConfig:
     """An `AlgorithmConfig` as the parser would build it from a ``collective_algorithm_config``."""
     return AlgorithmConfig(
         emitter=emitter, strategy=strategy, strategies=(strategy,) if strategy else (), colors=colors,
-        phases=None, has_reordering_map=None, is_multistep=None, fields={},
+        phases=None, has_reordering_map=has_reordering_map, is_multistep=None, fields={},
         raw={"emitter": emitter, "strategy": strategy, "debug": debug})
 
 
