@@ -242,7 +242,6 @@ class Plan:
     dependents: list[list[int]] = field(default_factory=list)
     by_device: dict[int, list[int]] = field(default_factory=dict)
     involvement: dict[int, int] = field(default_factory=dict)
-    link_bytes: dict[int, float] = field(default_factory=dict)
     description: str = ""
 
     def add(self, topology: Topology, src: int, dst: int, nbytes: float, sender: int, seq: int,
@@ -261,7 +260,7 @@ class Plan:
         return self.n_senders - 1
 
     def finish(self, members: tuple[int, ...]) -> "Plan":
-        """Index dependents, per-device involvement and per-link bytes once the DAG is built."""
+        """Index dependents and per-device involvement once the DAG is built."""
         self.members = members
         self.dependents = [[] for _ in self.src]
         for t, pre in enumerate(self.prereqs):
@@ -275,8 +274,6 @@ class Plan:
             if d != s:
                 self.by_device[d].append(t)
                 self.involvement[d] += 1
-            for l in self.route[t]:
-                self.link_bytes[l] = self.link_bytes.get(l, 0.0) + self.nbytes[t]
         return self
 
 
