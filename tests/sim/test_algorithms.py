@@ -170,3 +170,21 @@ def test_reordering_map_switch_reorders_only_flagged_collectives():
                        for o in ("listed", "best", "reordering-map")}
     assert times["flagged"]["reordering-map"] == times["flagged"]["best"] < times["flagged"]["listed"]
     assert times["plain"]["reordering-map"] == times["plain"]["listed"] > times["plain"]["best"]
+
+
+def test_simulate_placements_ranks_square_rings_first():
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.sim import simulate_placements
+
+    topo = get_topology("v5e:2x4")
+    b = ProgramBuilder(8)
+    b.collective("all-reduce", [[0, 1, 2, 3], [4, 5, 6, 7]], S, algo=PINCER)  # over the tp axis
+    places = enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")).placements
+    ranked = simulate_placements(b.build(), topo, places)
+    assert len(ranked) == len(places)
+    times = [r.step_seconds for _, r in ranked]
+    assert times == sorted(times)
+    best_place = ranked[0][0]
+    for row in best_place.device_ids:  # the winner lays each tp group as a 2x2 square ring
+        order = tuple(int(d) for d in row)
+        assert max(ring_link_loads(topo, order, True).values()) == 1

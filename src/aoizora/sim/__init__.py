@@ -21,6 +21,9 @@ groups of a collective jointly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
 from aoizora.sim.algorithms import Direction, RingOrder, best_ring_order, ring_direction
@@ -37,6 +40,7 @@ __all__ = [
     "max_min_rates",
     "ring_direction",
     "simulate",
+    "simulate_placements",
 ]
 
 
@@ -66,3 +70,10 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
     sim.run()
     return sim.result({"ring_order": ring_order, "chunks": chunks, "ring_direction": ring_direction,
                        "default_direction": default_direction, "extrapolate_loops": extrapolate_loops})
+
+
+def simulate_placements(program: Program, topology: Topology, placements: Iterable[Placement],
+                        **options: Any) -> list[tuple[Placement, SimResult]]:
+    """`simulate` on each placement; (placement, result) pairs, fastest first (ties: input order)."""
+    runs = [(p, simulate(program, topology, p, **options)) for p in placements]
+    return sorted(runs, key=lambda pr: pr[1].step_seconds)
