@@ -8,6 +8,7 @@ schedule order, collectives with their start/done nodes, loops with their body r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 from aoizora.hlo.program import (
@@ -23,14 +24,15 @@ from aoizora.hlo.program import (
 from aoizora.hlo.shapes import Shape
 
 _SCALAR = Shape("f32", ())
+_COLLECTIVE_FIELDS = {f.name for f in dataclasses.fields(Collective)}
 
 
 def algorithm(emitter: str | None, strategy: str | None = None, *, colors: int | None = None,
-              debug: str = "") -> AlgorithmConfig:
+              debug: str = "", has_reordering_map: bool | None = None) -> AlgorithmConfig:
     """An `AlgorithmConfig` as the parser would build it from a ``collective_algorithm_config``."""
     return AlgorithmConfig(
         emitter=emitter, strategy=strategy, strategies=(strategy,) if strategy else (), colors=colors,
-        phases=None, has_reordering_map=None, is_multistep=None, fields={},
+        phases=None, has_reordering_map=has_reordering_map, is_multistep=None, fields={},
         raw={"emitter": emitter, "strategy": strategy, "debug": debug})
 
 
@@ -78,12 +80,16 @@ class ProgramBuilder:
         ci = len(self.collectives)
         groups_t = tuple(tuple(g) for g in groups)
         n = len(groups_t[0]) if groups_t else 2
+        gathered = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_TO_ALL)
+        extra = {}
+        if "array_bytes" in _COLLECTIVE_FIELDS:  # the hlo branch's model adds V of the textbook costs
+            extra["array_bytes"] = payload_bytes * (n if gathered else 1)
         self.collectives.append(Collective(
             index=ci, name=f"{kind.value}.{ci}", kind=kind, mode=mode, start=start, done=done, groups=groups_t,
             source_target_pairs=tuple(tuple(p) for p in pairs), dtype="bf16", operand_bytes=payload_bytes,
             result_bytes=payload_bytes * (n if kind is CollectiveKind.ALL_GATHER else 1), payload_bytes=payload_bytes,
             send_bytes=payload_bytes, recv_bytes=payload_bytes, group_size=n, multiplicity=mult, loop=loop,
-            channel_id=ci + 1, dimensions=(0,), algorithm=algo))
+            channel_id=ci + 1, dimensions=(0,), algorithm=algo, **extra))
         for i in {start, done}:
             self.nodes[i].collective = ci
         return ci
