@@ -96,15 +96,9 @@ def demo() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 def hlo(file: str, as_json: bool) -> None:
     """Collectives, FLOPs and opaque kernels of a compiled HLO text file ('-' for stdin)."""
-    from aoizora.errors import HloParseError
     from aoizora.hlo import analyze, summarize
 
-    try:
-        with click.open_file(file, "r", encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HloParseError(f"cannot read HLO file {file!r}: {exc}") from exc
-    report = summarize(analyze(text))
+    report = summarize(analyze(_read_text(file)))
     if as_json:
         _print_json(report)
         return
@@ -125,6 +119,110 @@ def hlo(file: str, as_json: bool) -> None:
         click.echo(f"  opaque: {op['name']} ({op['target']}) x{op['count']}")
     for name in report["unknown_ops"]:
         click.echo(f"  unknown op: {name}")
+
+
+_RING_OPTIONS = [
+    click.option(
+        "--ring-order",
+        type=click.Choice(["auto", "listed", "best"]),
+        default="auto",
+        show_default=True,
+        help="Ring order the compiler uses: the group's listed order, the best order over its chips, "
+        "or best only where the compiled config reports a reordering map.",
+    ),
+    click.option(
+        "--ring-direction",
+        type=click.Choice(["auto", "uni", "bi"]),
+        default="auto",
+        show_default=True,
+        help="Ring direction: from the compiled algorithm config, or forced.",
+    ),
+]
+
+
+def _ring_options(fn):
+    for option in reversed(_RING_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@cli.command()
+@click.option("--hlo", "hlo_path", required=True, type=click.Path(dir_okay=False), help="Compiled HLO text (- for stdin).")
+@click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The slice it was compiled for.")
+@click.option("--mesh", "mesh_text", required=True, metavar="NAME=SIZE,...", help="The program's logical mesh.")
+@_ring_options
+@click.option("--no-sim", is_flag=True, help="Skip the reference simulator (Q2 only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
+def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, ring_direction: str, no_sim: bool, as_json: bool) -> None:
+    """Every distinct placement of a compiled program, scored by Q2 and the simulator, best first."""
+    from aoizora.cost import Q2Options
+    from aoizora.hlo.builder import build_program
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.report.tables import print_ranking, progress_bar
+    from aoizora.topology import get_topology
+    from aoizora.validation.rank import rank_placements
+
+    text = _read_text(hlo_path)
+    program = build_program(text)
+    topo = get_topology(topology_name)
+    space = enumerate_placements(topo, MeshSpec.parse(mesh_text))
+    options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
+    with progress_bar("scoring placements", len(space.placements), quiet=as_json) as advance:
+        rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim, progress=advance)
+    if as_json:
+        _print_json({"topology": topo.name, "mesh": str(space.mesh), "placements": [r.to_json(topo) for r in rows]})
+    else:
+        print_ranking(rows, title=f"{program.module_name} on {topo.name}, mesh {space.mesh}")
+
+
+@cli.command()
+@click.option("--topology", "topology_name", required=True, metavar="TOPO")
+@click.option("--mesh", "mesh_text", required=True, metavar="NAME=SIZE,...")
+@click.option("--hlo", "hlo_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="Compiled HLO files of that mesh (repeatable). Default: the built-in suite.")
+@click.option("--suite", type=click.Choice(["micro", "transformer", "all"]), default="all", show_default=True,
+              help="Built-in programs compiled for the slice: collective micro-programs, a transformer block.")
+@_ring_options
+@click.option("--json", "as_json", is_flag=True)
+def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], suite: str, ring_order: str,
+             ring_direction: str, as_json: bool) -> None:
+    """Rank agreement of Q2 with the reference simulator over (program, placement) pairs."""
+    from aoizora.cost import Q2Options
+    from aoizora.hlo.builder import build_program
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.report.tables import print_validation, progress_bar
+    from aoizora.topology import get_topology
+    from aoizora.validation.programs import NamedProgram, default_suite
+    from aoizora.validation.rank import validate as run_validation
+
+    topo = get_topology(topology_name)
+    spec = MeshSpec.parse(mesh_text)
+    space = enumerate_placements(topo, spec)
+    if hlo_paths:
+        programs = [NamedProgram(path, build_program(_read_text(path))) for path in hlo_paths]
+    else:
+        programs = default_suite(topo, spec, suite)
+    options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
+    total = len(programs) * len(space.placements)
+    with progress_bar("Q2 and simulator", total, quiet=as_json) as advance:
+        report = run_validation(programs, topo, space.placements, options=options, progress=advance)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        print_validation(report, title=f"Q2 vs simulator on {topo.name}, mesh {spec}")
+
+
+def _read_text(path: str) -> str:
+    from aoizora.errors import AoizoraError
+
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise AoizoraError(f"cannot read {path}: {reason}; pass an existing HLO text file") from exc
 
 
 def main() -> None:

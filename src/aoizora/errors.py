@@ -35,3 +35,7 @@ class HloParseError(AoizoraError):
 
 class HloModelError(AoizoraError):
     """Parsed HLO whose structure cannot form a program (missing computation, bad operand)."""
+
+
+class SimulationError(AoizoraError):
+    """A program, placement and topology that the reference simulator cannot run together."""

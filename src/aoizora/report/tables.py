@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from aoizora.placement import PlacementSet
@@ -36,7 +42,7 @@ def print_placements(space: PlacementSet, console: Console | None = None) -> Non
     console = console or Console()
     topo = space.topology
     console.print(
-        f"[bold]{space.mesh}[/bold] on [bold]{topo.name}[/bold]: {space.generated} placements generated, "
+        f"[bold]{escape(str(space.mesh))}[/bold] on [bold]{topo.name}[/bold]: {space.generated} placements generated, "
         f"{space.distinct} distinct after symmetry dedup"
     )
     table = Table(show_lines=False)
@@ -46,7 +52,60 @@ def print_placements(space: PlacementSet, console: Console | None = None) -> Non
     for p in space.placements:
         coords = p.coords(topo).reshape(-1, p.coords(topo).shape[-1])
         order = " ".join("".join(str(int(v)) for v in c) for c in coords)
-        table.add_row(p.name, order, p.description)
+        table.add_row(escape(p.name), order, escape(p.description))
     console.print(table)
     for note in space.notes:
         console.print(f"note: {note}")
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, *, quiet: bool = False) -> Iterator[Callable[[], None]]:
+    """A rich progress bar on stderr; yields the function that advances it by one."""
+    if quiet:
+        yield lambda: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda: progress.advance(task)
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.1f}"
+
+
+def print_ranking(rows: list[Any], title: str, console: Console | None = None) -> None:
+    """Placements best first: Q2 and simulator latency (us) and exposed communication."""
+    console = console or Console()
+    table = Table(title=title)
+    table.add_column("#", justify="right")
+    table.add_column("placement", no_wrap=True)
+    for col in ("Q2 us", "Q2 exposed us", "sim us", "sim exposed us"):
+        table.add_column(col, justify="right")
+    for i, r in enumerate(rows, 1):
+        name = r.placement.name + ("  (jax-default)" if r.is_jax_default and r.placement.name != "jax-default" else "")
+        style = "bold" if r.is_jax_default else None
+        table.add_row(
+            str(i), escape(name), _us(r.q2.step_seconds), _us(r.q2.exposed_comm_seconds),
+            _us(r.sim.step_seconds if r.sim else None), _us(r.sim.exposed_comm_seconds if r.sim else None),
+            style=style,
+        )
+    console.print(table)
+
+
+def print_validation(report: Any, title: str, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=title)
+    table.add_column("program", no_wrap=True, min_width=22)
+    for col in ("placements", "Spearman", "Kendall", "top-1", "regret", "sim spread"):
+        table.add_column(col, justify="right")
+    for name, row in report.per_program.items():
+        table.add_row(
+            escape(name), str(row["placements"]), f"{row['spearman']:.3f}", f"{row['kendall']:.3f}",
+            "yes" if row["top1"] else "no", f"{row['regret']:.1%}", f"{row['reference_spread']:.2f}x",
+        )
+    console.print(table)
+    console.print(
+        f"pooled over {len(report.pairs)} pairs: Spearman {report.spearman:.3f}, Kendall {report.kendall:.3f}; "
+        f"top-1 agreement {report.top1_agreement:.0%}, worst regret {report.max_regret:.1%}"
+    )

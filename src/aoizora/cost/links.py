@@ -1,0 +1,55 @@
+"""Link loads: route incidence of a slice, cached, so a traffic matrix maps to link bytes in one product."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from aoizora.topology import Topology
+
+
+@dataclass(frozen=True)
+class Incidence:
+    """Routes of every device pair as a sparse (N*N, links) 0/1 matrix; rows are `src * N + dst`.
+
+    Devices are numbered 0..N-1 by `row` (device id -> row index); `hops[i, j]` counts links.
+    """
+
+    matrix: sp.csr_matrix
+    hops: np.ndarray
+    row: dict[int, int]
+
+    @property
+    def num_devices(self) -> int:
+        return self.hops.shape[0]
+
+    def link_loads(self, traffic: np.ndarray) -> np.ndarray:
+        """Bytes on each directed link for an (N, N) matrix of bytes sent from row i to row j."""
+        return self.matrix.T @ traffic.ravel()
+
+
+_CACHE: dict[str, Incidence] = {}
+
+
+def incidence(topology: Topology) -> Incidence:
+    hit = _CACHE.get(topology.name)
+    if hit is not None:
+        return hit
+    ids = sorted(topology.positions)
+    row = {d: k for k, d in enumerate(ids)}
+    n = len(ids)
+    rows, cols = [], []
+    hops = np.zeros((n, n), dtype=np.int64)
+    for a in ids:
+        for b in ids:
+            route = topology.device_route(a, b)
+            rows.extend([row[a] * n + row[b]] * len(route))
+            cols.extend(route)
+            hops[row[a], row[b]] = len(route)
+    data = np.ones(len(rows), dtype=np.float64)
+    matrix = sp.csr_matrix((data, (rows, cols)), shape=(n * n, len(topology.links)))
+    result = Incidence(matrix, hops, row)
+    _CACHE[topology.name] = result
+    return result

@@ -1,0 +1,212 @@
+"""Q2: the topology-aware, contention-aware latency of one compiled program on one placement.
+
+Collective time = (bytes on its most loaded directed link) / link bandwidth
+                  + steps x (hops of its longest step) x per-hop latency,
+where every group of the collective runs at once and loads the same links (contention). Compute
+time comes from the compiler's `estimated_cycles` / clock, else the roofline, and opaque kernels
+from the cost the workload supplies. The schedule walks the program's DAG once per loop body and
+scales the body by its trip count; an async collective overlaps the compute issued between its
+start and its done, a sync one blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aoizora.cost.algorithms import Q2Options, ring_dims, ring_is_bidirectional, ring_is_reordered
+from aoizora.cost.links import Incidence, incidence
+from aoizora.cost.traffic import RingOrderer, collective_phases
+from aoizora.errors import PlacementError
+from aoizora.hlo.program import Collective, Node, NodeKind, Program
+from aoizora.placement import Placement
+from aoizora.topology import Topology
+
+
+@dataclass(frozen=True)
+class CollectiveEstimate:
+    index: int
+    name: str
+    kind: str
+    seconds: float  # one execution
+    bottleneck_bytes: float
+    bottleneck_link: int | None
+    steps: int
+    max_hops: int
+    multiplicity: int
+    bidirectional: bool
+    reordered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Q2Result:
+    """Predicted latency of one program execution on one placement, with its breakdown."""
+
+    step_seconds: float
+    compute_seconds: float
+    exposed_comm_seconds: float
+    collectives: list[CollectiveEstimate]
+    link_bytes: np.ndarray  # bytes per directed link (topology.links order) per program execution
+    uncosted: list[str] = field(default_factory=list)  # opaque/unknown ops no hook costed
+
+    @property
+    def comm_seconds(self) -> float:
+        return sum(c.seconds * c.multiplicity for c in self.collectives)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step_seconds": self.step_seconds,
+            "compute_seconds": self.compute_seconds,
+            "exposed_comm_seconds": self.exposed_comm_seconds,
+            "comm_seconds": self.comm_seconds,
+            "collectives": [c.to_json() for c in self.collectives],
+            "link_bytes": self.link_bytes.tolist(),
+            "uncosted": list(self.uncosted),
+        }
+
+
+def node_seconds(node: Node, topology: Topology) -> float | None:
+    """Compute time of one node: supplied seconds, else compiler cycles, else the roofline."""
+    hw = topology.hardware
+    if node.seconds is not None:
+        return node.seconds
+    if node.estimated_cycles is not None:
+        return node.estimated_cycles / hw.clock_hz
+    if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and not node.flops and not node.hbm_bytes:
+        return None
+    return max(node.flops / hw.peak_bf16_flops, node.hbm_bytes / hw.hbm_bandwidth_Bps)
+
+
+def placement_rows(program: Program, topology: Topology, placement: Placement, inc: Incidence) -> np.ndarray:
+    """Incidence row of each logical device id of the program under the placement."""
+    flat = placement.device_ids.ravel()
+    if program.num_devices != flat.size:
+        raise PlacementError(
+            f"the program was compiled for {program.num_devices} devices but placement {placement.name!r} "
+            f"has {flat.size}; use a placement of the program's mesh"
+        )
+    placement.check(topology)
+    return np.array([inc.row[int(d)] for d in flat])
+
+
+class CostModel:
+    """Q2 for one slice. Reuse one instance across placements: routes and ring searches are cached."""
+
+    def __init__(self, topology: Topology, options: Q2Options | None = None):
+        self.topology = topology
+        self.options = options or Q2Options()
+        self.inc = incidence(topology)
+        positions = np.zeros((self.inc.num_devices, len(topology.shape) + 1), dtype=np.int64)
+        for dev, row in self.inc.row.items():
+            pos = topology.positions[dev]
+            positions[row] = (*pos.chip, pos.core)
+        self.orderer = RingOrderer(self.inc, positions)
+
+    def collective_estimate(self, coll: Collective, rows: np.ndarray) -> tuple[CollectiveEstimate, np.ndarray]:
+        bidirectional = ring_is_bidirectional(coll.algorithm, self.options)
+        reordered = ring_is_reordered(coll.algorithm, self.options)
+        groups = [tuple(int(rows[d]) for d in g) for g in coll.groups]
+        pairs = [(int(rows[a]), int(rows[b])) for a, b in coll.source_target_pairs]
+        phases = collective_phases(
+            coll, groups, pairs, self.inc, bidirectional=bidirectional,
+            reorder=self.orderer if reordered else None, dims=ring_dims(coll.algorithm, coll.group_size),
+        )
+        hw = self.topology.hardware
+        loads = np.zeros(len(self.topology.links))
+        seconds, peak, top, steps, max_hops = 0.0, 0.0, None, 0, 0
+        for phase in phases:
+            phase_loads = self.inc.link_loads(phase.matrix)
+            loads += phase_loads
+            phase_top = int(np.argmax(phase_loads)) if phase_loads.size else 0
+            phase_peak = float(phase_loads[phase_top]) if phase_loads.size else 0.0
+            seconds += phase_peak / hw.link_bandwidth_Bps + phase.steps * phase.max_hops * hw.hop_latency_s
+            if phase_peak > peak:
+                peak, top = phase_peak, phase_top
+            steps += phase.steps
+            max_hops = max(max_hops, phase.max_hops)
+        est = CollectiveEstimate(
+            coll.index, coll.name, coll.kind.value, seconds, peak, top, steps, max_hops,
+            coll.multiplicity, bidirectional, reordered,
+        )
+        return est, loads
+
+    def evaluate(self, program: Program, placement: Placement) -> Q2Result:
+        """Predicted step latency of `program` with its logical devices laid out by `placement`."""
+        rows = placement_rows(program, self.topology, placement, self.inc)
+        estimates: list[CollectiveEstimate] = []
+        link_bytes = np.zeros(len(self.topology.links))
+        for coll in program.collectives:
+            est, loads = self.collective_estimate(coll, rows)
+            estimates.append(est)
+            link_bytes += loads * coll.multiplicity
+        step, compute, uncosted = _schedule(program, self.topology, estimates)
+        return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted)
+
+
+def _schedule(
+    program: Program, topology: Topology, estimates: list[CollectiveEstimate]
+) -> tuple[float, float, list[str]]:
+    """Walk the schedule once; loop bodies are timed once and scaled by their trip counts.
+
+    One compute stream per chip (all chips run the same SPMD program, so one stream stands for
+    all). A sync collective occupies the stream; an async one runs beside it from its start node
+    and the stream waits at its done node only if it has not finished.
+    """
+    loop_at_end = {lp.end: lp for lp in program.loops}
+    loop_start_time: dict[int, float] = {}
+    loop_compute: dict[int, float] = {}
+    starts = {lp.start: lp.index for lp in program.loops}
+    finish = np.zeros(len(program.nodes))
+    pending: dict[int, float] = {}  # collective index -> completion time of an async collective
+    clock = 0.0
+    compute_total = 0.0
+    uncosted: list[str] = []
+    for node in program.nodes:
+        i = node.index
+        for lp_index in _loops_starting(starts, i, program):
+            loop_start_time[lp_index] = clock
+            loop_compute[lp_index] = compute_total
+        ready = max((finish[d] for d in node.deps if d < i), default=0.0)
+        if node.kind == NodeKind.LOOP:
+            lp = loop_at_end.get(i)
+            if lp is not None and lp.index in loop_start_time:
+                trips = lp.trip_count or 1
+                body = clock - loop_start_time[lp.index]
+                clock += body * (trips - 1)
+                compute_total += (compute_total - loop_compute[lp.index]) * (trips - 1)
+            finish[i] = clock
+            continue
+        if node.kind in (NodeKind.COLLECTIVE, NodeKind.COLLECTIVE_START, NodeKind.COLLECTIVE_DONE):
+            est = estimates[node.collective] if node.collective is not None else None
+            if node.kind == NodeKind.COLLECTIVE_START:
+                start = max(clock, ready)
+                pending[node.collective] = start + (est.seconds if est else 0.0)
+                finish[i] = start
+            elif node.kind == NodeKind.COLLECTIVE_DONE:
+                clock = max(clock, ready, pending.pop(node.collective, 0.0))
+                finish[i] = clock
+            else:
+                clock = max(clock, ready) + (est.seconds if est else 0.0)
+                finish[i] = clock
+            continue
+        seconds = node_seconds(node, topology)
+        if seconds is None:
+            uncosted.append(node.name)
+            seconds = 0.0
+        clock = max(clock, ready) + seconds
+        compute_total += seconds
+        finish[i] = clock
+    return clock, compute_total, uncosted
+
+
+def _loops_starting(starts: dict[int, int], index: int, program: Program) -> list[int]:
+    """Loops whose body begins at `index`, outermost first."""
+    if index not in starts:
+        return []
+    found = [lp.index for lp in program.loops if lp.start == index]
+    return sorted(found, key=lambda k: program.loops[k].multiplicity)

@@ -1,0 +1,185 @@
+"""What one collective sends where: a device-to-device byte matrix, its step count and hop depth.
+
+Each collective is reconstructed as the algorithm the compiler chose (`algorithms`): rings for
+all-gather, reduce-scatter and all-reduce (one ring per group, all groups at once), direct
+pairwise exchanges for all-to-all, point-to-point for collective-permute.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from aoizora.cost.links import Incidence
+from aoizora.placement import orders
+from aoizora.hlo.program import Collective, CollectiveKind
+
+_BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at most)
+
+
+@dataclass(frozen=True)
+class Traffic:
+    matrix: np.ndarray  # (N, N) bytes from row i to row j over the whole collective
+    steps: int  # sequential algorithm steps (each pays the per-hop latency of its longest hop)
+    max_hops: int  # longest route of any single step
+
+
+def ring_edges(order: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [(order[k], order[(k + 1) % len(order)]) for k in range(len(order))]
+
+
+def _ring_matrix(order: tuple[int, ...], n: int, per_edge: float, bidirectional: bool) -> np.ndarray:
+    m = np.zeros((n, n))
+    for a, b in ring_edges(order):
+        if bidirectional:
+            m[a, b] += per_edge / 2
+            m[b, a] += per_edge / 2
+        else:
+            m[a, b] += per_edge
+    return m
+
+
+class RingOrderer:
+    """Chooses the ring order over a group's members that the compiler would use (`best`).
+
+    The order minimises the most loaded link of the ring alone, then its total hops. Routes are
+    translation invariant, so the choice is cached by the members' positions relative to the
+    group's corner: the many translated groups of one collective, and the same group shape in
+    other placements, cost one search.
+    """
+
+    def __init__(self, inc: Incidence, positions: np.ndarray):
+        self.inc = inc
+        self.positions = positions  # (N, D) physical position of each incidence row
+        self._cache: dict[tuple[tuple[int, ...], ...], tuple[int, ...]] = {}
+
+    def best(self, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+        members = sorted(group, key=lambda r: tuple(self.positions[r]))
+        corner = self.positions[members].min(axis=0)
+        key = tuple(tuple(int(v) for v in self.positions[r] - corner) for r in members) + ((int(bidirectional),),)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._search(tuple(members), bidirectional)
+            self._cache[key] = hit
+        return tuple(members[k] for k in hit)
+
+    def _search(self, members: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+        """Positions (into `members`) of the best ring order."""
+        n = len(members)
+        if n <= 3:
+            return tuple(range(n))
+        if n <= _BRUTE_FORCE_MAX:
+            tours = np.array([(0, *p) for p in itertools.permutations(range(1, n)) if p[0] < p[-1]])
+        else:
+            tours = np.array([tuple(range(n)), self._nearest_neighbour(members), *self._grid_walks(members)])
+        N = self.inc.num_devices
+        idx = np.array(members)
+        rows = self.inc.matrix[(idx[:, None] * N + idx[None, :]).ravel()].toarray().reshape(n, n, -1)
+        src, dst = tours, np.roll(tours, -1, axis=1)
+        loads = rows[src, dst].sum(axis=1)
+        if bidirectional:
+            loads = (loads + rows[dst, src].sum(axis=1)) / 2
+        hops = self.inc.hops[idx[src], idx[dst]].sum(axis=1)
+        best = np.lexsort((hops, loads.max(axis=1)))[0]
+        return tuple(int(v) for v in tours[best])
+
+    def _grid_walks(self, members: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Snake and Hamiltonian-cycle walks of the members' bounding box, when they fill it."""
+        pos = self.positions[list(members)]
+        corner = pos.min(axis=0)
+        extent = tuple(int(v) for v in pos.max(axis=0) - corner + 1)
+        if int(np.prod(extent)) != len(members):
+            return []
+        at = {tuple(int(v) for v in p - corner): k for k, p in enumerate(pos)}
+        cells = list(np.ndindex(*extent))
+        walks = []
+        for perm in (orders.snake(extent), orders.cycle(extent)):
+            if perm is not None:
+                walks.append(tuple(at[cells[i]] for i in perm))
+        return walks
+
+    def _nearest_neighbour(self, members: tuple[int, ...]) -> tuple[int, ...]:
+        left = list(range(1, len(members)))
+        tour = [0]
+        while left:
+            nxt = min(left, key=lambda k: (self.inc.hops[members[tour[-1]], members[k]], k))
+            tour.append(nxt)
+            left.remove(nxt)
+        return tuple(tour)
+
+
+def collective_phases(
+    coll: Collective,
+    groups: list[tuple[int, ...]],
+    pairs: list[tuple[int, int]],
+    inc: Incidence,
+    *,
+    bidirectional: bool,
+    reorder: RingOrderer | None,
+    dims: tuple[int, ...] | None = None,
+) -> list[Traffic]:
+    """Traffic of one collective, phase by phase (phases run one after another).
+
+    Groups and pairs are already in incidence rows. `dims` (from the algorithm config) lays each
+    group on a grid for N-D ring strategies: a reduce-scatter runs one phase per grid dimension
+    (the payload shrinking by each dimension's size), an all-gather the mirror image, an
+    all-reduce both.
+    """
+    n = inc.num_devices
+    if coll.kind == CollectiveKind.COLLECTIVE_PERMUTE:
+        m = np.zeros((n, n))
+        for a, b in pairs:
+            m[a, b] += coll.operand_bytes
+        hops = max((int(inc.hops[a, b]) for a, b in pairs), default=0)
+        return [Traffic(m, 1 if pairs else 0, hops)]
+    size = max((len(g) for g in groups), default=1)
+    if size < 2:
+        return []
+    if coll.kind == CollectiveKind.ALL_TO_ALL:
+        m = np.zeros((n, n))
+        chunk = coll.operand_bytes / size
+        hops = 0
+        for g in groups:
+            for a in g:
+                for b in g:
+                    if a != b:
+                        m[a, b] += chunk
+                        hops = max(hops, int(inc.hops[a, b]))
+        return [Traffic(m, 1, hops)]
+    dims = dims if dims and int(np.prod(dims)) == size else (size,)
+    # (dimension, bytes each device holds when the phase starts, reduce-scatter or all-gather)
+    full = coll.operand_bytes if coll.kind != CollectiveKind.ALL_GATHER else coll.operand_bytes * size
+    phases: list[tuple[int, float, bool]] = []
+    held = float(full)
+    if coll.kind in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE):
+        for d in range(len(dims)):
+            phases.append((d, held, True))
+            held /= dims[d]
+    if coll.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_REDUCE):
+        held = full / size
+        for d in reversed(range(len(dims))):
+            phases.append((d, held, False))
+            held *= dims[d]
+    out = []
+    for d, held_bytes, scatter in phases:
+        k = dims[d]
+        # reduce-scatter of `held` over k: (k-1) steps of held/k; all-gather of shards `held`: (k-1) steps of held
+        per_edge = (k - 1) * (held_bytes / k if scatter else held_bytes)
+        m = np.zeros((n, n))
+        hops = 0
+        for g in groups:
+            for line in _grid_lines(g, dims, d):
+                order = reorder.best(line, bidirectional) if reorder is not None and len(dims) == 1 else line
+                m += _ring_matrix(order, n, per_edge, bidirectional)
+                hops = max(hops, max(int(inc.hops[a, b]) for a, b in ring_edges(order)))
+        out.append(Traffic(m, k - 1, hops))
+    return out
+
+
+def _grid_lines(group: tuple[int, ...], dims: tuple[int, ...], d: int) -> list[tuple[int, ...]]:
+    """Rings along dimension `d` of the group laid row-major on `dims`."""
+    grid = np.array(group).reshape(dims)
+    moved = np.moveaxis(grid, d, -1).reshape(-1, dims[d])
+    return [tuple(int(v) for v in row) for row in moved]

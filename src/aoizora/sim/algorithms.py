@@ -1,0 +1,452 @@
+"""Collective algorithms as DAGs of point-to-point transfers over the placed devices.
+
+Each collective instance becomes a list of `Transfer`s (one chunk of one step from one device
+to another) with prerequisites: a ring step forwards data it must first have received (store
+and forward, per chunk), so chunk c of step s from device i waits for chunk c of step s-1 into
+i. Transfers that leave one device along one ring direction form a *sender* queue and leave in
+(step, chunk) order, one at a time, which pipelines chunks along the ring.
+
+Algorithm config -> ring shape (`ring_direction="auto"`), decided from the strings libtpu
+0.0.42.1 prints (see `ring_direction`):
+
+* ``BiDirection...`` anywhere in emitter/strategy        -> bidirectional
+* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``):
+  ``colors:1`` -> unidirectional (a one-armed pincer), otherwise -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
+  split in halves going opposite ways round the ring (this holds even when the strategy is named
+  ``UniDirection1DRingStrategy{colors:2}``: each color is a one-way ring, the pair is not)
+* ``UniDirection...`` or ``StrategyRing`` (``colors:1``)   -> unidirectional
+* anything else (``1DAllGatherNonMajorDim``, no config)   -> `default_direction` (bidirectional
+  unless told otherwise: the textbook V/W_bidi assumption)
+
+N-D strategies (``StrategyND``, ``UniDirectionNDRingStrategy``, any config with ``num_dims`` >= 2)
+``{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases. Assumption: such a
+strategy names *physical* dimensions (on v5e:4x4 a 16-device group prints ``dim_sizes:4,4``,
+the slice's own extents, whatever the group's device order), so when the group's chips fill an
+a x b box, strategy dim k runs along the k-th physical axis of that extent; otherwise the listed
+order is laid row-major on the grid. Each line (a ring along one dimension) goes through its
+members in their listed order (``ring_order="listed"``) or in their best order (``"best"``); each color carries 1/colors of the
+data and walks the dimensions in its ``dim_used`` order (reduce-scatter phases, then all-gather
+phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirectional as above.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aoizora.hlo.program import AlgorithmConfig, Collective, CollectiveKind
+from aoizora.topology import Topology
+
+Direction = Literal["unidirectional", "bidirectional"]
+RingOrder = Literal["listed", "best", "reordering-map"]
+
+_BI = re.compile(r"bi-?direction", re.IGNORECASE)
+_UNI = re.compile(r"uni-?direction|strategyring", re.IGNORECASE)
+
+
+def ring_direction(algorithm: AlgorithmConfig | None, default: Direction = "bidirectional") -> Direction:
+    """Uni- or bidirectional ring for a compiled collective (mapping in the module docstring)."""
+    if algorithm is None:
+        return default
+    text = " ".join(s for s in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if s)
+    if _BI.search(text):
+        return "bidirectional"
+    if "pincer" in text.lower():
+        return "unidirectional" if algorithm.colors == 1 else "bidirectional"
+    if _UNI.search(text):
+        return "unidirectional"
+    return default
+
+
+@dataclass(frozen=True)
+class NDLayout:
+    """An N-D strategy: grid dimension sizes and, per color, the order the dimensions are used."""
+
+    dim_sizes: tuple[int, ...]
+    dim_orders: tuple[tuple[int, ...], ...]
+
+
+_DIM_SIZES = re.compile(r"dim_sizes:\s*([0-9,\s]+?)(?:\s+[a-z_]+:|\}|$)")
+_NUM_DIMS = re.compile(r"num_dims:\s*(\d+)")
+_DIM_USED = re.compile(r"dim_used:\s*((?:\{[0-9\s]+\},?)+)")
+
+
+def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | None:
+    """The N-D layout of a ``StrategyND`` config when it fits the group, else None (1-D ring)."""
+    if algorithm is None:
+        return None
+    names = " ".join(s for s in (algorithm.strategy, *algorithm.strategies) if s)
+    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, Mapping) else ""
+    text = raw if isinstance(raw, str) else ""
+    dims_m = _NUM_DIMS.search(text)
+    if "ND" not in names and not (dims_m and int(dims_m.group(1)) >= 2):
+        return None
+    sizes_m = _DIM_SIZES.search(text)
+    sizes_src = sizes_m.group(1) if sizes_m else algorithm.fields.get("dim_sizes")
+    if not sizes_src:
+        return None
+    try:
+        sizes = tuple(int(v) for v in re.split(r"[,\s]+", sizes_src.strip()) if v)
+    except ValueError:
+        return None
+    if len(sizes) < 2 or math.prod(sizes) != group_size:
+        return None
+    used_m = _DIM_USED.search(text)
+    orders: list[tuple[int, ...]] = []
+    if used_m:
+        for block in re.findall(r"\{([0-9\s]+)\}", used_m.group(1)):
+            order = tuple(int(v) for v in block.split())
+            if sorted(order) == list(range(len(sizes))):
+                orders.append(order)
+    if not orders:
+        orders = [tuple(range(len(sizes)))]
+    return NDLayout(sizes, tuple(orders))
+
+
+# --- ring order ------------------------------------------------------------------------------
+
+
+def effective_ring_order(ring_order: RingOrder, algorithm: AlgorithmConfig | None) -> Literal["listed", "best"]:
+    """``"reordering-map"``: the best order only where the config says the compiler carries a
+    reordering map (``has_reordering_map: true``, printed e.g. for ``1DAllGatherNonMajorDim``
+    all-gathers), the listed order elsewhere (``has_reordering_map:0`` or no config)."""
+    if ring_order == "reordering-map":
+        return "best" if algorithm is not None and algorithm.has_reordering_map else "listed"
+    return ring_order
+
+
+def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> dict[int, int]:
+    """Directed-link load (hops crossing each link) of one ring in `order`, both ways if bidi."""
+    n = len(order)
+    loads: dict[int, int] = {}
+    pairs = [(order[i], order[(i + 1) % n]) for i in range(n)]
+    if bidirectional:
+        pairs += [(b, a) for a, b in pairs]
+    for a, b in pairs:
+        for l in topology.device_route(a, b):
+            loads[l] = loads.get(l, 0) + 1
+    return loads
+
+
+def _ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[int, int, int]:
+    loads = ring_link_loads(topology, order, bidirectional)
+    hops = [len(topology.device_route(order[i], order[(i + 1) % len(order)])) for i in range(len(order))]
+    return (max(loads.values(), default=0), max(hops, default=0), sum(hops))
+
+
+def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+    """The order of the group's devices minimising (bottleneck link load, longest hop, total hops).
+
+    Exact (all cyclic orders, first device fixed) up to 8 members; above that a deterministic
+    2-opt local search started from the listed order, a nearest-neighbour order and, when the
+    chips fill a rectangle, its closed snake. Ties keep the earliest order found, so the
+    listed order wins whenever it is already optimal.
+    """
+    n = len(group)
+    if n <= 3:
+        return group
+    best = group
+    best_cost = _ring_cost(topology, group, bidirectional)
+    if n <= 8:
+        head = group[0]
+        for rest in itertools.permutations(group[1:]):
+            cand = (head, *rest)
+            cost = _ring_cost(topology, cand, bidirectional)
+            if cost < best_cost:
+                best, best_cost = cand, cost
+        return best
+    for seed in (group, *_seed_orders(topology, group)):
+        cand, cost = _two_opt(topology, seed, bidirectional)
+        if cost < best_cost:
+            best, best_cost = cand, cost
+    return best
+
+
+def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
+             ) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """Deterministic first-improvement 2-opt on the ring cost, from `order`."""
+    best, best_cost = order, _ring_cost(topology, order, bidirectional)
+    n = len(order)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(1, n - 1):
+            for j in range(i + 1, n):
+                cand = best[:i] + tuple(reversed(best[i : j + 1])) + best[j + 1 :]
+                cost = _ring_cost(topology, cand, bidirectional)
+                if cost < best_cost:
+                    best, best_cost, improved = cand, cost, True
+    return best, best_cost
+
+
+def _seed_orders(topology: Topology, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Starting orders for the local search: greedy nearest neighbour, and when the group's chips
+    fill a 2-D rectangle with an even side, the closed snake (a neighbour-only Hamiltonian cycle)."""
+    seeds = []
+    left = list(group[1:])
+    path = [group[0]]
+    while left:
+        cur = path[-1]
+        nxt = min(left, key=lambda d: (len(topology.device_route(cur, d)), left.index(d)))
+        path.append(nxt)
+        left.remove(nxt)
+    seeds.append(tuple(path))
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) == len(group):
+        coords = list(chips)
+        varying = [k for k in range(len(coords[0])) if len({c[k] for c in coords}) > 1]
+        if len(varying) == 2:
+            a, b = varying
+            ra = sorted({c[a] for c in coords})
+            rb = sorted({c[b] for c in coords})
+            if len(ra) * len(rb) == len(group) and (len(ra) % 2 == 0 or len(rb) % 2 == 0):
+                if len(ra) % 2:
+                    a, b, ra, rb = b, a, rb, ra
+                fixed = coords[0]
+
+                def at(x: int, y: int) -> int:
+                    c = list(fixed)
+                    c[a], c[b] = x, y
+                    return chips[tuple(c)]
+
+                order = []
+                for r, x in enumerate(ra):
+                    ys = rb[1:] if r % 2 == 0 else list(reversed(rb[1:]))
+                    order += [at(x, y) for y in ys]
+                order += [at(x, rb[0]) for x in reversed(ra)]
+                seeds.append(tuple(order))
+    return seeds
+
+
+# --- transfer DAGs ---------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """The transfers of one collective instance (physical device ids), shared by all its runs."""
+
+    src: list[int] = field(default_factory=list)
+    dst: list[int] = field(default_factory=list)
+    nbytes: list[float] = field(default_factory=list)
+    route: list[tuple[int, ...]] = field(default_factory=list)
+    sender: list[int] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    prereqs: list[tuple[int, ...]] = field(default_factory=list)
+    members: tuple[int, ...] = ()
+    n_senders: int = 0
+    # derived by `finish`
+    dependents: list[list[int]] = field(default_factory=list)
+    by_device: dict[int, list[int]] = field(default_factory=dict)
+    involvement: dict[int, int] = field(default_factory=dict)
+    description: str = ""
+
+    def add(self, topology: Topology, src: int, dst: int, nbytes: float, sender: int, seq: int,
+            prereqs: tuple[int, ...]) -> int:
+        self.src.append(src)
+        self.dst.append(dst)
+        self.nbytes.append(nbytes)
+        self.route.append(topology.device_route(src, dst))
+        self.sender.append(sender)
+        self.seq.append(seq)
+        self.prereqs.append(prereqs)
+        return len(self.src) - 1
+
+    def new_sender(self) -> int:
+        self.n_senders += 1
+        return self.n_senders - 1
+
+    def finish(self, members: tuple[int, ...]) -> "Plan":
+        """Index dependents and per-device involvement once the DAG is built."""
+        self.members = members
+        self.dependents = [[] for _ in self.src]
+        for t, pre in enumerate(self.prereqs):
+            for p in pre:
+                self.dependents[p].append(t)
+        self.by_device = {d: [] for d in members}
+        self.involvement = {d: 0 for d in members}
+        for t, (s, d) in enumerate(zip(self.src, self.dst)):
+            self.by_device[s].append(t)
+            self.involvement[s] += 1
+            if d != s:
+                self.by_device[d].append(t)
+                self.involvement[d] += 1
+        return self
+
+
+def _ring(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
+          direction: int, chunks: int, prior: dict[int, tuple[int, ...]],
+          seq_base: int) -> dict[int, tuple[int, ...]]:
+    """Add one one-way ring of `steps` store-and-forward steps; return each device's last receipts.
+
+    `prior[d]`: transfers that must be delivered before device d sends its first step (earlier
+    phases of an N-D algorithm).
+    """
+    n = len(order)
+    if n < 2 or steps <= 0:
+        return {d: prior.get(d, ()) for d in order}
+    senders = [plan.new_sender() for _ in range(n)]
+    chunk_bytes = step_bytes / chunks
+    prev: list[list[int]] = [[] for _ in range(n)]  # prev[i][c]: transfer of the last step into i
+    for s in range(steps):
+        cur: list[list[int]] = [[0] * chunks for _ in range(n)]
+        for c in range(chunks):
+            for i in range(n):
+                j = (i + direction) % n
+                if s == 0:
+                    pre = prior.get(order[i], ())
+                else:
+                    pre = (prev[i][c],)
+                t = plan.add(topology, order[i], order[j], chunk_bytes, senders[i], seq_base + s * chunks + c, pre)
+                cur[j][c] = t
+        prev = cur
+    return {order[i]: tuple(prev[i]) for i in range(n)}
+
+
+def _rings(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
+           bidirectional: bool, chunks: int, prior: dict[int, tuple[int, ...]], seq_base: int
+           ) -> dict[int, tuple[int, ...]]:
+    """A one-way ring, or two opposite rings carrying half the bytes each."""
+    if not bidirectional:
+        return _ring(plan, topology, order, steps, step_bytes, +1, chunks, prior, seq_base)
+    a = _ring(plan, topology, order, steps, step_bytes / 2, +1, chunks, prior, seq_base)
+    b = _ring(plan, topology, order, steps, step_bytes / 2, -1, chunks, prior, seq_base)
+    return {d: a.get(d, ()) + b.get(d, ()) for d in order}
+
+
+def _ring_steps(kind: CollectiveKind, n: int, payload: float) -> tuple[int, float]:
+    """(steps, bytes per step per device) of a bandwidth-optimal ring (payload per the model)."""
+    if kind is CollectiveKind.ALL_GATHER:
+        return n - 1, payload
+    if kind is CollectiveKind.REDUCE_SCATTER:
+        return n - 1, payload / n
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2 * (n - 1), payload / n
+    raise ValueError(kind)
+
+
+def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, ...], layout: NDLayout,
+        payload: float, bidirectional: bool, chunks: int, ring_order: RingOrder) -> None:
+    """Phased per-dimension rings of an N-D strategy (see the module docstring)."""
+    sizes = layout.dim_sizes
+    colors = layout.dim_orders
+    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    listed_pos = {d: i for i, d in enumerate(order)}
+    order = _physical_grid(topology, order, sizes) or order
+
+    def lines(dim: int) -> list[tuple[int, ...]]:
+        out = []
+        others = [range(n) if k != dim else range(1) for k, n in enumerate(sizes)]
+        for base in itertools.product(*others):
+            start = sum(b * st for b, st in zip(base, strides))
+            line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
+            if ring_order == "best":
+                line = best_ring_order(topology, line, bidirectional)
+            else:
+                line = tuple(sorted(line, key=listed_pos.__getitem__))
+            out.append(line)
+        return out
+
+    line_cache = {d: lines(d) for d in range(len(sizes))}
+    for dims in colors:
+        data = payload / len(colors)
+        if kind is CollectiveKind.ALL_GATHER:
+            phases = [("ag", d) for d in dims]
+        elif kind is CollectiveKind.REDUCE_SCATTER:
+            phases = [("rs", d) for d in dims]
+        else:
+            phases = [("rs", d) for d in dims] + [("ag", d) for d in reversed(dims)]
+        prior: dict[int, tuple[int, ...]] = {}
+        seq_base = 0
+        for what, dim in phases:
+            n = sizes[dim]
+            if what == "rs":
+                steps, step_bytes = n - 1, data / n
+                data /= n
+            else:
+                steps, step_bytes = n - 1, data
+                data *= n
+            nxt: dict[int, tuple[int, ...]] = {}
+            for line in line_cache[dim]:
+                nxt.update(_rings(plan, topology, line, steps, step_bytes, bidirectional, chunks, prior, seq_base))
+            prior = nxt
+            seq_base += steps * chunks
+
+
+def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The group laid row-major on the strategy grid by *physical* coordinates (strategy dim k on
+    the k-th physical axis of that extent), or None when its chips do not fill such a box."""
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) != len(group):
+        return None
+    coords = list(chips)
+    lows = [min(c[a] for c in coords) for a in range(len(coords[0]))]
+    extents = [max(c[a] for c in coords) - lows[a] + 1 for a in range(len(coords[0]))]
+    varying = [a for a, e in enumerate(extents) if e > 1]
+    used: list[int] = []
+    for n in sizes:
+        axis = next((a for a in varying if a not in used and extents[a] == n), None)
+        if axis is None:
+            return None
+        used.append(axis)
+    if len(used) != len(varying) or math.prod(sizes) != len(group):
+        return None
+    out = []
+    for idx in itertools.product(*(range(n) for n in sizes)):
+        c = list(lows)
+        for axis, i in zip(used, idx):
+            c[axis] = lows[axis] + i
+        d = chips.get(tuple(c))
+        if d is None:
+            return None
+        out.append(d)
+    return tuple(out)
+
+
+def build_plan(collective: Collective, logical_to_device: list[int], topology: Topology, *,
+               ring_order: RingOrder, chunks: int, direction: Direction | Literal["auto"],
+               default_direction: Direction) -> Plan:
+    """All transfers of one run of `collective`, all groups at once, on physical devices."""
+    plan = Plan()
+    kind = collective.kind
+    payload = float(collective.payload_bytes or collective.operand_bytes)
+    members: list[int] = []
+    if kind is CollectiveKind.COLLECTIVE_PERMUTE:
+        for s, t in collective.source_target_pairs:
+            src, dst = logical_to_device[s], logical_to_device[t]
+            members += [src, dst]
+            plan.add(topology, src, dst, payload, plan.new_sender(), 0, ())
+        plan.description = f"permute x{len(collective.source_target_pairs)}"
+        return plan.finish(tuple(dict.fromkeys(members)))
+    bidi = (direction if direction != "auto" else ring_direction(collective.algorithm, default_direction)) == "bidirectional"
+    ring_order = effective_ring_order(ring_order, collective.algorithm)
+    desc = []
+    # HLO's empty replica_groups={} means one group of every device
+    groups = collective.groups or (tuple(range(len(logical_to_device))),)
+    for group in groups:
+        devs = tuple(logical_to_device[g] for g in group)
+        members += devs
+        n = len(devs)
+        if n < 2:
+            continue
+        if kind is CollectiveKind.ALL_TO_ALL:
+            for a in devs:
+                for b in devs:
+                    if a != b:
+                        plan.add(topology, a, b, payload / n, plan.new_sender(), 0, ())
+            desc.append("pairwise")
+            continue
+        layout = nd_layout(collective.algorithm, n)
+        if layout is not None:
+            _nd(plan, topology, kind, devs, layout, payload, bidi, chunks, ring_order)
+            desc.append(f"nd{layout.dim_sizes}")
+            continue
+        order = best_ring_order(topology, devs, bidi) if ring_order == "best" else devs
+        steps, step_bytes = _ring_steps(kind, n, payload)
+        _rings(plan, topology, order, steps, step_bytes, bidi, chunks, {}, 0)
+        desc.append("ring")
+    plan.description = f"{'bidirectional' if bidi else 'unidirectional'} {sorted(set(desc))}"
+    return plan.finish(tuple(dict.fromkeys(members)))

@@ -1,0 +1,85 @@
+"""Rank a compiled program's placements by Q2, with the reference simulator beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.cost import CostModel, Q2Options, Q2Result
+from aoizora.hlo.program import Program
+from aoizora.placement import JAX_DEFAULT, Placement
+from aoizora.topology import Topology
+from aoizora.validation.compare import PairScore, ValidationReport, compare_scores
+from aoizora.validation.programs import NamedProgram
+
+
+@dataclass
+class RankedPlacement:
+    placement: Placement
+    q2: Q2Result
+    sim: Any | None  # aoizora.sim.SimResult when simulated
+
+    @property
+    def is_jax_default(self) -> bool:
+        return self.placement.name == JAX_DEFAULT
+
+    def to_json(self, topology: Topology) -> dict[str, Any]:
+        return {
+            "placement": self.placement.name,
+            "jax_default": self.is_jax_default,
+            "device_coords": self.placement.coords(topology).tolist(),
+            "q2_seconds": self.q2.step_seconds,
+            "q2_exposed_comm_seconds": self.q2.exposed_comm_seconds,
+            "sim_seconds": self.sim.step_seconds if self.sim is not None else None,
+            "sim_exposed_comm_seconds": self.sim.exposed_comm_seconds if self.sim is not None else None,
+        }
+
+
+def simulator_options(options: Q2Options) -> dict[str, Any]:
+    """The same compiler assumptions, phrased for the simulator's switches."""
+    direction = {"auto": "auto", "uni": "unidirectional", "bi": "bidirectional"}[options.ring_direction]
+    order = {"auto": "reordering-map", "listed": "listed", "best": "best"}[options.ring_order]
+    return {"ring_order": order, "ring_direction": direction}
+
+
+def rank_placements(
+    program: Program,
+    topology: Topology,
+    placements: Sequence[Placement],
+    *,
+    options: Q2Options | None = None,
+    simulate: bool = True,
+    progress: Callable[[], None] | None = None,
+) -> list[RankedPlacement]:
+    """Every placement scored by Q2 (and the simulator), best Q2 first."""
+    options = options or Q2Options()
+    model = CostModel(topology, options)
+    sim_fn = None
+    if simulate:
+        from aoizora.sim import simulate as sim_fn
+    rows = []
+    for p in placements:
+        q2 = model.evaluate(program, p)
+        sim = sim_fn(program, topology, p, **simulator_options(options)) if sim_fn else None
+        rows.append(RankedPlacement(p, q2, sim))
+        if progress:
+            progress()
+    rows.sort(key=lambda r: (r.q2.step_seconds, r.placement.name))
+    return rows
+
+
+def validate(
+    programs: Sequence[NamedProgram],
+    topology: Topology,
+    placements: Sequence[Placement],
+    *,
+    options: Q2Options | None = None,
+    progress: Callable[[], None] | None = None,
+) -> ValidationReport:
+    """Spearman/Kendall, top-1 agreement and regret of Q2 against the simulator over all pairs."""
+    pairs = []
+    for named in programs:
+        for row in rank_placements(named.program, topology, placements, options=options, progress=progress):
+            pairs.append(PairScore(named.name, row.placement.name, row.q2.step_seconds, row.sim.step_seconds))
+    return compare_scores(pairs)

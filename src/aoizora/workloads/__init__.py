@@ -1,0 +1,1 @@
+"""Reference JAX programs used to validate and benchmark the planner beyond Wan."""
