@@ -1,6 +1,6 @@
 """Time one reference-simulator run of a 40-layer scanned 14B-sized DiT program on v5e:4x4.
 
-The program is hand-built (`aoizora.sim.testing.ProgramBuilder`) with the shape of a compiled
+The program is hand-built (`aoizora.hlo.synthetic.ProgramBuilder`) with the shape of a compiled
 Wan-14B block under mesh context=4,tp=4 at 75,600 tokens: per layer an async weight all-gather
 over all 16 devices (prefetched under the norm/QKV compute), two Ulysses all-to-alls over
 `context`, an async ring-attention permute over `context`, and two synchronous all-reduces over
@@ -22,7 +22,7 @@ import time
 
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import simulate
-from aoizora.sim.testing import PINCER, ProgramBuilder, algorithm
+from aoizora.hlo.synthetic import PINCER, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 
 LAYERS = 40

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "sim"))
 from simhelpers import identity_placement, placement_from_chips  # noqa: E402
 
 from aoizora.sim import simulate  # noqa: E402
-from aoizora.sim.testing import PINCER, UNI_RING, ProgramBuilder, algorithm  # noqa: E402
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm  # noqa: E402
 from aoizora.topology import get_topology  # noqa: E402
 
 S = 2**26

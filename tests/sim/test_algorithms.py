@@ -5,7 +5,7 @@ import pytest
 from aoizora.hlo.program import CollectiveKind
 from aoizora.sim import best_ring_order, ring_direction, simulate
 from aoizora.sim.algorithms import build_plan, nd_layout, ring_link_loads
-from aoizora.sim.testing import PINCER, UNI_RING, ProgramBuilder, algorithm
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 from simhelpers import device_at, identity_placement, placement_from_chips
 

@@ -6,7 +6,7 @@ import pytest
 from aoizora.errors import AoizoraError, SimulationError
 from aoizora.placement import MeshSpec, Placement, enumerate_placements
 from aoizora.sim import max_min_rates, simulate
-from aoizora.sim.testing import PINCER, UNI_RING, ProgramBuilder, algorithm
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 from simhelpers import identity_placement
 

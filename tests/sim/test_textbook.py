@@ -8,7 +8,7 @@ this is < 0.5%); each assertion states its band.
 import pytest
 
 from aoizora.sim import simulate
-from aoizora.sim.testing import PINCER, UNI_RING, ProgramBuilder, algorithm
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 from simhelpers import device_at, identity_placement, placement_from_chips
 
