@@ -20,6 +20,8 @@ _NOISE = re.compile(
     r"|^=== Source Location Trace: ===\s*$"
     r"|^learning/[\w/]+\.cc:\d+\s*$"
     r"|libtpu_init_utils\.cc"
+    # absl INFO lines of the PJRT plugin loader when jax starts its backends (not errors)
+    r"|^I\d{4} [\d:.]+\s+\d+ (pjrt_api|pjrt_client|pjrt_c_api_client)\.cc:\d+\]"
 )
 
 

@@ -91,6 +91,36 @@ def demo() -> None:
     print_placements(enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")))
 
 
+@cli.command()
+@click.argument("file", metavar="FILE", type=click.Path(allow_dash=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
+def hlo(file: str, as_json: bool) -> None:
+    """Collectives, FLOPs and opaque kernels of a compiled HLO text file ('-' for stdin)."""
+    from aoizora.hlo import analyze, summarize
+
+    report = summarize(analyze(_read_text(file)))
+    if as_json:
+        _print_json(report)
+        return
+    tot = report["totals"]
+    click.echo(f"{report['module']}: {report['num_devices']} devices, {tot['loops']} loops")
+    for c in report["collectives"]:
+        algo = (c["algorithm"] or {}).get("emitter") or "-"
+        n_groups = len(c["groups"]) or len(c["source_target_pairs"])
+        click.echo(
+            f"  {c['kind']:<18} {c['mode']:<12} x{c['count']:<5} {c['bytes_per_device']:>12} B/device"
+            f"  {n_groups} groups/pairs  {algo}"
+        )
+    click.echo(
+        f"  total: {tot['collective_bytes_per_device']} collective B/device, "
+        f"{tot['flops']:.4g} FLOPs, {tot['estimated_cycles']} estimated cycles"
+    )
+    for op in report["opaque"]:
+        click.echo(f"  opaque: {op['name']} ({op['target']}) x{op['count']}")
+    for name in report["unknown_ops"]:
+        click.echo(f"  unknown op: {name}")
+
+
 _RING_OPTIONS = [
     click.option(
         "--ring-order",
@@ -202,8 +232,9 @@ def _read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
-    except OSError as exc:
-        raise AoizoraError(f"cannot read {path}: {exc.strerror}; pass an existing HLO text file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise AoizoraError(f"cannot read {path}: {reason}; pass an existing HLO text file") from exc
 
 
 def main() -> None:

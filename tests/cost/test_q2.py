@@ -3,11 +3,34 @@ import pytest
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.errors import PlacementError
-from aoizora.hlo.program import CollectiveKind, CollectiveMode
+from aoizora.hlo.program import CollectiveKind, CollectiveMode, Program
+from aoizora.hlo.synthetic import ProgramBuilder
 from aoizora.placement import MeshSpec, Placement, enumerate_placements
 from aoizora.topology import get_topology
 
-from programs import one_collective
+
+def one_collective(
+    kind: CollectiveKind,
+    groups: list[tuple[int, ...]],
+    operand_bytes: int,
+    num_devices: int,
+    *,
+    pairs: tuple[tuple[int, int], ...] = (),
+    compute_flops: float = 0.0,
+    mode: CollectiveMode = CollectiveMode.SYNC,
+) -> Program:
+    """One collective, with one compute op beside it (async) or after it (sync)."""
+    b = ProgramBuilder(num_devices)
+    if mode == CollectiveMode.SYNC:
+        b.collective(kind, groups, operand_bytes, pairs=pairs)
+        if compute_flops:
+            b.compute(flops=compute_flops)
+    else:
+        c = b.start(kind, groups, operand_bytes, pairs=pairs)
+        if compute_flops:
+            b.compute(flops=compute_flops)
+        b.done(c)
+    return b.build()
 
 MB = 2**20
 

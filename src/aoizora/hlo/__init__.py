@@ -1,4 +1,53 @@
 """Compiled-HLO analyzer: parse libtpu's HLO text into a loop-aware program graph.
 
-See `aoizora.hlo.program` for the model the cost model and the simulator consume.
+Entry points:
+
+* `parse_hlo(text) -> HloModule` — the syntax tree (computations, instructions, raw attrs);
+* `build_program(text_or_module, opaque_cost=..., device_ids=...) -> Program` — the model the
+  cost model and the simulator consume (documented in `aoizora.hlo.program`);
+* `analyze(obj)` — the same from HLO text, a parsed module or a jax compiled object;
+* `summarize(program) -> dict` — the ``aoizora hlo --json`` report.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from aoizora.hlo.builder import KNOWN_OPCODES, build_program, program_from_compiled
+from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
+from aoizora.hlo.program import (
+    AlgorithmConfig,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    OpaqueCost,
+    OpaqueCostHook,
+    OpaqueOp,
+    Program,
+)
+from aoizora.hlo.shapes import Shape
+from aoizora.hlo.summary import summarize
+
+
+def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
+    """A `Program` from HLO text, an `HloModule`, or a compiled jax object (``.as_text()``)."""
+    if isinstance(obj, (str, HloModule)):
+        return build_program(obj, opaque_cost=opaque_cost)
+    if hasattr(obj, "as_text"):
+        return program_from_compiled(obj, opaque_cost=opaque_cost)
+    from aoizora.errors import HloParseError
+
+    raise HloParseError(
+        f"cannot analyze a {type(obj).__name__}: pass HLO text or a compiled jax object"
+    )
+
+
+__all__ = [
+    "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
+    "HloModule", "Instruction", "KNOWN_OPCODES", "Loop", "Node", "NodeKind", "OpaqueCost",
+    "OpaqueCostHook", "OpaqueOp", "Program", "Shape", "analyze", "build_program", "parse_hlo",
+    "program_from_compiled", "summarize",
+]

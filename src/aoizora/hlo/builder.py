@@ -26,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
-from aoizora.errors import HloModelError
+from aoizora.errors import HloModelError, HloParseError
 from aoizora.hlo import attrs as A
 from aoizora.hlo.costs import (
     ELEMENTWISE_FLOP_OPS,
     MOVEMENT_OPS,
     FusionCoster,
     estimated_cycles,
+    hbm_size,
     instruction_flops,
     io_bytes,
 )
@@ -45,7 +46,6 @@ from aoizora.hlo.program import (
     Loop,
     Node,
     NodeKind,
-    OpaqueCost,
     OpaqueCostHook,
     OpaqueOp,
     Program,
@@ -78,7 +78,7 @@ _ASYNC_DONES = {f"{k}-done": v for k, v in _COLLECTIVE_OPS.items()}
 _OTHER_KNOWN = frozenset(
     """dot convolution fusion custom-call reduce reduce-window select-and-scatter sort map
     call while conditional copy-start slice-start send send-done recv recv-done infeed outfeed
-    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve top-k
+    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve topk
     batch-norm-training batch-norm-inference batch-norm-grad dynamic-reshape
     set-dimension-size async-start async-update async-done""".split()
 )
@@ -159,6 +159,7 @@ class _Builder:
         self.opaque_ops: dict[int, OpaqueOp] = {}
         self.fusion = FusionCoster(module.computations)
         self._pending: dict[int, int] = {}  # start node index -> collective index
+        self._fusions_checked: dict[str, list[str]] = {}
         self._depth = 0
 
     # -- walking --------------------------------------------------------------------------
@@ -213,7 +214,7 @@ class _Builder:
         if op == "parameter":
             n = inst.parameter_number or 0
             return args[n] if n < len(args) else ()
-        if op == "constant" or op in ("partition-id", "replica-id", "after-all", "iota_free"):
+        if op in ("constant", "partition-id", "replica-id", "after-all"):
             return ()
         if op == "tuple":
             return TupleVal(vals)
@@ -252,15 +253,12 @@ class _Builder:
         if op == "fusion":
             inner = self._fused_collective(inst)
             if inner is not None:
-                callee, coll = inner
-                if _is_async_collective_custom_call(coll, ASYNC_COLLECTIVE_DONE):
+                callee, coll, role = inner
+                if role == "done" and self._is_pending(deps):
                     return self.collective_done(comp, inst, deps, mult, loop)
-                mode = CollectiveMode.FUSION
-                if _is_async_collective_custom_call(coll, ASYNC_COLLECTIVE_START) or (
-                    isinstance(inst.backend_config, Mapping)
-                    and "async_collective_fusion_config" in inst.backend_config
-                ):
-                    mode = CollectiveMode.ASYNC_FUSION
+                if role == "step" and self._is_pending(deps):
+                    return self.collective_step(comp, inst, deps, mult, loop)
+                mode = CollectiveMode.ASYNC_FUSION if role == "start" else CollectiveMode.FUSION
                 return self.collective(comp, inst, deps, mult, loop, mode, coll, callee)
             return self.compute(comp, inst, deps, mult, loop)
         if op == "custom-call":
@@ -271,7 +269,7 @@ class _Builder:
                     return self.collective(
                         comp, inst, deps, mult, loop, CollectiveMode.ASYNC_FUSION, coll[1], coll[0]
                     )
-            if target == ASYNC_COLLECTIVE_DONE and self._is_pending(deps):
+            if target == ASYNC_COLLECTIVE_DONE:
                 return self.collective_done(comp, inst, deps, mult, loop)
             if target in FREE_CUSTOM_CALLS:
                 return self.compute(comp, inst, deps, mult, loop)
@@ -307,20 +305,57 @@ class _Builder:
         self.nodes.append(node)
         return node
 
+    def _unknown_in_fusion(self, inst: Instruction) -> None:
+        """List unknown opcodes inside a fusion body (its FLOPs cannot count them)."""
+        callee = inst.attr("calls")
+        if not callee:
+            return
+        key = callee.lstrip("%")
+        if key in self._fusions_checked:
+            found = self._fusions_checked[key]
+        else:
+            found = []
+            stack = [self.m.computation(key)]
+            seen = {key}
+            while stack:
+                body = stack.pop()
+                for i in body.instructions:
+                    if i.opcode not in KNOWN_OPCODES:
+                        found.append(f"{i.name} ({i.opcode})")
+                    sub = i.attr("calls") if i.opcode == "fusion" else None
+                    if sub and sub.lstrip("%") not in seen:
+                        seen.add(sub.lstrip("%"))
+                        stack.append(self.m.computation(sub))
+            self._fusions_checked[key] = found
+        for f in found:
+            self.unknown.append(f"{f} in fusion {inst.name}")
+
     def compute(
         self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
     ) -> Val:
         node = self._node(comp, inst, NodeKind.COMPUTE, deps, mult, loop)
+        if inst.opcode == "fusion":
+            self._unknown_in_fusion(inst)
         shapes = list(node.operand_shapes)
         if inst.opcode == "conditional":
             branches = _branch_names(inst)
             node.flops = max((self.fusion.flops(b) for b in branches), default=0.0)
+            if any(
+                i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS
+                for b in branches
+                for i in self.m.computation(b).instructions
+            ):  # not modelled: say so rather than drop it silently
+                self.unknown.append(f"{inst.name} (conditional with collectives in its branches)")
         else:
             node.flops = instruction_flops(inst, shapes, self.fusion.flops)
-        if inst.opcode == "copy-start":
-            node.hbm_bytes = 2 * sum(s.byte_size for s in shapes)
-        elif inst.opcode == "slice-start":
-            node.hbm_bytes = 2 * inst.shape.leaves()[1].byte_size if inst.shape.is_tuple and len(inst.shape.leaves()) > 1 else io_bytes(inst, shapes)
+        elems = inst.shape.tuple_shapes
+        if inst.opcode == "copy-start" and elems:
+            # (destination, source alias, context): read the source, write the destination
+            node.hbm_bytes = sum(hbm_size(s) for s in shapes) + hbm_size(elems[0])
+        elif inst.opcode == "slice-start" and len(elems) > 1:
+            # ((operands), result, context): read the slice from the operand, write the result
+            src_in_hbm = bool(shapes) and shapes[0].memory_space == 0
+            node.hbm_bytes = (elems[1].byte_size if src_in_hbm else 0) + hbm_size(elems[1])
         else:
             node.hbm_bytes = io_bytes(inst, shapes)
         node.fusion_kind = inst.attr("kind")
@@ -349,7 +384,9 @@ class _Builder:
             operand_shapes=node.operand_shapes,
             result_shape=inst.shape,
             backend_config=inst.backend_config,
-            kernel_name=_kernel_name(inst.backend_config),
+            kernel_name=_kernel_name(inst),
+            op_name=_op_name(inst),
+            frontend_attributes=inst.attr("frontend_attributes"),
         )
         return (node.index,)
 
@@ -375,9 +412,11 @@ class _Builder:
         # operand / result shapes of the collective itself (per device)
         where = inner_comp if inner_comp is not None else comp
         in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
-        if inner_comp is None and inst is not coll_inst:
-            in_shapes = list(node.operand_shapes)
-        if coll_inst.opcode.endswith("-start") and coll_inst.shape.is_tuple:
+        if (
+            coll_inst.opcode.endswith("-start")
+            and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
+            and coll_inst.shape.is_tuple
+        ):
             res_shape = _start_result(coll_inst, in_shapes)
         else:
             res_shape = coll_inst.shape
@@ -399,6 +438,7 @@ class _Builder:
             fused_compute = tuple(
                 i.opcode for i in inner_comp.instructions
                 if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
+                and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
             )
             # all-reduce + dynamic-slice fused together is a reduce-scatter
             outer = inst.shape.byte_size
@@ -411,6 +451,12 @@ class _Builder:
                 result_bytes = outer
             node.flops = self.fusion.flops(inner_comp.name)
         payload, send, recv = _traffic(kind, operand_bytes, result_bytes, group_size, pairs)
+        if kind is CollectiveKind.ALL_GATHER:
+            array = max(result_bytes, operand_bytes * group_size)
+        elif kind is CollectiveKind.ALL_TO_ALL:
+            array = operand_bytes * group_size
+        else:
+            array = operand_bytes
         cfg = None
         for bc in (inst.backend_config, coll_inst.backend_config):
             if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
@@ -433,6 +479,7 @@ class _Builder:
             operand_bytes=operand_bytes,
             result_bytes=result_bytes,
             payload_bytes=payload,
+            array_bytes=array,
             send_bytes=send,
             recv_bytes=recv,
             group_size=group_size,
@@ -443,6 +490,9 @@ class _Builder:
             algorithm=cfg,
             fused_compute=fused_compute,
         )
+        afc = _async_fusion_config(coll_inst)
+        if afc is not None:
+            coll.async_fusion_configs = (afc,)
         node.collective = coll.index
         node.hbm_bytes = io_bytes(inst, list(node.operand_shapes)) if sync else operand_bytes
         self.collectives.append(coll)
@@ -453,34 +503,71 @@ class _Builder:
     def _is_pending(self, deps: tuple[int, ...]) -> bool:
         return any(d in self._pending for d in deps)
 
+    def collective_step(
+        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
+    ) -> Val:
+        """An async collective fusion: compute that also advances a started collective."""
+        ci = next(self._pending[d] for d in deps if d in self._pending)
+        val = self.compute(comp, inst, deps, mult, loop)
+        node = self.nodes[val[0]]  # type: ignore[index]
+        node.collective = ci
+        coll = self.collectives[ci]
+        coll.steps += (node.index,)
+        inner = self._fused_collective(inst)
+        afc = _async_fusion_config(inner[1]) if inner else None
+        if afc is not None:
+            coll.async_fusion_configs += (afc,)
+        self._pending[node.index] = ci  # the done reads the buffers through this node
+        return val
+
     def collective_done(
         self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
     ) -> Val:
         starts = [d for d in deps if d in self._pending]
-        if not starts:
-            raise HloModelError(f"{inst.name!r} ({inst.opcode}) has no matching start")
         node = self._node(comp, inst, NodeKind.COLLECTIVE_DONE, deps, mult, loop)
-        ci = self._pending.pop(starts[0])
+        if not starts:  # a done whose start this walk did not see: keep it, costless
+            node.kind = NodeKind.COMPUTE
+            return (node.index,)
+        ci = self._pending[starts[0]]
+        for k in [k for k, v in self._pending.items() if v == ci]:
+            del self._pending[k]
         coll = self.collectives[ci]
         coll.done = node.index
         node.collective = ci
         node.hbm_bytes = coll.result_bytes
         return (node.index,)
 
-    def _fused_collective(self, inst: Instruction) -> tuple[Computation, Instruction] | None:
+    def _fused_collective(
+        self, inst: Instruction
+    ) -> tuple[Computation, Instruction, str] | None:
+        """(body, collective op, role) of a fusion holding a collective, else None.
+
+        role: "start" / "done" when the body ends in libtpu's AsyncCollectiveStart / Done
+        custom call; "step" for an async collective fusion (compute fused with steps of a
+        started collective: its collective op carries ``async_collective_fusion_config``);
+        "fusion" for a plain collective fusion.
+        """
         callee = inst.attr("calls")
         if not callee:
             return None
         comp = self.m.computation(callee)
+        coll: Instruction | None = None
+        role = "fusion"
         for i in comp.instructions:
-            if i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS:
-                return comp, i
-            if i.opcode == "custom-call" and _unquote(i.attr("custom_call_target") or "") in (
-                ASYNC_COLLECTIVE_START,
-                ASYNC_COLLECTIVE_DONE,
-            ):
-                return comp, i
-        return None
+            if coll is None and (i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS):
+                coll = i
+                bc = i.backend_config
+                if isinstance(bc, Mapping) and "async_collective_fusion_config" in bc:
+                    role = "step"
+            if i.opcode == "custom-call":
+                target = _unquote(i.attr("custom_call_target") or "")
+                if target == ASYNC_COLLECTIVE_START:
+                    role = "start"
+                elif target == ASYNC_COLLECTIVE_DONE:
+                    role = "done"
+        if coll is None:
+            return None
+        return comp, coll, role
 
     def _collective_in_callees(self, inst: Instruction) -> tuple[Computation, Instruction] | None:
         for key in ("called_computations", "calls", "to_apply"):
@@ -544,6 +631,13 @@ def _deps(vals: list[Val]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _async_fusion_config(inst: Instruction) -> Mapping[str, Any] | None:
+    bc = inst.backend_config
+    if isinstance(bc, Mapping) and isinstance(bc.get("async_collective_fusion_config"), Mapping):
+        return bc["async_collective_fusion_config"]
+    return None
+
+
 def _unquote(s: str) -> str:
     return s[1:-1] if len(s) >= 2 and s[0] == '"' and s[-1] == '"' else s
 
@@ -559,15 +653,33 @@ def _branch_names(inst: Instruction) -> list[str]:
     return [n for n in (inst.attr("true_computation"), inst.attr("false_computation")) if n]
 
 
-def _kernel_name(bc: Mapping[str, Any] | str | None) -> str | None:
+def _op_name(inst: Instruction) -> str | None:
+    md = inst.attr("metadata")
+    if not md:
+        return None
+    i = md.find('op_name="')
+    if i < 0:
+        return None
+    j = md.find('"', i + 9)
+    return md[i + 9 : j] if j > 0 else None
+
+
+def _kernel_name(inst: Instruction) -> str | None:
+    """The kernel's name: from the custom-call config, the op_name before ``/pallas_call``,
+    or the instruction name without its ``.N`` suffix."""
+    bc = inst.backend_config
     if isinstance(bc, Mapping):
         cc = bc.get("custom_call_config")
-        for src in (bc, cc if isinstance(cc, Mapping) else {}):
+        if isinstance(cc, Mapping):
             for key in ("kernel_name", "name"):
-                v = src.get(key)
-                if isinstance(v, str):
-                    return v
-    return None
+                if isinstance(cc.get(key), str):
+                    return cc[key]
+    op_name = _op_name(inst)
+    if op_name and "/pallas_call" in op_name:
+        head = op_name.rsplit("/pallas_call", 1)[0]
+        return head.rsplit("/", 1)[-1] or None
+    base = inst.name.split(".", 1)[0]
+    return base or None
 
 
 def _start_result(inst: Instruction, in_shapes: list[Shape]) -> Shape:
@@ -615,7 +727,17 @@ def _traffic(
 
 
 # -- trip counts ----------------------------------------------------------------------------
-_PASS = frozenset({"copy", "bitcast", "convert", "reshape"})
+# A tiny symbolic evaluator over the loop's condition and body. Values are
+#   ("const", v)          a known integer
+#   ("state",)            the loop-state tuple (parameter 0 of the body / condition)
+#   ("param", k)          element k of the loop state
+#   ("affine", k, c)      element k of the loop state plus c
+#   ("cmp", dir, a, b)    a comparison
+# It looks through copies/converts/bitcasts/reshapes, tuple plumbing and fusions (libtpu may
+# fuse the compare of the condition or the increment of the body).
+_PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
 
 
 def _trip_count(
@@ -630,100 +752,115 @@ def _trip_count(
             except (TypeError, ValueError):
                 pass
     try:
-        trip = _induction_trip_count(comp, inst, body, cond)
-    except (KeyError, IndexError, ValueError, ZeroDivisionError):
+        trip = _induction_trip_count(m, comp, inst, body, cond)
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, HloParseError):
         trip = None
     return (trip, "induction") if trip is not None else (None, "unknown")
 
 
-def _strip(comp: Computation, inst: Instruction) -> Instruction:
+def _literal_int(lit: str) -> int | None:
+    lit = lit.strip()
+    if lit in ("true", "false"):
+        return int(lit == "true")
+    try:
+        return int(lit)
+    except ValueError:
+        try:
+            f = float(lit)
+        except ValueError:
+            return None
+        return int(f) if f.is_integer() else None
+
+
+def _sym(
+    m: HloModule, comp: Computation, inst: Instruction, frame: _Frame, depth: int = 0
+) -> tuple[Any, ...] | None:
+    if depth > 32:
+        return None
     while inst.opcode in _PASS and inst.operands:
         inst = comp.by_name[inst.operands[0]]
-    return inst
+    op = inst.opcode
 
+    def sub(name: str) -> tuple[Any, ...] | None:
+        return _sym(m, comp, comp.by_name[name], frame, depth + 1)
 
-def _param_index(comp: Computation, inst: Instruction) -> int | None:
-    """k when ``inst`` is (a copy/convert of) get-tuple-element(parameter(0), index=k)."""
-    inst = _strip(comp, inst)
-    if inst.opcode == "get-tuple-element":
-        src = _strip(comp, comp.by_name[inst.operands[0]])
-        if src.opcode == "parameter":
-            return int(inst.attr("index") or 0)
-    return None
-
-
-def _const(comp: Computation, inst: Instruction, depth: int = 0) -> int | None:
-    """Integer value of a scalar constant reached through copies / tuple plumbing."""
-    if depth > 16:
-        return None
-    inst = _strip(comp, inst)
-    if inst.opcode == "constant" and inst.literal is not None:
-        lit = inst.literal.strip()
-        if lit in ("true", "false"):
-            return int(lit == "true")
-        try:
-            return int(lit)
-        except ValueError:
-            try:
-                f = float(lit)
-                return int(f) if f.is_integer() else None
-            except ValueError:
-                return None
-    if inst.opcode == "get-tuple-element":
-        src = _strip(comp, comp.by_name[inst.operands[0]])
+    if op == "constant":
+        v = _literal_int(inst.literal or "")
+        return ("const", v) if v is not None else None
+    if op == "parameter":
+        if frame is None:
+            return ("state",)
+        outer, fusion, outer_frame = frame
+        n = inst.parameter_number or 0
+        return _sym(m, outer, outer.by_name[fusion.operands[n]], outer_frame, depth + 1)
+    if op == "get-tuple-element":
+        idx = int(inst.attr("index") or 0)
+        src = comp.by_name[inst.operands[0]]
+        while src.opcode in _PASS and src.operands:
+            src = comp.by_name[src.operands[0]]
         if src.opcode == "tuple":
-            idx = int(inst.attr("index") or 0)
-            return _const(comp, comp.by_name[src.operands[idx]], depth + 1)
-    if inst.opcode == "negate":
-        v = _const(comp, comp.by_name[inst.operands[0]], depth + 1)
-        return -v if v is not None else None
+            return sub(src.operands[idx])
+        base = _sym(m, comp, src, frame, depth + 1)
+        return ("param", idx) if base == ("state",) else None
+    if op == "fusion":
+        callee = m.computation(inst.attr("calls") or "")
+        assert callee.root is not None
+        return _sym(m, callee, callee.root, (comp, inst, frame), depth + 1)
+    if op == "negate":
+        a = sub(inst.operands[0])
+        return ("const", -a[1]) if a and a[0] == "const" else None
+    if op in ("add", "subtract") and len(inst.operands) == 2:
+        a, b = sub(inst.operands[0]), sub(inst.operands[1])
+        if not a or not b:
+            return None
+        sign = 1 if op == "add" else -1
+        if a[0] == "const" and b[0] == "const":
+            return ("const", a[1] + sign * b[1])
+        if a[0] in ("param", "affine") and b[0] == "const":
+            off = a[2] if a[0] == "affine" else 0
+            return ("affine", a[1], off + sign * b[1])
+        if op == "add" and b[0] in ("param", "affine") and a[0] == "const":
+            off = b[2] if b[0] == "affine" else 0
+            return ("affine", b[1], off + a[1])
+        return None
+    if op == "compare" and len(inst.operands) == 2:
+        return ("cmp", inst.attr("direction") or "", sub(inst.operands[0]), sub(inst.operands[1]))
     return None
-
-
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
 
 def _induction_trip_count(
-    comp: Computation, inst: Instruction, body: Computation, cond: Computation
+    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
 ) -> int | None:
-    root = _strip(cond, cond.root)  # type: ignore[arg-type]
-    if root.opcode == "fusion":
+    assert cond.root is not None and body.root is not None
+    c = _sym(m, cond, cond.root, None)
+    if not c or c[0] != "cmp" or not c[2] or not c[3]:
         return None
-    if root.opcode != "compare" or len(root.operands) != 2:
+    direction, a, b = c[1], c[2], c[3]
+    if a[0] == "const" and b[0] in ("param", "affine"):
+        a, b, direction = b, a, _FLIP.get(direction, "")
+    if b[0] != "const" or a[0] not in ("param", "affine"):
         return None
-    direction = root.attr("direction") or ""
-    a, b = (cond.by_name[o] for o in root.operands)
-    k = _param_index(cond, a)
-    limit = _const(cond, b)
-    if k is None or limit is None:
-        k = _param_index(cond, b)
-        limit = _const(cond, a)
-        direction = _FLIP.get(direction, "")
-    if k is None or limit is None:
+    k = a[1]
+    limit = b[1] - (a[2] if a[0] == "affine" else 0)  # i + c < L  <=>  i < L - c
+    # the while operand is the state tuple; element k is its initial induction value
+    src = comp.by_name[inst.operands[0]]
+    while src.opcode in _PASS and src.operands:
+        src = comp.by_name[src.operands[0]]
+    if src.opcode != "tuple":
         return None
-    # initial value: element k of the while operand (a tuple in the caller)
-    init_src = _strip(comp, comp.by_name[inst.operands[0]])
-    if init_src.opcode != "tuple":
+    init_val = _sym(m, comp, comp.by_name[src.operands[k]], None)
+    if not init_val or init_val[0] != "const":
         return None
-    init = _const(comp, comp.by_name[init_src.operands[k]])
-    if init is None:
-        return None
-    # step: body root element k = add(param element k, constant) (either order)
-    broot = _strip(body, body.root)  # type: ignore[arg-type]
+    init = init_val[1]
+    broot = body.root
+    while broot.opcode in _PASS and broot.operands:
+        broot = body.by_name[broot.operands[0]]
     if broot.opcode != "tuple":
         return None
-    upd = _strip(body, body.by_name[broot.operands[k]])
-    step = None
-    if upd.opcode in ("add", "subtract") and len(upd.operands) == 2:
-        x, y = (body.by_name[o] for o in upd.operands)
-        if _param_index(body, x) == k:
-            step = _const(body, y)
-        elif upd.opcode == "add" and _param_index(body, y) == k:
-            step = _const(body, x)
-        if step is not None and upd.opcode == "subtract":
-            step = -step
-    if not step:
+    upd = _sym(m, body, body.by_name[broot.operands[k]], None)
+    if not upd or upd[0] != "affine" or upd[1] != k or upd[2] == 0:
         return None
+    step = upd[2]
     if direction == "LT":
         n = -(-(limit - init) // step) if step > 0 else None
     elif direction == "LE":

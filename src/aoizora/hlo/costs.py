@@ -13,8 +13,10 @@ Conventions (documented so the cost model can rely on them):
   ``reduce-window``: one per *input* element (times the window for reduce-window); data
   movement (copy, transpose, slice, broadcast, gather, pad, ...): zero FLOPs.
 * ``fusion``: sum of its body's FLOPs (recursing into nested fusions); HBM bytes of a fusion
-  (and of any top-level op) = bytes of its operands + bytes of its result, i.e. the traffic of
-  a kernel whose intermediates stay on chip. Logical bytes, TPU tiling padding ignored.
+  (and of any top-level op) = bytes of its operands + bytes of its result that live in HBM
+  (layout memory space 0; ``S(1)`` VMEM operands were prefetched by a separately costed
+  ``copy-start``), i.e. the traffic of a kernel whose intermediates stay on chip. Logical
+  bytes, TPU tiling padding ignored.
 * ``estimated_cycles``: the compiler's own estimate, read from ``backend_config`` (top level
   or ``window_config``) when present.
 """
@@ -30,11 +32,11 @@ from aoizora.hlo.parser import Computation, Instruction
 from aoizora.hlo.shapes import Shape
 
 ELEMENTWISE_FLOP_OPS = frozenset(
-    """abs add and atan2 cbrt ceil clamp clz compare complex convert cos divide erf exponential
+    """abs add and atan2 cbrt ceil clamp clz compare complex convert divide erf exponential
     exponential-minus-one floor imag is-finite log log-plus-one logistic maximum minimum multiply
     negate not or popcnt power real reduce-precision remainder round-nearest-afz
     round-nearest-even rsqrt select shift-left shift-right-arithmetic shift-right-logical sign
-    sin sqrt stochastic-convert subtract tan tanh xor""".split()
+    sine cosine sqrt stochastic-convert subtract tan tanh xor""".split()
 )
 """Ops costed at one FLOP per result element (comparisons and conversions included: they
 occupy the vector units like arithmetic does)."""
@@ -117,9 +119,19 @@ def instruction_flops(
     return 0.0
 
 
+def hbm_size(shape: Shape) -> int:
+    """Bytes of the arrays of ``shape`` that live in HBM (layout memory space 0)."""
+    return sum(leaf.byte_size for leaf in shape.leaves() if leaf.memory_space == 0)
+
+
 def io_bytes(inst: Instruction, operand_shapes: list[Shape]) -> int:
-    """Bytes read (operands) plus bytes written (result) by a top-level op."""
-    return sum(s.byte_size for s in operand_shapes) + inst.shape.byte_size
+    """HBM bytes read (operands) plus written (result) by a top-level op.
+
+    Buffers whose layout puts them in another memory space (``S(1)`` VMEM, ``S(2)`` SMEM/sflags,
+    ...) are left out: moving them there was a separate op (a ``copy-start`` prefetch) that is
+    costed on its own.
+    """
+    return sum(hbm_size(s) for s in operand_shapes) + hbm_size(inst.shape)
 
 
 class FusionCoster:

@@ -5,7 +5,7 @@ Grammar (what libtpu 0.0.42.1 prints; ``[]`` optional, ``*`` repeated)::
     module       := 'HloModule' NAME (',' KEY '=' VALUE)* section* computation*
     section      := WORD entry*              e.g. FileNames / FunctionNames / StackFrames
     entry        := INT (STRING | '{' ... '}')
-    computation  := ['ENTRY'] NAME '(' params ')' '->' shape '{' instruction* '}'
+    computation  := ['ENTRY'] NAME ['(' params ')' '->' shape] '{' instruction* '}'
     instruction  := ['ROOT'] NAME '=' shape OPCODE '(' operands ')' (',' KEY '=' VALUE)*
     shape        := '(' shape (',' shape)* ')' | DTYPE ['[' dims ']' [LAYOUT]]
     operand      := [shape] NAME           (old printers put the shape before the name)
@@ -28,6 +28,13 @@ from aoizora.hlo.shapes import Shape
 
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)(?:\[([^\]]*)\](\{[^{}\s]*\})?)?")
 _DIM = re.compile(r"\s*(?:<=)?\s*(\d+|\?)\s*")
+# Fast paths over the same tokens as the general rules (the general path handles the rest
+# and reports errors): an instruction head, an opcode, a plain operand list, ", key=".
+_NAME = r"%?([\w.][\w.\-$]*)"
+_HEAD = re.compile(r"(ROOT[ \t]+)?" + _NAME + r"[ \t]*=[ \t]*")
+_OPCODE = re.compile(r"[ \t]*([a-z][a-z0-9\-]*)\(")
+_SIMPLE_OPERANDS = re.compile(r"\(((?:[ \t]*%?[\w.][\w.\-$]*[ \t]*,)*[ \t]*(?:%?[\w.][\w.\-$]*)?[ \t]*)\)")
+_ATTR_KEY = re.compile(r",[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=")
 
 
 @dataclass(slots=True)
@@ -128,7 +135,7 @@ class _Parser:
                 lx.pos = tok.pos
                 raise lx.error("expected a computation")
             after = lx.peek_char()
-            if tok.text == "ENTRY" or after == "(":
+            if tok.text == "ENTRY" or after in ("(", "{"):
                 lx.pos = save
                 comp = self.computation()
                 if comp.name in computations:
@@ -173,11 +180,13 @@ class _Parser:
             is_entry = True
             name = lx.word("computation name")
         name = name.lstrip("%")
-        if lx.peek_char() != "(":
-            raise lx.error(f"expected '(' after computation name {name!r}")
-        lx.balanced_extent()  # parameter list: the parameter instructions carry the shapes
-        lx.expect("->", "before the result shape")
-        self.shape()
+        c = lx.peek_char()
+        if c == "(":  # signature; the short printer omits it ("name {")
+            lx.balanced_extent()  # parameter list: the parameter instructions carry the shapes
+            lx.expect("->", "before the result shape")
+            self.shape()
+        elif c != "{":
+            raise lx.error(f"expected '(' or '{{' after computation name {name!r}")
         lx.expect("{", f"to open computation {name!r}")
         comp = Computation(name, is_entry, [])
         while True:
@@ -207,17 +216,28 @@ class _Parser:
         lx = self.lx
         lx.skip_space()
         start = lx.pos
-        name = lx.word("instruction name")
-        is_root = False
-        if name == "ROOT":
-            is_root = True
+        m = _HEAD.match(lx.text, start)
+        if m:  # fast path for the common "[ROOT] %name = " head (same tokens, one regex)
+            is_root = m.group(1) is not None
+            name = m.group(2)
+            lx.pos = m.end()
+        else:
             name = lx.word("instruction name")
-        name = name.lstrip("%")
-        lx.expect("=", f"after instruction name {name!r}")
+            is_root = False
+            if name == "ROOT":
+                is_root = True
+                name = lx.word("instruction name")
+            name = name.lstrip("%")
+            lx.expect("=", f"after instruction name {name!r}")
         shape = self.shape()
-        opcode = lx.word("opcode")
-        if lx.peek_char() != "(":
-            raise lx.error(f"expected '(' after opcode {opcode!r}")
+        m = _OPCODE.match(lx.text, lx.pos)
+        if m:
+            opcode = m.group(1)
+            lx.pos = m.end() - 1  # at the '('
+        else:
+            opcode = lx.word("opcode")
+            if lx.peek_char() != "(":
+                raise lx.error(f"expected '(' after opcode {opcode!r}")
         literal = None
         param_no = None
         operands: tuple[str, ...] = ()
@@ -235,9 +255,19 @@ class _Parser:
             operands = self.operands()
         attrs: dict[str, str] = {}
         backend_config: dict[str, Any] | str | None = None
-        while lx.accept(","):
-            key = lx.word("attribute name")
-            lx.expect("=", f"after attribute {key!r}")
+        text = lx.text
+        while True:
+            m = _ATTR_KEY.match(text, lx.pos)
+            if m:  # fast path: ", key="
+                key = m.group(1)
+                lx.pos = m.end()
+            else:
+                if not lx.accept(","):
+                    break
+                if lx.peek_char() == ",":  # libtpu sometimes prints an empty attribute: ", ,"
+                    continue
+                key = lx.word("attribute name")
+                lx.expect("=", f"after attribute {key!r}")
             if key == "backend_config":
                 c = lx.peek_char()
                 if c == "{":
@@ -257,6 +287,13 @@ class _Parser:
 
     def operands(self) -> tuple[str, ...]:
         lx = self.lx
+        m = _SIMPLE_OPERANDS.match(lx.text, lx.pos)
+        if m:  # fast path: "(%a, %b)" — plain names only
+            inner = m.group(1).strip()
+            lx.pos = m.end()
+            if not inner:
+                return ()
+            return tuple(x.strip().lstrip("%") for x in inner.split(","))
         lx.expect("(")
         names: list[str] = []
         if lx.accept(")"):
@@ -301,6 +338,8 @@ class _Parser:
         m = _ARRAY_SHAPE.match(lx.text, lx.pos)
         if not m or m.end() == lx.pos:
             raise lx.error("expected a shape")
+        if m.group(2) is None and lx.text.startswith("[", m.end()):
+            raise lx.error("unterminated dimensions in shape", m.end())
         key = m.group(0)
         cached = self._shape_cache.get(key)
         if cached is None:

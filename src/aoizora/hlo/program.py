@@ -2,46 +2,72 @@
 
 This module is the interface between the compiled-HLO parser and its two consumers, the
 topology-aware cost model (Q2) and the event-driven reference simulator. Both need the same
-things from a compiled program and nothing else, so the model is flat, typed and cheap:
+things from a compiled program and nothing else, so the model is flat, typed and cheap.
+Build it with `aoizora.hlo.analyze` (HLO text or a jax compiled object) or
+`aoizora.hlo.build_program`.
 
 `Program.nodes` — the schedule view
     Every costed instruction of the entry computation in program order (the compiler's
     schedule: libtpu prints modules with ``is_scheduled=true``, so text order is execution
-    order). Loop bodies appear **once**, inline, right before their loop's ``while`` node,
-    and are *not* unrolled. Each `Node` has
+    order). ``call``s are inlined. Loop bodies appear **once**, inline, right before the
+    ``loop`` node that closes them, and are *not* unrolled. Each `Node` has
 
     * ``deps`` — indices of earlier nodes whose results it reads. Data flowing through free
-      ops (parameter, constant, tuple, get-tuple-element, bitcast, ...) is traced through
-      them, so a dep is always a real producer. A node inside a loop body that reads the
-      loop's carried state depends on the producers of the loop's initial value (loop-carried
-      dependencies are implied by walking the body once per iteration in order).
+      ops (parameter, constant, tuple, get-tuple-element, bitcast, copy-done, ...) is traced
+      through them element by element, so a dep is always a real producer. A node inside a
+      loop body that reads the loop's carried state depends on the producers of the loop's
+      initial value (loop-carried dependencies are implied by walking the body once per
+      iteration, in order). Consumers of a loop's result depend on its ``loop`` node.
     * ``multiplicity`` — product of the trip counts of all enclosing loops (1 outside loops):
       the number of times the node runs per program execution. A scheduler either walks the
-      body range of each `Loop` ``trip_count`` times, or walks the list once and scales.
+      body range of each `Loop` ``trip_count`` times (`Program.execution_order` does exactly
+      that), or walks the list once and scales by ``multiplicity``.
     * ``loop`` — index into `Program.loops` of the innermost enclosing loop, or None.
     * ``kind`` — one of `NodeKind`: ``compute``, ``opaque`` (custom call whose cost the caller
-      supplies), ``collective`` (synchronous collective), ``collective-start`` /
-      ``collective-done`` (an asynchronous collective's two halves), ``loop`` (the ``while``
-      node closing a loop body; zero cost), ``unknown`` (an op this parser does not know;
-      costed as opaque compute and listed in `Program.unknown_ops`, never dropped).
-    * compute costs: ``flops`` (dot/convolution 2·MACs plus one per output element of
-      elementwise/reduce work), ``hbm_bytes`` (operands read + results written, the HBM traffic
-      of a fused kernel whose internals stay on chip), ``estimated_cycles`` (the compiler's own
-      cost model from ``backend_config``, None when absent) and ``seconds`` (only set by an
-      opaque-cost hook that answers in time).
+      supplies), ``collective`` (synchronous collective or collective fusion),
+      ``collective-start`` / ``collective-done`` (the two halves of an asynchronous one),
+      ``loop`` (closes a loop body; zero cost), ``unknown`` (an op this parser does not know:
+      kept in place with its HBM bytes, cost left to the hook, listed in
+      `Program.unknown_ops`, never dropped).
+    * ``collective`` — index into `Program.collectives` for collective nodes, and for the
+      compute nodes of an async collective fusion that also advance a started collective.
+    * compute costs: ``flops`` (dot/convolution 2·MACs plus one per element of
+      elementwise/reduce work, fusions summed over their bodies — see `aoizora.hlo.costs`),
+      ``hbm_bytes`` (operands read + results written that live in HBM, i.e. layout memory
+      space 0: the traffic of a fused kernel whose internals stay on chip; VMEM-resident
+      ``S(1)`` operands arrive through separately costed ``copy-start``s),
+      ``estimated_cycles`` (the compiler's own cost model from ``backend_config``, None when
+      absent) and ``seconds`` (only set by an opaque-cost hook that answers in time).
 
-`Program.collectives` — one `Collective` per collective (sync op, start/done pair, or
-    collective fusion), listing kind, mode, groups (tuples of *logical device ids*: positions in
-    the program's device assignment, i.e. ``mesh.devices.flat`` order for a ``jax.jit`` over a
-    ``Mesh``), ``source_target_pairs`` for permutes, per-device payloads, the parsed
-    ``collective_algorithm_config`` and ``overlap``: the compute nodes scheduled strictly
-    between its start and its done (empty for synchronous collectives).
+`Program.collectives` — one `Collective` per collective instance, with
 
-`Program.loops` — one `Loop` per ``while``: trip count and where it came from, the node range
-    ``[start, end)`` of its body in `Program.nodes` (the ``while`` node itself is ``end``),
-    its parent loop and multiplicity.
+    * ``kind`` (`CollectiveKind`) and ``mode`` (`CollectiveMode`): ``sync`` (one instruction),
+      ``async`` (``*-start``/``*-done`` pair or ``async-start``/``async-done`` wrapping the
+      op), ``fusion`` (a kCustom fusion holding the collective, e.g. libtpu's
+      ``SingleInputAllReduceScatterFusion`` = all-reduce + dynamic-slice, reported as a
+      reduce-scatter), ``async-fusion`` (libtpu's async collective fusion: a fusion ending in
+      an ``AsyncCollectiveStart`` custom call, compute fusions carrying its steps — listed in
+      ``steps`` — and a fusion ending in ``AsyncCollectiveDone``);
+    * ``start`` / ``done`` node indices (equal when synchronous) and ``overlap``: the compute /
+      opaque nodes scheduled strictly between them;
+    * ``groups`` — tuples of *logical device ids*: positions in the program's device
+      assignment, i.e. ``mesh.devices.flat`` order for a ``jax.jit`` over a ``Mesh``
+      (`Program.device_ids` maps them to runtime device ids when built from a compiled
+      object); ``source_target_pairs`` for permutes (``groups`` is then empty);
+    * sizes (below), ``dtype``, ``dimensions``, ``channel_id``, ``multiplicity``, ``loop``;
+    * ``algorithm`` — the parsed ``collective_algorithm_config`` (`AlgorithmConfig`: emitter,
+      strategy names, colors, phases, has_reordering_map, is_multistep, every debug field),
+      None when the compiler printed none (async collective fusions print
+      ``async_collective_fusion_config`` instead, kept in ``async_fusion_configs``).
 
-Payload conventions (per device, in bytes; N = group size, S = operand bytes on one device):
+`Program.loops` — one `Loop` per ``while``: trip count and its source (``backend_config``
+    ``known_trip_count``, or ``induction``: the condition compares a loop-state element with
+    a constant and the body adds a constant to it, seen through copies, converts and
+    fusions), the node range ``[start, end)`` of its body in `Program.nodes` (``end`` is the
+    closing ``loop`` node), its parent loop and multiplicity. An unknown trip count is None
+    and counts as 1.
+
+Sizes (per device, in bytes; N = group size, S = operand bytes on one device):
 
 =====================  ===================  ===================================================
 kind                   ``payload_bytes``    ``send_bytes`` / ``recv_bytes`` (bandwidth-optimal)
@@ -50,25 +76,37 @@ all-reduce             S                    2·(N−1)/N·S each (reduce-scatter
 all-gather             S (the shard)        (N−1)·S each
 reduce-scatter         S (the full input)   (N−1)/N·S each
 all-to-all             S                    (N−1)/N·S each
-collective-permute     S                    S if the device is a source / target, else 0
+collective-permute     S                    S per pair the device is source / target of
 =====================  ===================  ===================================================
 
-These are algorithm-independent lower bounds on the traffic of each device; how that traffic
-maps onto links (ring direction, reordering) is the cost model's business and is recorded,
-not interpreted, in ``algorithm``.
+``operand_bytes`` / ``result_bytes`` are the collective's input / output buffers on one
+device; ``array_bytes`` is V of the textbook formulas (all-gather / reduce-scatter ≈ V/W on a
+ring): the gathered result of an all-gather, the input of a reduce-scatter / all-reduce, N·S
+for an all-to-all, S for a permute. Sizes are logical (TPU tile padding ignored).
+
+The send/receive figures are algorithm-independent lower bounds on each device's traffic;
+how that traffic maps onto links (ring order and direction, reordering, colors) is the cost
+model's business and is recorded, not interpreted, in ``algorithm``.
 
 Opaque ops: custom calls (``tpu_custom_call`` for Pallas kernels such as splash attention) have
-no derivable cost. `build_program` accepts ``opaque_cost``, a callable receiving an `OpaqueOp`
-(name, target, operand and result shapes, backend config) and returning an `OpaqueCost`
+no derivable cost. `build_program` / `analyze` accept ``opaque_cost``, a callable receiving an
+`OpaqueOp` (name, target, kernel name, operand and result shapes, backend config, op_name and
+raw frontend attributes such as Pallas ``kernel_metadata``) and returning an `OpaqueCost`
 (flops / hbm_bytes and/or seconds) or None; `Program.with_opaque_cost` re-costs a built
 program with another hook without re-parsing.
+
+Known limits: ``conditional`` is one compute node costed as its most expensive branch (a
+collective inside a branch is not modelled; the conditional is then listed in
+``unknown_ops``); an async collective whose start and done sit
+on different sides of a loop boundary keeps the start's multiplicity; ``send``/``recv`` are
+costed as compute.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,6 +237,7 @@ class Collective:
     operand_bytes: int  # per device: bytes of the collective's input buffer(s)
     result_bytes: int  # per device: bytes of its output buffer(s)
     payload_bytes: int  # per device: the conventional size (see the module docstring)
+    array_bytes: int  # V of the textbook costs: bytes of the full array the group works on
     send_bytes: int  # per device (max over devices), bandwidth-optimal lower bound
     recv_bytes: int
     group_size: int
@@ -209,6 +248,9 @@ class Collective:
     algorithm: AlgorithmConfig | None
     overlap: tuple[int, ...] = ()  # compute/opaque node indices between start and done
     fused_compute: tuple[str, ...] = ()  # for collective fusions: compute opcodes fused in
+    steps: tuple[int, ...] = ()  # async collective fusions (compute nodes) that advance it
+    # ``async_collective_fusion_config`` of the start and of each step (e.g. flag_start/end)
+    async_fusion_configs: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -225,6 +267,7 @@ class Collective:
             "operand_bytes": self.operand_bytes,
             "result_bytes": self.result_bytes,
             "payload_bytes": self.payload_bytes,
+            "array_bytes": self.array_bytes,
             "send_bytes": self.send_bytes,
             "recv_bytes": self.recv_bytes,
             "group_size": self.group_size,
@@ -235,6 +278,8 @@ class Collective:
             "algorithm": self.algorithm.to_json() if self.algorithm else None,
             "overlap": list(self.overlap),
             "fused_compute": list(self.fused_compute),
+            "steps": list(self.steps),
+            "async_fusion_configs": [dict(c) for c in self.async_fusion_configs],
         }
 
 
@@ -265,7 +310,9 @@ class OpaqueOp:
     operand_shapes: tuple[Shape, ...]
     result_shape: Shape
     backend_config: Mapping[str, Any] | str | None
-    kernel_name: str | None  # Pallas kernel name when the backend config carries one
+    kernel_name: str | None  # e.g. "splash_mha_fwd_no_residuals" (Pallas kernel name)
+    op_name: str | None = None  # metadata op_name (the jax source path of the call)
+    frontend_attributes: str | None = None  # raw, e.g. Pallas kernel_metadata (block sizes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +370,33 @@ class Program:
                 seconds=cost.seconds,
             )
         return dataclasses.replace(self, nodes=nodes)
+
+    def execution_order(self) -> Iterator[tuple[Node, tuple[int, ...]]]:
+        """Nodes as they execute: loop bodies repeated ``trip_count`` times (1 if unknown).
+
+        Yields ``(node, iterations)`` where ``iterations`` holds the iteration number of each
+        enclosing loop, outermost first. The walk a simulator wants; it costs
+        sum(multiplicity) steps, so prefer `nodes` + ``multiplicity`` for closed forms.
+        """
+        children: dict[int | None, list[Loop]] = {}
+        for lp in self.loops:
+            children.setdefault(lp.parent, []).append(lp)
+
+        def run(start: int, end: int, parent: int | None, its: tuple[int, ...]):
+            subs = {lp.start: lp for lp in children.get(parent, ()) if start <= lp.start <= end}
+            i = start
+            while i < end:
+                lp = subs.get(i)
+                if lp is not None and lp.end < end:
+                    for t in range(lp.trip_count if lp.trip_count is not None else 1):
+                        yield from run(lp.start, lp.end, lp.index, its + (t,))
+                    yield self.nodes[lp.end], its
+                    i = lp.end + 1
+                    continue
+                yield self.nodes[i], its
+                i += 1
+
+        yield from run(0, len(self.nodes), None, ())
 
     def total_flops(self) -> float:
         """FLOPs of one program execution (loop bodies scaled by their trip counts)."""

@@ -178,11 +178,13 @@ def enumerate_placements(
             coords = _combine(contrib, mesh.shape)
             labels, descs = [], []
             for name, cs, (label, _) in zip(mesh.axis_names, axis_coords, walks):
-                where = ".".join(_coord_label(c, axis_names, digits_per_axis) for c in cs) or "-"
+                if not cs:
+                    continue  # a size-1 axis occupies no physical digit
+                where = ".".join(_coord_label(c, axis_names, digits_per_axis) for c in cs)
                 labels.append(f"{name}={where}" + (f"~{label}" if label else ""))
                 descs.append(
                     f"{name} on "
-                    + (" x ".join(f"{axis_names[c.axis]}[{c.size} step {c.stride}]" for c in cs) or "nothing")
+                    + " x ".join(f"{axis_names[c.axis]}[{c.size} step {c.stride}]" for c in cs)
                     + (f" ({label})" if label else "")
                 )
             rank = (sum(1 for label, _ in walks if label), sum(len(cs) for cs in axis_coords), " ".join(labels))

@@ -78,8 +78,10 @@ def print_ranking(rows: list[Any], title: str, console: Console | None = None) -
     """Placements best first: Q2 and simulator latency (us) and exposed communication."""
     console = console or Console()
     table = Table(title=title)
-    for col in ("#", "placement", "Q2 us", "Q2 exposed us", "sim us", "sim exposed us"):
-        table.add_column(col, justify="right" if col not in ("placement",) else "left")
+    table.add_column("#", justify="right")
+    table.add_column("placement", no_wrap=True)
+    for col in ("Q2 us", "Q2 exposed us", "sim us", "sim exposed us"):
+        table.add_column(col, justify="right")
     for i, r in enumerate(rows, 1):
         name = r.placement.name + ("  (jax-default)" if r.is_jax_default and r.placement.name != "jax-default" else "")
         style = "bold" if r.is_jax_default else None
@@ -94,8 +96,9 @@ def print_ranking(rows: list[Any], title: str, console: Console | None = None) -
 def print_validation(report: Any, title: str, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=title)
-    for col in ("program", "placements", "Spearman", "Kendall", "top-1", "regret", "sim spread"):
-        table.add_column(col, justify="left" if col == "program" else "right")
+    table.add_column("program", no_wrap=True, min_width=22)
+    for col in ("placements", "Spearman", "Kendall", "top-1", "regret", "sim spread"):
+        table.add_column(col, justify="right")
     for name, row in report.per_program.items():
         table.add_row(
             escape(name), str(row["placements"]), f"{row['spearman']:.3f}", f"{row['kendall']:.3f}",

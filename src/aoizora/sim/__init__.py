@@ -1,11 +1,28 @@
 """Reference simulator: event-driven, flow-level execution of one program on one placement.
 
 Independent of the cost model Q2 (it shares only the topology and the program graph) so that Q2
-can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the model and
-`aoizora.sim.algorithms` for how compiled algorithm configs map to rings.
+can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the
+execution model, `aoizora.sim.algorithms` for how compiled algorithm configs become transfer
+DAGs, `aoizora.sim.network` for max-min fair link sharing.
+
+What it models: every ring step / exchange as chunked point-to-point transfers over
+dimension-order routes; store-and-forward per chunk; max-min fair sharing of every directed
+link, re-solved whenever a flow starts or ends; hops x hop latency per transfer; all groups of a
+collective at once; per-device in-order compute; async start/done overlap; loops walked per
+iteration (or skipped once provably periodic).
+
+What it leaves out, on purpose or for now: HBM contention between compute and DMA; the compute
+of reductions inside reduce-scatter / all-reduce steps; compute fused into collective fusions
+(a collective node costs only its network time); injection limits per chip other than its
+links; congestion control and packetisation; the exact chunk sizes of libtpu's emitters
+(``chunks`` is a parameter). ``ring_order="best"`` optimises each group on its own, not the
+groups of a collective jointly.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
@@ -23,6 +40,7 @@ __all__ = [
     "max_min_rates",
     "ring_direction",
     "simulate",
+    "simulate_placements",
 ]
 
 
@@ -34,7 +52,8 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
 
     ring_order: ``"listed"`` rings follow each group's listed order; ``"best"`` reorders each
         group's members to minimise its bottleneck link load (the compiler *may* reorder; the
-        evidence is open, hence a switch).
+        evidence is open, hence a switch); ``"reordering-map"`` reorders only collectives whose
+        algorithm config says ``has_reordering_map: true``.
     opaque_seconds: seconds of opaque/unknown nodes, by node name (mapping) or a callable taking
         the `Node` (None = use the node's own cost).
     chunks: pieces each ring step's payload is split into and pipelined.
@@ -51,3 +70,10 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
     sim.run()
     return sim.result({"ring_order": ring_order, "chunks": chunks, "ring_direction": ring_direction,
                        "default_direction": default_direction, "extrapolate_loops": extrapolate_loops})
+
+
+def simulate_placements(program: Program, topology: Topology, placements: Iterable[Placement],
+                        **options: Any) -> list[tuple[Placement, SimResult]]:
+    """`simulate` on each placement; (placement, result) pairs, fastest first (ties: input order)."""
+    runs = [(p, simulate(program, topology, p, **options)) for p in placements]
+    return sorted(runs, key=lambda pr: pr[1].step_seconds)

@@ -10,16 +10,21 @@ Algorithm config -> ring shape (`ring_direction="auto"`), decided from the strin
 0.0.42.1 prints (see `ring_direction`):
 
 * ``BiDirection...`` anywhere in emitter/strategy        -> bidirectional
-* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``) with
-  ``colors`` != 1 -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
+* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``):
+  ``colors:1`` -> unidirectional (a one-armed pincer), otherwise -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
   split in halves going opposite ways round the ring (this holds even when the strategy is named
   ``UniDirection1DRingStrategy{colors:2}``: each color is a one-way ring, the pair is not)
 * ``UniDirection...`` or ``StrategyRing`` (``colors:1``)   -> unidirectional
 * anything else (``1DAllGatherNonMajorDim``, no config)   -> `default_direction` (bidirectional
   unless told otherwise: the textbook V/W_bidi assumption)
 
-``StrategyND{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases: the
-group (in its ring order) is laid row-major on an a x b grid; each color carries 1/colors of the
+N-D strategies (``StrategyND``, ``UniDirectionNDRingStrategy``, any config with ``num_dims`` >= 2)
+``{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases. Assumption: such a
+strategy names *physical* dimensions (on v5e:4x4 a 16-device group prints ``dim_sizes:4,4``,
+the slice's own extents, whatever the group's device order), so when the group's chips fill an
+a x b box, strategy dim k runs along the k-th physical axis of that extent; otherwise the listed
+order is laid row-major on the grid. Each line (a ring along one dimension) goes through its
+members in their listed order (``ring_order="listed"``) or in their best order (``"best"``); each color carries 1/colors of the
 data and walks the dimensions in its ``dim_used`` order (reduce-scatter phases, then all-gather
 phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirectional as above.
 """
@@ -27,6 +32,7 @@ phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirection
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 import math
 import re
 from dataclasses import dataclass, field
@@ -36,7 +42,7 @@ from aoizora.hlo.program import AlgorithmConfig, Collective, CollectiveKind
 from aoizora.topology import Topology
 
 Direction = Literal["unidirectional", "bidirectional"]
-RingOrder = Literal["listed", "best"]
+RingOrder = Literal["listed", "best", "reordering-map"]
 
 _BI = re.compile(r"bi-?direction", re.IGNORECASE)
 _UNI = re.compile(r"uni-?direction|strategyring", re.IGNORECASE)
@@ -49,8 +55,8 @@ def ring_direction(algorithm: AlgorithmConfig | None, default: Direction = "bidi
     text = " ".join(s for s in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if s)
     if _BI.search(text):
         return "bidirectional"
-    if "pincer" in text.lower() and algorithm.colors != 1:
-        return "bidirectional"
+    if "pincer" in text.lower():
+        return "unidirectional" if algorithm.colors == 1 else "bidirectional"
     if _UNI.search(text):
         return "unidirectional"
     return default
@@ -65,6 +71,7 @@ class NDLayout:
 
 
 _DIM_SIZES = re.compile(r"dim_sizes:\s*([0-9,\s]+?)(?:\s+[a-z_]+:|\}|$)")
+_NUM_DIMS = re.compile(r"num_dims:\s*(\d+)")
 _DIM_USED = re.compile(r"dim_used:\s*((?:\{[0-9\s]+\},?)+)")
 
 
@@ -73,13 +80,13 @@ def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | 
     if algorithm is None:
         return None
     names = " ".join(s for s in (algorithm.strategy, *algorithm.strategies) if s)
-    if "strategynd" not in names.lower():
-        return None
-    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, dict) else ""
+    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, Mapping) else ""
     text = raw if isinstance(raw, str) else ""
-    sizes_text = algorithm.fields.get("dim_sizes")
+    dims_m = _NUM_DIMS.search(text)
+    if "ND" not in names and not (dims_m and int(dims_m.group(1)) >= 2):
+        return None
     sizes_m = _DIM_SIZES.search(text)
-    sizes_src = sizes_text or (sizes_m.group(1) if sizes_m else None)
+    sizes_src = sizes_m.group(1) if sizes_m else algorithm.fields.get("dim_sizes")
     if not sizes_src:
         return None
     try:
@@ -101,6 +108,15 @@ def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | 
 
 
 # --- ring order ------------------------------------------------------------------------------
+
+
+def effective_ring_order(ring_order: RingOrder, algorithm: AlgorithmConfig | None) -> Literal["listed", "best"]:
+    """``"reordering-map"``: the best order only where the config says the compiler carries a
+    reordering map (``has_reordering_map: true``, printed e.g. for ``1DAllGatherNonMajorDim``
+    all-gathers), the listed order elsewhere (``has_reordering_map:0`` or no config)."""
+    if ring_order == "reordering-map":
+        return "best" if algorithm is not None and algorithm.has_reordering_map else "listed"
+    return ring_order
 
 
 def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> dict[int, int]:
@@ -126,7 +142,8 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
     """The order of the group's devices minimising (bottleneck link load, longest hop, total hops).
 
     Exact (all cyclic orders, first device fixed) up to 8 members; above that a deterministic
-    2-opt local search started from the listed order. Ties keep the earliest order found, so the
+    2-opt local search started from the listed order, a nearest-neighbour order and, when the
+    chips fill a rectangle, its closed snake. Ties keep the earliest order found, so the
     listed order wins whenever it is already optimal.
     """
     n = len(group)
@@ -137,13 +154,23 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
     if n <= 8:
         head = group[0]
         for rest in itertools.permutations(group[1:]):
-            if rest[0] > rest[-1]:  # a ring and its reverse load links alike up to direction
-                continue
             cand = (head, *rest)
             cost = _ring_cost(topology, cand, bidirectional)
             if cost < best_cost:
                 best, best_cost = cand, cost
         return best
+    for seed in (group, *_seed_orders(topology, group)):
+        cand, cost = _two_opt(topology, seed, bidirectional)
+        if cost < best_cost:
+            best, best_cost = cand, cost
+    return best
+
+
+def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
+             ) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """Deterministic first-improvement 2-opt on the ring cost, from `order`."""
+    best, best_cost = order, _ring_cost(topology, order, bidirectional)
+    n = len(order)
     improved = True
     while improved:
         improved = False
@@ -153,7 +180,46 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
                 cost = _ring_cost(topology, cand, bidirectional)
                 if cost < best_cost:
                     best, best_cost, improved = cand, cost, True
-    return best
+    return best, best_cost
+
+
+def _seed_orders(topology: Topology, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Starting orders for the local search: greedy nearest neighbour, and when the group's chips
+    fill a 2-D rectangle with an even side, the closed snake (a neighbour-only Hamiltonian cycle)."""
+    seeds = []
+    left = list(group[1:])
+    path = [group[0]]
+    while left:
+        cur = path[-1]
+        nxt = min(left, key=lambda d: (len(topology.device_route(cur, d)), left.index(d)))
+        path.append(nxt)
+        left.remove(nxt)
+    seeds.append(tuple(path))
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) == len(group):
+        coords = list(chips)
+        varying = [k for k in range(len(coords[0])) if len({c[k] for c in coords}) > 1]
+        if len(varying) == 2:
+            a, b = varying
+            ra = sorted({c[a] for c in coords})
+            rb = sorted({c[b] for c in coords})
+            if len(ra) * len(rb) == len(group) and (len(ra) % 2 == 0 or len(rb) % 2 == 0):
+                if len(ra) % 2:
+                    a, b, ra, rb = b, a, rb, ra
+                fixed = coords[0]
+
+                def at(x: int, y: int) -> int:
+                    c = list(fixed)
+                    c[a], c[b] = x, y
+                    return chips[tuple(c)]
+
+                order = []
+                for r, x in enumerate(ra):
+                    ys = rb[1:] if r % 2 == 0 else list(reversed(rb[1:]))
+                    order += [at(x, y) for y in ys]
+                order += [at(x, rb[0]) for x in reversed(ra)]
+                seeds.append(tuple(order))
+    return seeds
 
 
 # --- transfer DAGs ---------------------------------------------------------------------------
@@ -176,7 +242,6 @@ class Plan:
     dependents: list[list[int]] = field(default_factory=list)
     by_device: dict[int, list[int]] = field(default_factory=dict)
     involvement: dict[int, int] = field(default_factory=dict)
-    link_bytes: dict[int, float] = field(default_factory=dict)
     description: str = ""
 
     def add(self, topology: Topology, src: int, dst: int, nbytes: float, sender: int, seq: int,
@@ -195,7 +260,7 @@ class Plan:
         return self.n_senders - 1
 
     def finish(self, members: tuple[int, ...]) -> "Plan":
-        """Index dependents, per-device involvement and per-link bytes once the DAG is built."""
+        """Index dependents and per-device involvement once the DAG is built."""
         self.members = members
         self.dependents = [[] for _ in self.src]
         for t, pre in enumerate(self.prereqs):
@@ -209,8 +274,6 @@ class Plan:
             if d != s:
                 self.by_device[d].append(t)
                 self.involvement[d] += 1
-            for l in self.route[t]:
-                self.link_bytes[l] = self.link_bytes.get(l, 0.0) + self.nbytes[t]
         return self
 
 
@@ -271,6 +334,8 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
     sizes = layout.dim_sizes
     colors = layout.dim_orders
     strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    listed_pos = {d: i for i, d in enumerate(order)}
+    order = _physical_grid(topology, order, sizes) or order
 
     def lines(dim: int) -> list[tuple[int, ...]]:
         out = []
@@ -280,6 +345,8 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
             line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
             if ring_order == "best":
                 line = best_ring_order(topology, line, bidirectional)
+            else:
+                line = tuple(sorted(line, key=listed_pos.__getitem__))
             out.append(line)
         return out
 
@@ -309,6 +376,36 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
             seq_base += steps * chunks
 
 
+def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The group laid row-major on the strategy grid by *physical* coordinates (strategy dim k on
+    the k-th physical axis of that extent), or None when its chips do not fill such a box."""
+    chips = {topology.positions[d].chip: d for d in group}
+    if len(chips) != len(group):
+        return None
+    coords = list(chips)
+    lows = [min(c[a] for c in coords) for a in range(len(coords[0]))]
+    extents = [max(c[a] for c in coords) - lows[a] + 1 for a in range(len(coords[0]))]
+    varying = [a for a, e in enumerate(extents) if e > 1]
+    used: list[int] = []
+    for n in sizes:
+        axis = next((a for a in varying if a not in used and extents[a] == n), None)
+        if axis is None:
+            return None
+        used.append(axis)
+    if len(used) != len(varying) or math.prod(sizes) != len(group):
+        return None
+    out = []
+    for idx in itertools.product(*(range(n) for n in sizes)):
+        c = list(lows)
+        for axis, i in zip(used, idx):
+            c[axis] = lows[axis] + i
+        d = chips.get(tuple(c))
+        if d is None:
+            return None
+        out.append(d)
+    return tuple(out)
+
+
 def build_plan(collective: Collective, logical_to_device: list[int], topology: Topology, *,
                ring_order: RingOrder, chunks: int, direction: Direction | Literal["auto"],
                default_direction: Direction) -> Plan:
@@ -325,8 +422,11 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
         plan.description = f"permute x{len(collective.source_target_pairs)}"
         return plan.finish(tuple(dict.fromkeys(members)))
     bidi = (direction if direction != "auto" else ring_direction(collective.algorithm, default_direction)) == "bidirectional"
+    ring_order = effective_ring_order(ring_order, collective.algorithm)
     desc = []
-    for group in collective.groups:
+    # HLO's empty replica_groups={} means one group of every device
+    groups = collective.groups or (tuple(range(len(logical_to_device))),)
+    for group in groups:
         devs = tuple(logical_to_device[g] for g in group)
         members += devs
         n = len(devs)

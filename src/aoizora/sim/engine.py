@@ -45,16 +45,21 @@ from aoizora.topology import Topology
 OpaqueSeconds = Mapping[str, float] | Callable[[Node], "float | None"] | None
 
 _COMPUTE, _SYNC, _START, _DONE, _LOOP = 0, 1, 2, 3, 4
+
+#: Times closer than this (seconds) are one instant. Far below any modelled duration (the
+#: shortest is a hop latency, ~1e-6 s), far above float rounding of times (~1e-18 s).
+TIME_EPS = 1e-13
 _EV_DEVICE, _EV_TX_END, _EV_DELIVER = 0, 1, 2
 
 
 class _Run:
     """One run of one collective: the mutable state over its (shared, immutable) plan."""
 
-    __slots__ = ("plan", "coll", "missing", "issued", "enabled", "queues", "busy", "pending",
+    __slots__ = ("serial", "plan", "coll", "missing", "issued", "enabled", "queues", "busy", "pending",
                  "left", "first_issue", "waiters", "finished")
 
-    def __init__(self, plan: Plan, coll: int):
+    def __init__(self, serial: int, plan: Plan, coll: int):
+        self.serial = serial
         self.plan = plan
         self.coll = coll
         self.missing = [len(p) for p in plan.prereqs]
@@ -89,7 +94,6 @@ class Simulator:
         n = program.num_devices
         flat = [int(d) for d in placement.device_ids.ravel()]
         self.l2p = flat[:n]
-        self.p2l = {p: l for l, p in enumerate(self.l2p)}
         self.n = n
         self.nodes = program.nodes
         self._roles(program)
@@ -108,6 +112,8 @@ class Simulator:
         self.plans: dict[int, Plan] = {}
         self.runs: dict[tuple, _Run] = {}
         self.unfinished = 0
+        self._finished_in_instant = False
+        self._dirty: dict[tuple[int, int], _Run] = {}  # senders to (re)consider at the end of the instant
         nl = len(program.loops)
         self.pc = [0] * n
         self.iters = [[0] * nl for _ in range(n)]
@@ -122,7 +128,8 @@ class Simulator:
         self.coll_wait = np.zeros(nc)
         self.coll_max = np.zeros(nc)
         self.extrapolated: dict[int, int] = {}
-        self._seen: dict[tuple, tuple[float, tuple[float, ...], tuple[np.ndarray, ...]]] = {}
+        # quiescent state key -> (time, parked times relative to it, statistics, loop iteration)
+        self._seen: dict[tuple, tuple[float, tuple[float, ...], tuple[np.ndarray, ...], int]] = {}
 
     # --- static preparation ----------------------------------------------------------------
     def _roles(self, program: Program) -> None:
@@ -220,25 +227,37 @@ class Simulator:
         while True:
             t_ev = heap[0][0] if heap else math.inf
             dt = net.time_to_next_finish()
-            if dt < math.inf and self.now + dt <= t_ev:
-                self.now += dt
-                for fid in net.advance(dt):
-                    self._tx_end(*self.flows.pop(fid))
-                continue
-            if t_ev == math.inf:
+            t_next = min(self.now + dt, t_ev)
+            if t_next == math.inf:
                 break
-            for fid in net.advance(t_ev - self.now):
+            finished = net.advance(max(0.0, t_next - self.now), slack=TIME_EPS)
+            self.now = max(self.now, t_next)
+            # One batch per instant: everything within TIME_EPS of now happens "at once", and
+            # senders choose their next transfer only after all of it, so float rounding of
+            # coinciding times never decides who goes first.
+            for fid in finished:
                 self._tx_end(*self.flows.pop(fid))
-            self.now = max(self.now, t_ev)
-            while heap and heap[0][0] <= self.now:
-                _, _, kind, a, b = heapq.heappop(heap)
-                self.events += 1
-                if kind == _EV_DEVICE:
-                    self._device(b)
-                elif kind == _EV_TX_END:
-                    self._tx_end(a, b)
-                else:
-                    self._deliver(a, b)
+            while True:
+                while heap and heap[0][0] <= self.now + TIME_EPS:
+                    _, _, kind, a, b = heapq.heappop(heap)
+                    self.events += 1
+                    if kind == _EV_DEVICE:
+                        self._device(b)
+                    elif kind == _EV_TX_END:
+                        self._tx_end(a, b)
+                    else:
+                        self._deliver(a, b)
+                if not self._dirty:
+                    break
+                self._flush_senders()
+                if not (heap and heap[0][0] <= self.now + TIME_EPS):
+                    break
+            if self._finished_in_instant:
+                # runs that finished while a device was mid-walk (no traffic) are checked here,
+                # once every device is parked again
+                self._finished_in_instant = False
+                if self.unfinished == 0 and self.extrapolate and not self.flows:
+                    self._quiescent()
         stuck = [d for d in range(self.n) if math.isnan(self.finish[d])]
         if stuck:
             d = stuck[0]
@@ -315,18 +334,17 @@ class Simulator:
         key = self._key(d, c)
         run = self.runs.get(key)
         if run is None:
-            run = _Run(self._plan(c), c)
+            run = _Run(len(self.runs), self._plan(c), c)
             self.runs[key] = run
             self.unfinished += 1
         phys = self.l2p[d]
         plan = run.plan
-        if phys not in plan.involvement:
-            return run  # not a member (e.g. a device outside every permute pair)
-        if run.first_issue is None:
-            run.first_issue = self.now
-        run.issued.add(phys)
-        for t in plan.by_device[phys]:
-            self._enable(run, t)
+        if phys in plan.involvement:  # else not a member (e.g. outside every permute pair)
+            if run.first_issue is None:
+                run.first_issue = self.now
+            run.issued.add(phys)
+            for t in plan.by_device[phys]:
+                self._enable(run, t)
         self._check_finished(run)
         return run
 
@@ -338,7 +356,12 @@ class Simulator:
         run.enabled[t] = 1
         s = plan.sender[t]
         heapq.heappush(run.queues[s], (plan.seq[t], t))
-        self._send(run, s)
+        self._dirty[(run.serial, s)] = run
+
+    def _flush_senders(self) -> None:
+        dirty, self._dirty = self._dirty, {}
+        for (_, s), run in sorted(dirty.items(), key=lambda kv: kv[0]):
+            self._send(run, s)
 
     def _send(self, run: _Run, s: int) -> None:
         if run.busy[s] or not run.queues[s]:
@@ -361,7 +384,7 @@ class Simulator:
         plan = run.plan
         s = plan.sender[t]
         run.busy[s] = 0
-        self._send(run, s)
+        self._dirty[(run.serial, s)] = run
         self._push(self.now + len(plan.route[t]) * self.hop_latency, _EV_DELIVER, run, t)
 
     def _deliver(self, run: _Run, t: int) -> None:
@@ -390,6 +413,7 @@ class Simulator:
         self.coll_total[c] += duration
         self.coll_runs[c] += 1
         self.coll_max[c] = max(self.coll_max[c], duration)
+        self._finished_in_instant = True
         if self.unfinished == 0 and self.extrapolate and not self.flows:
             self._quiescent()
 
@@ -415,10 +439,10 @@ class Simulator:
             stats = (self.compute.copy(), self.link_bytes.copy(), self.coll_total.copy(), self.coll_runs.copy(),
                      self.coll_wait.copy())
             prev = self._seen.get(key)
-            self._seen[key] = (self.now, rel, stats, base)  # type: ignore[assignment]
+            self._seen[key] = (self.now, rel, stats, base)
             if prev is None:
                 continue
-            p_now, p_rel, p_stats, p_base = prev  # type: ignore[misc]
+            p_now, p_rel, p_stats, p_base = prev
             period = self.now - p_now
             if base != p_base + 1 or period <= 0:
                 continue
@@ -430,11 +454,19 @@ class Simulator:
             if skip <= 0:
                 continue
             shift = skip * period
-            self.heap = [(t + shift, s, k, a, b) for t, s, k, a, b in self.heap]
+            self.heap[:] = [(t + shift, s, k, a, b) for t, s, k, a, b in self.heap]  # in place: run() holds it
             heapq.heapify(self.heap)
             self.now += shift
             for d in range(self.n):
                 self.iters[d][i] += skip
+            # a device parked between a start and its done finds the (finished) run under the
+            # shifted iteration number
+            for rkey, run in list(self.runs.items()):
+                loop = self.nodes[self.program.collectives[rkey[0]].start].loop
+                chain = self.chain[loop] if loop is not None else ()
+                if i in chain and rkey[1 + chain.index(i)] >= base:
+                    j = 1 + chain.index(i)
+                    self.runs[rkey[:j] + (rkey[j] + skip,) + rkey[j + 1 :]] = run
             for cur, old in zip((self.compute, self.link_bytes, self.coll_total, self.coll_runs, self.coll_wait),
                                 p_stats):
                 cur += skip * (cur - old)
@@ -479,8 +511,8 @@ def _node_seconds(node: Node, clock_hz: float, peak_flops: float, hbm_Bps: float
 def _validate(program: Program, topology: Topology, placement: Placement, ring_order: str, chunks: int,
               ring_direction: str, default_direction: str) -> None:
     """Reject inputs that would make the simulation meaningless, with a message saying what to do."""
-    if ring_order not in ("listed", "best"):
-        raise SimulationError(f"ring_order must be 'listed' or 'best', not {ring_order!r}")
+    if ring_order not in ("listed", "best", "reordering-map"):
+        raise SimulationError(f"ring_order must be 'listed', 'best' or 'reordering-map', not {ring_order!r}")
     if ring_direction not in ("auto", "unidirectional", "bidirectional"):
         raise SimulationError(f"ring_direction must be 'auto', 'unidirectional' or 'bidirectional', "
                               f"not {ring_direction!r}")

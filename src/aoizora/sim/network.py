@@ -26,24 +26,26 @@ def max_min_rates(routes: list[tuple[int, ...]], capacity: np.ndarray) -> np.nda
     n = len(routes)
     if n == 0:
         return np.zeros(0)
-    used = sorted({l for r in routes for l in r})
-    col = {l: j for j, l in enumerate(used)}
-    inc = np.zeros((n, len(used)))
-    for i, r in enumerate(routes):
-        for l in r:
-            inc[i, col[l]] += 1.0
+    # flow-link incidence as (flow, link) pairs: memory linear in the routes, not flows x links
+    lengths = np.fromiter((len(r) for r in routes), dtype=np.int64, count=n)
+    flow_of = np.repeat(np.arange(n), lengths)
+    link_of = np.fromiter((l for r in routes for l in r), dtype=np.int64, count=int(lengths.sum()))
+    used, link_of = np.unique(link_of, return_inverse=True)
+    n_links = len(used)
     cap = capacity[used].astype(float)
     rates = np.zeros(n)
     active = np.ones(n, dtype=bool)
     while active.any():
-        load = inc[active].sum(axis=0)
+        load = np.bincount(link_of, weights=active[flow_of].astype(float), minlength=n_links)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where(load > 0, cap / np.where(load > 0, load, 1.0), np.inf)
         m = float(share.min())
         bottleneck = share <= m * (1.0 + _REL_TOL)
-        frozen = active & (inc[:, bottleneck].sum(axis=1) > 0)
+        frozen = np.zeros(n, dtype=bool)
+        frozen[flow_of[bottleneck[link_of]]] = True
+        frozen &= active
         rates[frozen] = m
-        cap = np.maximum(cap - m * inc[frozen].sum(axis=0), 0.0)
+        cap = np.maximum(cap - m * np.bincount(link_of, weights=frozen[flow_of].astype(float), minlength=n_links), 0.0)
         active &= ~frozen
     return rates
 
@@ -59,6 +61,9 @@ class FlowNetwork:
         self._rates = np.zeros(0)
         self._dirty = False
         self.solves = 0
+        # The same sets of concurrent routes recur (every ring step, every loop iteration): a
+        # bounded memo of solved allocations, keyed by the routes in order, saves most solves.
+        self._memo: dict[tuple[tuple[int, ...], ...], np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -72,8 +77,15 @@ class FlowNetwork:
 
     def _solve(self) -> None:
         if self._dirty:
-            self._rates = max_min_rates(self._routes, self.capacity)
-            self.solves += 1
+            key = tuple(self._routes)
+            rates = self._memo.get(key)
+            if rates is None:
+                rates = max_min_rates(self._routes, self.capacity)
+                self.solves += 1
+                if len(self._memo) >= 4096:
+                    self._memo.clear()
+                self._memo[key] = rates
+            self._rates = rates
             self._dirty = False
 
     def time_to_next_finish(self) -> float:
@@ -83,16 +95,17 @@ class FlowNetwork:
         self._solve()
         return float((self._remaining / self._rates).min())
 
-    def advance(self, dt: float) -> list[int]:
+    def advance(self, dt: float, slack: float = 0.0) -> list[int]:
         """Move every flow forward by `dt` seconds; remove and return the flows that finished.
 
-        A flow finishes when what is left would take no longer than a rounding error of `dt`.
+        A flow finishes when what is left would take no longer than `dt` plus `slack` (the
+        caller's notion of "the same instant") plus a rounding error of `dt`.
         """
         if not self._ids:
             return []
         self._solve()
         left = self._remaining / self._rates
-        done = left <= dt * (1.0 + 1e-9) + 1e-15
+        done = left <= dt * (1.0 + 1e-9) + slack + 1e-15
         self._remaining = self._remaining - self._rates * dt
         if not done.any():
             return []

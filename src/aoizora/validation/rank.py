@@ -39,7 +39,8 @@ class RankedPlacement:
 def simulator_options(options: Q2Options) -> dict[str, Any]:
     """The same compiler assumptions, phrased for the simulator's switches."""
     direction = {"auto": "auto", "uni": "unidirectional", "bi": "bidirectional"}[options.ring_direction]
-    return {"ring_order": options.ring_order, "ring_direction": direction}
+    order = {"auto": "reordering-map", "listed": "listed", "best": "best"}[options.ring_order]
+    return {"ring_order": order, "ring_direction": direction}
 
 
 def rank_placements(

@@ -1,8 +1,9 @@
-"""Hand-built `Program`s for simulator tests and benchmarks.
+"""Hand-built `Program`s for tests and benchmarks of the cost model and the simulator.
 
-The compiled-HLO parser builds Programs from libtpu output; tests of the simulator must not
-depend on it (nor on a compile), so `ProgramBuilder` writes the same model directly: nodes in
-schedule order, collectives with their start/done nodes, loops with their body ranges.
+The compiled-HLO parser builds Programs from libtpu output; textbook checks of Q2 and of the
+simulator must not depend on it (nor on a compile), so `ProgramBuilder` writes the same model
+directly: nodes in schedule order, collectives with their start/done nodes, loops with their
+body ranges.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ _SCALAR = Shape("f32", ())
 
 
 def algorithm(emitter: str | None, strategy: str | None = None, *, colors: int | None = None,
-              debug: str = "") -> AlgorithmConfig:
+              debug: str = "", has_reordering_map: bool | None = None) -> AlgorithmConfig:
     """An `AlgorithmConfig` as the parser would build it from a ``collective_algorithm_config``."""
     return AlgorithmConfig(
         emitter=emitter, strategy=strategy, strategies=(strategy,) if strategy else (), colors=colors,
-        phases=None, has_reordering_map=None, is_multistep=None, fields={},
+        phases=None, has_reordering_map=has_reordering_map, is_multistep=None, fields={},
         raw={"emitter": emitter, "strategy": strategy, "debug": debug})
 
 
@@ -78,12 +79,13 @@ class ProgramBuilder:
         ci = len(self.collectives)
         groups_t = tuple(tuple(g) for g in groups)
         n = len(groups_t[0]) if groups_t else 2
+        gathered = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_TO_ALL)
         self.collectives.append(Collective(
             index=ci, name=f"{kind.value}.{ci}", kind=kind, mode=mode, start=start, done=done, groups=groups_t,
             source_target_pairs=tuple(tuple(p) for p in pairs), dtype="bf16", operand_bytes=payload_bytes,
             result_bytes=payload_bytes * (n if kind is CollectiveKind.ALL_GATHER else 1), payload_bytes=payload_bytes,
             send_bytes=payload_bytes, recv_bytes=payload_bytes, group_size=n, multiplicity=mult, loop=loop,
-            channel_id=ci + 1, dimensions=(0,), algorithm=algo))
+            channel_id=ci + 1, dimensions=(0,), algorithm=algo, array_bytes=payload_bytes * (n if gathered else 1)))
         for i in {start, done}:
             self.nodes[i].collective = ci
         return ci
