@@ -53,6 +53,27 @@ def ring_is_bidirectional(algorithm: AlgorithmConfig | None, options: Q2Options)
     return True
 
 
+def ring_dim_orders(algorithm: AlgorithmConfig | None, ndims: int) -> list[tuple[int, ...]]:
+    """Per colour, the order in which an N-D strategy walks its dimensions.
+
+    libtpu prints e.g. `dim_used:{0 1},{1 0},{0 1},{1 0}`: four colours, half of them walking the
+    dimensions the other way round, so the phases of different colours load different links at
+    once. Each colour carries an equal share of the data. Default: one colour, dimensions in order.
+    """
+    debug = algorithm.raw.get("debug", "") if algorithm is not None and isinstance(algorithm.raw, dict) else ""
+    orders: list[tuple[int, ...]] = []
+    if isinstance(debug, str) and "dim_used:" in debug:
+        tail = debug.split("dim_used:", 1)[1]
+        for block in tail.split("}"):
+            block = block.strip().lstrip(",").strip()
+            if not block.startswith("{"):
+                break
+            order = tuple(int(t) for t in block[1:].split() if t.isdigit())
+            if sorted(order) == list(range(ndims)):
+                orders.append(order)
+    return orders or [tuple(range(ndims))]
+
+
 def ring_dims(algorithm: AlgorithmConfig | None, group_size: int) -> tuple[int, ...]:
     """Grid the compiler lays a group on: `NDRingStrategy` with `cores:{a b}` runs one ring per
     dimension in phases (the listed order laid row-major on the grid); otherwise one 1-D ring."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.cost.algorithms import Q2Options, ring_dims, ring_is_bidirectional, ring_is_reordered
+from aoizora.cost.algorithms import Q2Options, ring_dim_orders, ring_dims, ring_is_bidirectional, ring_is_reordered
 from aoizora.cost.links import Incidence, incidence
 from aoizora.cost.traffic import RingOrderer, collective_phases
 from aoizora.errors import PlacementError
@@ -114,9 +114,11 @@ class CostModel:
         reordered = ring_is_reordered(coll.algorithm, self.options)
         groups = [tuple(int(rows[d]) for d in g) for g in coll.groups]
         pairs = [(int(rows[a]), int(rows[b])) for a, b in coll.source_target_pairs]
+        dims = ring_dims(coll.algorithm, coll.group_size)
         phases = collective_phases(
             coll, groups, pairs, self.inc, bidirectional=bidirectional,
-            reorder=self.orderer if reordered else None, dims=ring_dims(coll.algorithm, coll.group_size),
+            reorder=self.orderer if reordered else None, dims=dims,
+            positions=self.orderer.positions, dim_orders=ring_dim_orders(coll.algorithm, len(dims)),
         )
         hw = self.topology.hardware
         loads = np.zeros(len(self.topology.links))

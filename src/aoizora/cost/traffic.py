@@ -119,13 +119,18 @@ def collective_phases(
     bidirectional: bool,
     reorder: RingOrderer | None,
     dims: tuple[int, ...] | None = None,
+    positions: np.ndarray | None = None,
+    dim_orders: list[tuple[int, ...]] | None = None,
 ) -> list[Traffic]:
     """Traffic of one collective, phase by phase (phases run one after another).
 
     Groups and pairs are already in incidence rows. `dims` (from the algorithm config) lays each
     group on a grid for N-D ring strategies: a reduce-scatter runs one phase per grid dimension
     (the payload shrinking by each dimension's size), an all-gather the mirror image, an
-    all-reduce both.
+    all-reduce both. The grid's lines are the group's physical lines when its chips fill a box of
+    those extents (`positions` gives each row's physical position): libtpu prints the same N-D
+    grid for every device order of a full-slice group, so the grid is physical, not logical.
+    Members keep their listed order within a line.
     """
     n = inc.num_devices
     if coll.kind == CollectiveKind.COLLECTIVE_PERMUTE:
@@ -149,37 +154,69 @@ def collective_phases(
                         hops = max(hops, int(inc.hops[a, b]))
         return [Traffic(m, 1, hops)]
     dims = dims if dims and int(np.prod(dims)) == size else (size,)
-    # (dimension, bytes each device holds when the phase starts, reduce-scatter or all-gather)
+    orders = [o for o in (dim_orders or []) if sorted(o) == list(range(len(dims)))] or [tuple(range(len(dims)))]
     full = coll.operand_bytes if coll.kind != CollectiveKind.ALL_GATHER else coll.operand_bytes * size
+    # Each colour carries an equal share; the k-th phases of all colours run at the same time.
+    slots: list[Traffic] = []
+    for order in orders:
+        for k, (d, held_bytes, scatter) in enumerate(_phases(coll.kind, dims, order, full / len(orders), size)):
+            per_edge = (dims[d] - 1) * (held_bytes / dims[d] if scatter else held_bytes)
+            m = np.zeros((n, n))
+            hops = 0
+            for g in groups:
+                for line in _grid_lines(g, dims, d, positions):
+                    ring = reorder.best(line, bidirectional) if reorder is not None and len(dims) == 1 else line
+                    m += _ring_matrix(ring, n, per_edge, bidirectional)
+                    hops = max(hops, max(int(inc.hops[a, b]) for a, b in ring_edges(ring)))
+            if k < len(slots):
+                prev = slots[k]
+                slots[k] = Traffic(prev.matrix + m, max(prev.steps, dims[d] - 1), max(prev.max_hops, hops))
+            else:
+                slots.append(Traffic(m, dims[d] - 1, hops))
+    return slots
+
+
+def _phases(
+    kind: CollectiveKind, dims: tuple[int, ...], order: tuple[int, ...], full: float, size: int
+) -> list[tuple[int, float, bool]]:
+    """(grid dimension, bytes each device holds when the phase starts, is reduce-scatter) in order:
+    reduce-scatter along each dimension (shrinking), then all-gather in reverse (growing)."""
     phases: list[tuple[int, float, bool]] = []
     held = float(full)
-    if coll.kind in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE):
-        for d in range(len(dims)):
+    if kind in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE):
+        for d in order:
             phases.append((d, held, True))
             held /= dims[d]
-    if coll.kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_REDUCE):
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_REDUCE):
         held = full / size
-        for d in reversed(range(len(dims))):
+        for d in reversed(order):
             phases.append((d, held, False))
             held *= dims[d]
-    out = []
-    for d, held_bytes, scatter in phases:
-        k = dims[d]
-        # reduce-scatter of `held` over k: (k-1) steps of held/k; all-gather of shards `held`: (k-1) steps of held
-        per_edge = (k - 1) * (held_bytes / k if scatter else held_bytes)
-        m = np.zeros((n, n))
-        hops = 0
-        for g in groups:
-            for line in _grid_lines(g, dims, d):
-                order = reorder.best(line, bidirectional) if reorder is not None and len(dims) == 1 else line
-                m += _ring_matrix(order, n, per_edge, bidirectional)
-                hops = max(hops, max(int(inc.hops[a, b]) for a, b in ring_edges(order)))
-        out.append(Traffic(m, k - 1, hops))
-    return out
+    return phases
 
 
-def _grid_lines(group: tuple[int, ...], dims: tuple[int, ...], d: int) -> list[tuple[int, ...]]:
-    """Rings along dimension `d` of the group laid row-major on `dims`."""
+def _grid_lines(
+    group: tuple[int, ...], dims: tuple[int, ...], d: int, positions: np.ndarray | None = None
+) -> list[tuple[int, ...]]:
+    """Rings along dimension `d` of the group's grid: physical lines when the group's chips fill
+    a box whose extents are `dims` (matched to physical axes in order), else the listed order laid
+    row-major on `dims`."""
+    if positions is not None:
+        pos = positions[list(group)]
+        spans = [a for a in range(pos.shape[1]) if np.ptp(pos[:, a]) > 0]
+        extents = [int(np.ptp(pos[:, a])) + 1 for a in spans]
+        if len(spans) == len(dims) and sorted(extents) == sorted(dims) and int(np.prod(extents)) == len(group):
+            free = list(range(len(spans)))
+            axis_of_dim = []
+            for size in dims:  # grid dimension -> first unused physical axis of that extent
+                k = next(i for i in free if extents[i] == size)
+                free.remove(k)
+                axis_of_dim.append(spans[k])
+            along = axis_of_dim[d]
+            lines: dict[tuple[int, ...], list[int]] = {}
+            for row, p in zip(group, pos):
+                lines.setdefault(tuple(int(v) for i, v in enumerate(p) if i != along), []).append(int(row))
+            return [tuple(v) for v in lines.values()]
     grid = np.array(group).reshape(dims)
     moved = np.moveaxis(grid, d, -1).reshape(-1, dims[d])
     return [tuple(int(v) for v in row) for row in moved]
