@@ -238,6 +238,7 @@ class _Walker:
         self.frames = 0
         self.done: set[tuple[Any, ...]] = set()
         self.demand: dict[tuple[int, int], list[tuple[tuple[str, ...], ...]]] = {}
+        self.desire: dict[tuple[int, int], tuple[tuple[str, ...], ...]] = {}
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -331,6 +332,7 @@ class _Walker:
             for v in _uses(op):
                 last_use[v] = i
         self._demands(region)
+        self._desires(region)
         live: dict[int, float] = {}
         live_bytes = 0.0
         peak = 0.0
@@ -402,6 +404,90 @@ class _Walker:
                 rhs[d] = cons[nb + len(lf) + k]
             self.demand.setdefault((self.frame, dot.operands[0]), []).append(tuple(lhs))  # type: ignore[arg-type]
             self.demand.setdefault((self.frame, dot.operands[1]), []).append(tuple(rhs))  # type: ignore[arg-type]
+
+    def _desires(self, region: Region) -> None:
+        """Backward pass: the sharding each value's consumers would like it to have.
+
+        Shardy propagates shardings from constraints and results back to producers, so an op
+        whose result is later sliced (e.g. attention scores whose query rows only feed a
+        sequence-sharded residual) is computed already sliced. Walking the region backwards,
+        constraints state what their operand should be; elementwise ops, transposes,
+        broadcasts, reductions and contractions hand their result's wish to the operand
+        dimensions it comes from. Several consumers keep only what they agree on.
+        """
+        for op in reversed(region.ops):
+            if op.name == "sdy.sharding_constraint":
+                self._wish(op.operands[0], op.attrs["sharding"].dims)
+                continue
+            if len(op.results) != 1 or op.results[0] is None:
+                continue
+            want = self.desire.get((self.frame, op.results[0]))
+            ot = op.result_types[0]
+            if want is None or ot is None or len(want) != ot.rank:
+                continue
+            name = op.name
+            if name == "stablehlo.transpose":
+                perm = op.attrs["permutation"]
+                wish = [()] * len(perm)
+                for i, p in enumerate(perm):
+                    wish[p] = want[i]
+                self._wish(op.operands[0], tuple(wish))
+            elif name == "stablehlo.broadcast_in_dim":
+                it = op.operand_types[0]
+                if it is not None:
+                    self._wish(op.operands[0], tuple(
+                        want[d] if it.shape[i] == ot.shape[d] else () for i, d in enumerate(op.attrs["broadcast_dimensions"])
+                    ))
+            elif name == "stablehlo.reduce":
+                it = op.operand_types[0]
+                if it is not None:
+                    kept = [d for d in range(it.rank) if d not in op.attrs.get("dimensions", ())]
+                    wish = [()] * it.rank
+                    for k, d in enumerate(kept):
+                        wish[d] = want[k]
+                    self._wish(op.operands[0], tuple(wish))
+            elif name == "stablehlo.dot_general":
+                lt, rt = op.operand_types
+                if lt is None or rt is None:
+                    continue
+                lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
+                lf = [d for d in range(lt.rank) if d not in lb and d not in lc]
+                rf = [d for d in range(rt.rank) if d not in rb and d not in rc]
+                lw, rw = [()] * lt.rank, [()] * rt.rank
+                for k, (i, j) in enumerate(zip(lb, rb)):
+                    lw[i] = rw[j] = want[k]
+                for k, d in enumerate(lf):
+                    lw[d] = want[len(lb) + k]
+                for k, d in enumerate(rf):
+                    rw[d] = want[len(lb) + len(lf) + k]
+                self._wish(op.operands[0], tuple(lw))
+                self._wish(op.operands[1], tuple(rw))
+            elif not op.regions and _same_shape(op):
+                for v, t in zip(op.operands, op.operand_types):
+                    if t is not None and t.rank == ot.rank:
+                        self._wish(v, want)
+
+    def _wish(self, value: int, dims: tuple[tuple[str, ...], ...]) -> None:
+        key = (self.frame, value)
+        old = self.desire.get(key)
+        if old is None:
+            self.desire[key] = tuple(tuple(d) for d in dims)
+        elif len(old) == len(dims):
+            self.desire[key] = tuple(tuple(a for a in o if a in d) for o, d in zip(old, dims))
+
+    def refine(self, value: int, t: TensorType | None, dims: list[tuple[str, ...]], used: set[str]) -> list[tuple[str, ...]]:
+        """Add the axes consumers wish for to unsharded dimensions (a free local slice)."""
+        want = self.desire.get((self.frame, value))
+        if want is None or t is None or len(want) != len(dims):
+            return dims
+        out = list(dims)
+        for i, (d, w) in enumerate(zip(dims, want)):
+            if d or not w or any(a in used for a in w):
+                continue
+            if t.shape[i] % self.sizes.n(w) == 0:
+                out[i] = tuple(w)
+                used.update(w)
+        return out
 
     def demanded(self, value: int, t: TensorType, sh: Sharding, out_bytes: float) -> Sharding:
         """The operand sharding after honouring backward demands (see `_demands`)."""
@@ -494,6 +580,8 @@ def _elementwise(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
     elif op.name in LINEAR_NARY and len(partials) == 1 and next(iter(partials)):
         keep_partial = next(iter(partials))
     target = _merge(ins, ranks, rank, w.sizes)
+    if not manual:
+        target = _with(target, w.refine(op.results[0], op.result_types[0], list(target.dims), set(target.axes)))
     transient = 0.0
     for v, t, s, r in zip(op.operands, op.operand_types, ins, ranks):
         if r == rank:
@@ -550,6 +638,10 @@ def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     rfree = [take(R.dims[d]) for d in rf]
     # one-sided contraction axes: gather that operand, or slice the other and reduce the result
     out_dims = batch + lfree + rfree
+    if not manual:
+        out_dims = w.refine(op.results[0], ot, out_dims, used)
+        nb, nl = len(batch), len(lfree)
+        batch, lfree, rfree = out_dims[:nb], out_dims[nb:nb + nl], out_dims[nb + nl:]
     out_local = w.sizes.local_bytes(ot, _with(L, out_dims))
     for k, (i, j) in enumerate(zip(lc, rc)):
         for side_axes in (L.dims[i], R.dims[j]):
