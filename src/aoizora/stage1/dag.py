@@ -49,6 +49,11 @@ NO_COST = {
     "sdy.return", "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.optimization_barrier",
     "stablehlo.reshape", "stablehlo.bitcast_convert",
 }
+# Ops that keep a value "early" (computable before the region's compute): slices and layout.
+EARLY_PASS = {
+    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.reshape", "stablehlo.transpose",
+    "stablehlo.convert", "stablehlo.broadcast_in_dim", "sdy.sharding_constraint",
+}
 # Elementwise ops linear in each operand: partial sums pass through them unreduced.
 LINEAR_UNARY = {"stablehlo.convert", "stablehlo.negate", "stablehlo.reshape", "stablehlo.transpose"}
 LINEAR_NARY = {"stablehlo.add", "stablehlo.subtract"}
@@ -239,6 +244,11 @@ class _Walker:
         self.done: set[tuple[Any, ...]] = set()
         self.demand: dict[tuple[int, int], list[tuple[tuple[str, ...], ...]]] = {}
         self.desire: dict[tuple[int, int], tuple[tuple[str, ...], ...]] = {}
+        # values available before any compute of their region (parameters, loop invariants and
+        # slices of them): the scheduler issues their all-gathers early, so those buffers are
+        # live together (FSDP weights of a whole layer)
+        self.early: set[tuple[int, int]] = set()
+        self.prefetch: list[float] = [0.0]
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -301,7 +311,10 @@ class _Walker:
         if removed:
             n = self.sizes.n(removed)
             self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps)
-            transient = max(transient, cur * n)
+            if (self.frame, value) in self.early:
+                self.prefetch[-1] += cur * n
+            else:
+                transient = max(transient, cur * n)
         return transient
 
     # -- walking
@@ -311,6 +324,7 @@ class _Walker:
             _fit(s, t, self.sizes) if (s is not None and t is not None) else _rep(t.rank if t else 0)
             for s, t in zip(f.arg_shardings, f.arg_types)
         ]
+        self.early.update((self.frame, a) for a in f.body.args)
         arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings))
         results, peak = self.region(f.body, shardings, 1, manual=False)
         out_bytes = 0.0
@@ -337,6 +351,7 @@ class _Walker:
         live_bytes = 0.0
         peak = 0.0
         returned: list[Sharding] = []
+        self.prefetch.append(0.0)
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
@@ -347,6 +362,8 @@ class _Walker:
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
+            if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
+                self.early.update((self.frame, r) for r in op.results)
             peak = max(peak, live_bytes + inner_peak)
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
@@ -357,7 +374,7 @@ class _Walker:
             peak = max(peak, live_bytes)
             for v in [v for v in live if last_use.get(v) == i]:
                 live_bytes -= live.pop(v)
-        return returned, peak
+        return returned, peak + self.prefetch.pop()
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
         """Propagate shardings through one op, emit its nodes; (result shardings, inner peak, materialized)."""
@@ -913,6 +930,10 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
         trips = 1
     carried = [_resolve_partial(w, v, t, s, mult, "loop carry") for v, t, s in zip(op.operands, op.operand_types, ins)]
     body = op.regions[1]
+    ret = body.ops[-1] if body.ops else None
+    for k, a in enumerate(body.args):  # loop invariants (the stacked weights of a scan)
+        if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
+            w.early.add((w.frame, a))
     returned, peak = w.region(body, carried, mult * trips, manual)
     ret = body.ops[-1] if body.ops else None
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
@@ -924,10 +945,14 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
 def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     f = w.module.funcs[op.attrs["callee"]]
     saved = w.frame
+    early_in = [(saved, v) in w.early for v in op.operands]
     w.frames += 1
     w.frame = w.frames
+    w.early.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
     returned, peak = w.region(f.body, ins, mult, manual)
+    ret_early = [(w.frame, v) in w.early for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
+    w.early.update((saved, r) for r, e in zip(op.results, ret_early) if e)
     ret = f.body.ops[-1] if f.body.ops else None
     if ret is not None:
         for r, v in zip(op.results, ret.operands):
