@@ -44,6 +44,7 @@ class Entry:
     rank: int | None = None
     lower_seconds: float = 0.0
     analyse_seconds: float = 0.0
+    summary: dict[str, Any] | None = None  # FLOPs, bytes, communication per axis, collectives
 
     @property
     def key(self) -> str:
@@ -57,10 +58,10 @@ class Entry:
             out["q1"] = self.q1.to_json()
         if self.memory is not None:
             out["memory"] = self.memory.to_json()
-        if self.prediction is not None:
-            out["comm_bytes_per_axis"] = self.prediction.comm_per_axis()
-            out["collectives"] = self.prediction.summary()["collectives"]
-            out["flops"] = self.prediction.flops
+        if self.summary is not None:
+            out["comm_bytes_per_axis"] = self.summary["comm_per_axis"]
+            out["collectives"] = self.summary["collectives"]
+            out["flops"] = self.summary["flops"]
         return out
 
 
@@ -147,6 +148,7 @@ def run_stage1(
             return
         e.q1, e.memory, e.lower_seconds, e.analyse_seconds = res, mem, tl, ta
         e.prediction = pred if keep_predictions else None
+        e.summary = pred.summary()
         timings["lower"] += tl
         timings["analyse"] += ta
         if not mem.fits:
@@ -187,7 +189,11 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
         f"{c['lowering_failed']} failed to lower, {c['out_of_memory']} out of memory, {c['ranked']} ranked, "
         f"{c['kept']} kept ({result.seconds:.1f} s)"
     )
-    table = Table("rank", "strategy", "Q1 (ms)", "compute (ms)", "comm (ms)", "memory (GiB)")
+    table = Table()
+    table.add_column("rank")
+    table.add_column("strategy", no_wrap=True)
+    for col in ("Q1 (ms)", "compute (ms)", "comm (ms)", "memory (GiB)"):
+        table.add_column(col, justify="right")
     for e in result.ranked[: max(result.top_k, 1) * 2]:
         table.add_row(
             f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{e.q1.seconds * 1e3:.3f}",
