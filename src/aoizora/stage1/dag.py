@@ -36,13 +36,6 @@ from typing import Any
 from aoizora.hlo.program import OpaqueCost
 from aoizora.stage1.ir import COLLECTIVE_OPS, IRModule, Op, Region, Sharding, TensorType, axis_size, group_axes
 
-# Ops whose result does not need its own HBM buffer: the compiler fuses them into consumers.
-FUSIBLE = {
-    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.slice",
-    "stablehlo.dynamic_slice", "stablehlo.convert", "stablehlo.iota", "stablehlo.constant",
-    "sdy.sharding_constraint", "stablehlo.pad", "stablehlo.bitcast_convert", "stablehlo.get_tuple_element",
-    "stablehlo.optimization_barrier", "stablehlo.reverse",
-}
 # Ops that are pure plumbing (no compute, no HBM traffic of their own).
 NO_COST = {
     "stablehlo.constant", "stablehlo.iota", "sdy.sharding_constraint", "func.return", "stablehlo.return",
@@ -57,11 +50,6 @@ EARLY_PASS = {
 # Elementwise ops linear in each operand: partial sums pass through them unreduced.
 LINEAR_UNARY = {"stablehlo.convert", "stablehlo.negate", "stablehlo.reshape", "stablehlo.transpose"}
 LINEAR_NARY = {"stablehlo.add", "stablehlo.subtract"}
-# Ops whose regions are scalar computations (reducers, comparators), not program code.
-SCALAR_REGIONS = {
-    "stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.sort", "stablehlo.scatter",
-    "stablehlo.select_and_scatter", "stablehlo.all_reduce", "stablehlo.reduce_scatter",
-}
 
 
 @dataclass(frozen=True)
@@ -606,12 +594,8 @@ def _elementwise(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
             transient = max(transient, w.reshard(v, t, src, target, mult, "operand"))
     out = _with(target, target.dims, keep_partial)
     w.cost_simple(op, [_with(s, s.dims) for s in ins], [out] * len(op.results), mult)
-    return [out] * len(op.results), transient, op.name not in FUSIBLE and not _is_cheap(op)
-
-
-def _is_cheap(op: Op) -> bool:
-    """Elementwise results are fused into their consumers unless they feed several."""
-    return True
+    # elementwise results are fused into their consumers: no buffer of their own
+    return [out] * len(op.results), transient, False
 
 
 def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):

@@ -9,7 +9,6 @@ expert's choice was or was not kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
