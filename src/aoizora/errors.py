@@ -22,3 +22,15 @@ class MeshSpecError(AoizoraError):
 
 class PlacementError(AoizoraError):
     """A physical placement that cannot be built or does not match its slice."""
+
+
+class CheckpointError(AoizoraError):
+    """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
+
+
+class StrategyError(AoizoraError):
+    """A parallel strategy that is illegal for the model, the input shapes or the mesh."""
+
+
+class ShapeError(AoizoraError):
+    """A video resolution, frame count or input array shape the model cannot take."""
