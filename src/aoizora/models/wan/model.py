@@ -198,6 +198,12 @@ def forward(
         validate_strategy(strategy, config, batch=b)
     setup = attn.AttentionSetup(strategy, mesh, kernel)
     sc = ShardingContext(strategy, mesh)
+    from aoizora.models.wan.params import param_logical_axes
+
+    all_axes = param_logical_axes(config)
+    # non-block weights are small: gather them once, up front (compute layout)
+    top = {k: v for k, v in params.items() if k != "blocks"}
+    params = dict(sc.gather_weights(top, {k: all_axes[k] for k in top}), blocks=params["blocks"])
 
     # patchify (B, C, T, H, W) -> (B, L, C·pt·ph·pw), channel-major like the Conv3d weight
     pt, ph, pw = config.patch_size
@@ -226,9 +232,7 @@ def forward(
         ctx_img = sc(ctx_img, ("batch", "kv_length", "embed_act"))
     ctx = sc(ctx, ("batch", "kv_length", "embed_act"))
 
-    from aoizora.models.wan.params import param_logical_axes
-
-    block_axes = param_logical_axes(config)["blocks"]
+    block_axes = all_axes["blocks"]
     layer_axes = jax.tree.map(lambda a: a[1:], block_axes, is_leaf=lambda a: isinstance(a, tuple))
 
     def body(xc, p):
