@@ -35,3 +35,15 @@ class HloParseError(AoizoraError):
 
 class HloModelError(AoizoraError):
     """Parsed HLO whose structure cannot form a program (missing computation, bad operand)."""
+
+
+class CheckpointError(AoizoraError):
+    """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
+
+
+class StrategyError(AoizoraError):
+    """A parallel strategy that is illegal for the model, the input shapes or the mesh."""
+
+
+class ShapeError(AoizoraError):
+    """A video resolution, frame count or input array shape the model cannot take."""
