@@ -181,7 +181,9 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        console.width = max(console.width, 150)  # strategy keys are long; do not squeeze the table
     c = result.counts()
     console.print(
         f"Stage 1 on {result.topology.name}: {c['enumerated']} enumerated, {c['rejected']} rejected as illegal, "
