@@ -516,13 +516,14 @@ class _Walker:
         return sh
 
     # -- cost helpers
-    def cost_simple(self, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int, flops_per_elem: float = 1.0) -> None:
+    def cost_simple(self, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int, flops_per_elem: float = 1.0,
+                    min_bytes: float = 0.0) -> None:
         if op.name in NO_COST:
             return
         out_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
         in_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(op.operand_types, ins))
         elems = sum(math.prod(self.sizes.local_shape(t, s)) for t, s in zip(op.result_types, outs) if t is not None)
-        self.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, 0.0, mult)
+        self.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, min_bytes, mult)
 
 
 def _add_axes(src: Sharding, dst: Sharding, axes: tuple[str, ...]) -> Sharding:
@@ -677,20 +678,24 @@ def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     flops = 2.0 * math.prod(out_shape) * contract_local
     lb_bytes, rb_bytes = w.sizes.local_bytes(lt, Lt), w.sizes.local_bytes(rt, Rt)
     ob = w.sizes.local_bytes(ot, out)
-    w.op_node(op, flops, lb_bytes + rb_bytes + ob, max(lb_bytes, rb_bytes), mult)
+    # a contraction reads both operands and writes its result (elementwise producers and
+    # consumers may fuse into it, but they move at least as many bytes)
+    w.op_node(op, flops, lb_bytes + rb_bytes + ob, lb_bytes + rb_bytes + ob, mult)
     return [out], transient, True
 
 
 def _reduce(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     dims = op.attrs.get("dimensions", ())
-    k = len(op.results)
     ins = [_resolve_partial(w, v, t, s, mult, "reduce") for v, t, s in zip(op.operands, op.operand_types, ins)]
     src = ins[0]
     t0 = op.operand_types[0]
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
     out_dims = tuple(src.dims[d] for d in range(len(src.dims)) if d not in dims) if len(src.dims) == t0.rank else ()
     outs = [_with(src, out_dims) if t is not None and t.rank == len(out_dims) else _rep(t.rank if t else 0) for t in op.result_types]
-    w.cost_simple(op, ins[: k], outs, mult)
+    # a reduction reads its input at least once, fused or not (possibly before an upcast that
+    # fused into it: count at most 2 bytes per element)
+    first = math.prod(w.sizes.local_shape(t0, ins[0])) * min(t0.itemsize, 2)
+    w.cost_simple(op, ins, outs, mult, min_bytes=first)
     if reduced_axes and not manual:
         ob = sum(w.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
         nn = w.sizes.n(reduced_axes)
