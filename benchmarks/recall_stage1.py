@@ -12,7 +12,9 @@ measurement: this checks Stage 1 against Stage 2, not against hardware.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 from scipy.stats import spearmanr
 
@@ -34,17 +36,26 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=4096)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--cache", type=Path, help="JSON file keeping best-Q2 per strategy between runs (compiles are slow)")
     args = ap.parse_args()
     topo = get_topology(args.topology)
     cfg = TransformerConfig(layers=args.layers, dim=args.dim, heads=args.heads, head_dim=128, mlp=args.mlp, seq=args.seq, batch=2)
     space = TransformerSpace(cfg)
     res = run_stage1(space, topo, top_k=len(list(space.candidates(topo.num_devices))), progress=False)
     model = CostModel(topo)
+    tag = f"{topo.name} {cfg}"
+    cache = json.loads(args.cache.read_text()) if args.cache and args.cache.exists() else {}
     rows = []
     for e in res.ranked:
         t0 = time.perf_counter()
-        program = program_from_compiled(_lower(space, e.candidate.strategy, topo).compile())
-        q2 = min(model.evaluate(program, p).step_seconds for p in enumerate_placements(topo, space.mesh_spec(e.candidate.strategy)).placements)
+        q2 = cache.get(tag, {}).get(e.key)
+        if q2 is None:
+            program = program_from_compiled(_lower(space, e.candidate.strategy, topo).compile())
+            placements = enumerate_placements(topo, space.mesh_spec(e.candidate.strategy)).placements
+            q2 = min(model.evaluate(program, p).step_seconds for p in placements)
+            cache.setdefault(tag, {})[e.key] = q2
+            if args.cache:
+                args.cache.write_text(json.dumps(cache, indent=1))
         rows.append((e.rank, e.key, e.q1.seconds, q2))
         print(f"Q1 rank {e.rank:2d}  Q1 {e.q1.seconds * 1e3:8.3f} ms  best Q2 {q2 * 1e3:8.3f} ms  Q1/Q2 {e.q1.seconds / q2:.2f}  "
               f"{e.key}  (compile+Q2 {time.perf_counter() - t0:.1f} s)", flush=True)

@@ -108,7 +108,7 @@ def _lower(space: StrategySpace, strategy: Any, topology: Topology) -> Any:
     return jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
 
 
-def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "full",
+def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "none",
             memory_slack: float = 1.0) -> tuple[Prediction, Q1Result, MemoryEstimate, float, float]:
     """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds)."""
     t0 = time.perf_counter()
@@ -126,7 +126,7 @@ def run_stage1(
     topology: Topology,
     *,
     top_k: int = DEFAULT_TOP_K,
-    overlap: Overlap = "full",
+    overlap: Overlap = "none",
     memory_slack: float = 1.0,
     progress: bool = True,
     console: Any = None,
