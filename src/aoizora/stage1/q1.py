@@ -4,8 +4,9 @@ Why a bound: Stage 1 must not lose the best strategy (high recall) before Stage 
 placement. Q1 charges each strategy only what no placement can avoid:
 
 * compute: every op at the roofline, `max(flops / peak, unavoidable HBM bytes / HBM bandwidth)`
-  (unavoidable = the larger operand of a contraction and the I/O of opaque kernels; everything
-  else may be fused away), or the seconds an opaque-kernel cost hook supplies;
+  (unavoidable = operands and result of a contraction, the input of a reduction, the I/O of
+  opaque kernels; elementwise and layout ops may be fused away), or the seconds an
+  opaque-kernel cost hook supplies;
 * communication: each collective's bytes received per device over the most bandwidth any
   placement could give its groups. The best embedding of a group of N chips on a 2-D/3-D slice
   is a ring of neighbour links (a Hamiltonian cycle of a sub-block, or a wrapped axis), run in
