@@ -1,6 +1,6 @@
 """Time Stage 1 over the whole transformer strategy space at Wan-14B-like dims.
 
-    .venv/bin/python benchmarks/bench_stage1.py [--topology v5e:4x4] [--seq 4096] [--layers 40] [--top-k 4] [--repeats 2]
+    .venv/bin/python benchmarks/bench_stage1.py [--topology v5e:4x4] [--seq 4096] [--layers 40] [--top-k 6] [--repeats 2]
 
 Each repeat runs the whole stage: enumerate, reject illegal, lower every legal strategy
 (`jax.jit(...).lower`, no compile), read the IR, build the prediction DAG, Q1, memory, rank.
@@ -15,7 +15,7 @@ import statistics
 import time
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
-from aoizora.stage1 import TransformerSpace, run_stage1
+from aoizora.stage1 import DEFAULT_TOP_K, TransformerSpace, run_stage1
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--topology", default="v5e:4x4")
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=40)
-    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--top-k", type=int, default=DEFAULT_TOP_K)
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
 

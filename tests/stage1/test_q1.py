@@ -33,9 +33,9 @@ def _check(case, topology, hook=None):
     mesh = case.module.mesh
     spec = MeshSpec(tuple(a for a, _ in mesh.axes), tuple(n for _, n in mesh.axes))
     model = CostModel(topology)
-    bound = q1(pred, topology)  # default: compute + communication
-    strict = q1(pred, topology, "full")
-    assert strict.seconds <= bound.seconds
+    bound = q1(pred, topology)  # default: parameter gathers overlap compute, the rest adds
+    strict, serial = q1(pred, topology, "full"), q1(pred, topology, "none")
+    assert strict.seconds <= bound.seconds <= serial.seconds
     worst_gap = math.inf
     placements = enumerate_placements(topology, spec).placements
     assert len(placements) >= 2
@@ -64,8 +64,24 @@ def test_q1_below_q2_transformer(transformer_cases, topo_2x4):
         assert gap >= 1.0
 
 
-def test_overlap_none_adds(micro, topo_2x4):
+def test_overlap_modes(micro, topo_2x4):
     pred = micro["contract-allreduce"].prediction
-    full, none = q1(pred, topo_2x4, "full"), q1(pred, topo_2x4, "none")
+    full, none, pre = q1(pred, topo_2x4, "full"), q1(pred, topo_2x4, "none"), q1(pred, topo_2x4)
     assert full.seconds == max(full.compute_seconds, full.comm_seconds)
     assert none.seconds == pytest.approx(full.compute_seconds + full.comm_seconds)
+    assert pre.prefetch_seconds == 0 and pre.seconds == pytest.approx(none.seconds)  # an activation all-reduce
+
+
+def test_parameter_gathers_are_prefetchable(transformer_cases, topo_2x4):
+    """FSDP-style weight gathers move parameters only: Q1 lets them overlap compute."""
+    from conftest import SMALL
+
+    from aoizora.stage1 import TransformerSpace, analyse
+
+    space = TransformerSpace(SMALL)
+    cand = next(c for c in space.candidates(8) if c.key == "fsdp=2,tensor=4 | weights=fsdp | attn=dense")
+    pred, res, _, _, _ = analyse(space, cand.strategy, topo_2x4)
+    gathers = [c for c in pred.comms if c.kind == "all-gather" and c.axes == ("fsdp",)]
+    assert gathers and all(c.prefetchable for c in gathers)
+    assert res.prefetch_seconds > 0
+    assert res.seconds == pytest.approx(max(res.compute_seconds, res.prefetch_seconds) + res.comm_seconds - res.prefetch_seconds)

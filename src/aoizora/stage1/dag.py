@@ -73,7 +73,7 @@ class OpNode:
     op: str
     flops: float
     hbm_bytes: float  # operands read + results written, as if unfused
-    min_hbm_bytes: float  # bytes no fusion can avoid (the larger operand of a contraction, kernels' I/O)
+    min_hbm_bytes: float  # bytes no fusion can avoid (contraction operands and result, reduction input, kernel I/O)
     multiplicity: int
     deps: tuple[int, ...]
     opaque: bool = False
@@ -99,6 +99,7 @@ class CommNode:
     explicit: bool
     reason: str
     deps: tuple[int, ...]
+    prefetchable: bool = False  # moves a parameter (or a slice of one): no compute precedes it
 
     @property
     def steps(self) -> int:
@@ -250,10 +251,10 @@ class _Walker:
         return i
 
     def comm(self, kind: str, axes: tuple[str, ...], payload: float, recv: float, mult: int, explicit: bool,
-             reason: str, deps: tuple[int, ...] = ()) -> int:
+             reason: str, deps: tuple[int, ...] = (), prefetchable: bool = False) -> int:
         i = len(self.nodes)
         n = self.sizes.n(axes) if axes else 1
-        self.nodes.append(CommNode(i, kind, tuple(axes), n, payload, recv, mult, explicit, reason, deps))
+        self.nodes.append(CommNode(i, kind, tuple(axes), n, payload, recv, mult, explicit, reason, deps, prefetchable))
         return i
 
     # -- resharding
@@ -267,6 +268,7 @@ class _Walker:
             return 0.0
         self.done.add(key)
         deps = self._deps((value,))
+        early = (self.frame, value) in self.early
         transient = 0.0
         # axes that only appear are a local slice: take it first, it shrinks everything after
         src_axes = set(src.axes) | set(src.unreduced)
@@ -294,12 +296,12 @@ class _Walker:
         removed = tuple(a for a in where_src if a not in where_dst)
         if moved:
             n = self.sizes.n(moved)
-            self.comm("all-to-all", moved, cur, cur * (n - 1) / n, mult, False, f"{reason}: move {'+'.join(moved)}", deps)
+            self.comm("all-to-all", moved, cur, cur * (n - 1) / n, mult, False, f"{reason}: move {'+'.join(moved)}", deps, early)
             transient = max(transient, cur)
         if removed:
             n = self.sizes.n(removed)
-            self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps)
-            if (self.frame, value) in self.early:
+            self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps, early)
+            if early:
                 self.prefetch[-1] += cur * n
             else:
                 transient = max(transient, cur * n)

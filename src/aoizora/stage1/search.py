@@ -21,7 +21,7 @@ from aoizora.stage1.q1 import Overlap, Q1Result, q1
 from aoizora.stage1.space import Candidate, StrategySpace
 from aoizora.topology import Topology
 
-DEFAULT_TOP_K = 4
+DEFAULT_TOP_K = 6
 
 ILLEGAL = "illegal"
 LOWERING_FAILED = "lowering-failed"
@@ -108,7 +108,7 @@ def _lower(space: StrategySpace, strategy: Any, topology: Topology) -> Any:
     return jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
 
 
-def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "none",
+def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "prefetch",
             memory_slack: float = 1.0) -> tuple[Prediction, Q1Result, MemoryEstimate, float, float]:
     """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds)."""
     t0 = time.perf_counter()
@@ -126,7 +126,7 @@ def run_stage1(
     topology: Topology,
     *,
     top_k: int = DEFAULT_TOP_K,
-    overlap: Overlap = "none",
+    overlap: Overlap = "prefetch",
     memory_slack: float = 1.0,
     progress: bool = True,
     console: Any = None,
