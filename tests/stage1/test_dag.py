@@ -53,3 +53,20 @@ def test_comm_volume_per_axis(micro):
     per_axis = pred.comm_per_axis()
     # all-reduce of a 256x512 bf16 result over y (4): 2 * 3/4 * 256 KiB received per device
     assert per_axis == {"x": 0.0, "y": pytest.approx(2 * 3 / 4 * 256 * 512 * 2)}
+
+
+def test_dag_structure(transformer_cases):
+    """Dependencies point backwards; predicted collectives hang off the ops that need them."""
+    from aoizora.stage1 import CommNode, OpNode
+
+    pred = transformer_cases["data=2,tensor=4 | weights=replicated | attn=dense"].prediction
+    for n in pred.nodes:
+        assert all(0 <= d < n.index for d in n.deps), n
+    reduces = [c for c in pred.comms if c.kind == "all-reduce"]
+    assert reduces and all(not c.explicit for c in reduces)
+    # each all-reduce of partial sums depends on the contraction that produced them
+    for c in reduces:
+        producers = [pred.nodes[d] for d in c.deps]
+        assert any(isinstance(p, OpNode) and p.op == "stablehlo.dot_general" for p in producers), c
+    # loop body nodes carry the trip count
+    assert {n.multiplicity for n in pred.nodes if isinstance(n, (OpNode, CommNode)) and n.multiplicity > 1} == {3}
