@@ -62,6 +62,19 @@ def test_memory_filter_drops_with_reason(topo_2x4):
     assert res.count(OUT_OF_MEMORY) == len(res.entries) - res.count(ILLEGAL)
     assert res.kept == []
     assert all("HBM" in e.reasons[0] for e in res.entries if e.verdict == OUT_OF_MEMORY)
+    # arguments alone over HBM: dropped before lowering
+    assert all("not lowered" in e.reasons[0] for e in res.entries if e.verdict == OUT_OF_MEMORY)
+
+
+def test_argument_bytes_before_lowering_match_the_lowered_program(topo_2x4, transformer_cases):
+    from conftest import SMALL
+
+    from aoizora.stage1.search import _inputs, argument_bytes
+
+    space = TransformerSpace(SMALL)
+    for c in space.candidates(8):
+        if c.key in transformer_cases:
+            assert argument_bytes(_inputs(space, c.strategy, topo_2x4)) == transformer_cases[c.key].prediction.argument_bytes
 
 
 class SplashSpace(StrategySpace):

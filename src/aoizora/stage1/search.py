@@ -8,6 +8,7 @@ expert's choice was or was not kept.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from aoizora.stage1.dag import Prediction, predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import MemoryEstimate, estimate_memory
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.stage1.space import Candidate, StrategySpace
+from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
 DEFAULT_TOP_K = 6
@@ -95,24 +96,56 @@ class Stage1Result:
         }
 
 
-def _lower(space: StrategySpace, strategy: Any, topology: Topology) -> Any:
-    import jax
+def _inputs(space: StrategySpace, strategy: Any, topology: Topology) -> LoweringInputs:
     from jax.sharding import Mesh
 
     spec = space.mesh_spec(strategy)
     spec.check_fits(topology.num_devices, topology.name)
     # Lowering does not depend on which device sits where, so any order of the slice's devices will do.
     devices = np.array(topology.devices, dtype=object).reshape(spec.shape)
-    mesh = Mesh(devices, spec.axis_names)
-    inp = space.lowering_inputs(strategy, mesh)
+    return space.lowering_inputs(strategy, Mesh(devices, spec.axis_names))
+
+
+def _lower(space: StrategySpace, strategy: Any, topology: Topology, inp: LoweringInputs | None = None) -> Any:
+    import jax
+
+    inp = inp or _inputs(space, strategy, topology)
     return jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
+
+
+def argument_bytes(inp: LoweringInputs) -> float:
+    """Per-device bytes of the abstract arguments under their shardings (before any lowering)."""
+    import jax
+
+    total = 0.0
+    for leaf in jax.tree.leaves((inp.args, inp.kwargs)):
+        shape, dtype, sharding = getattr(leaf, "shape", None), getattr(leaf, "dtype", None), getattr(leaf, "sharding", None)
+        if shape is None or dtype is None:
+            continue
+        local = sharding.shard_shape(tuple(shape)) if sharding is not None else tuple(shape)
+        total += math.prod(local) * np.dtype(dtype).itemsize
+    return total
+
+
+class ArgumentsDoNotFit(Exception):
+    """The arguments alone exceed HBM: no need to lower (the compiler would refuse too)."""
 
 
 def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "prefetch",
             memory_slack: float = 1.0) -> tuple[Prediction, Q1Result, MemoryEstimate, float, float]:
-    """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds)."""
+    """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds).
+
+    Raises `ArgumentsDoNotFit` before lowering when the sharded arguments alone exceed HBM.
+    """
     t0 = time.perf_counter()
-    lowered = _lower(space, strategy, topology)
+    inp = _inputs(space, strategy, topology)
+    args = argument_bytes(inp)
+    limit = topology.hardware.hbm_bytes * memory_slack
+    if args > limit:
+        raise ArgumentsDoNotFit(
+            f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
+        )
+    lowered = _lower(space, strategy, topology, inp)
     module = lowered.compiler_ir("stablehlo")
     t1 = time.perf_counter()
     pred = predict(read_module(module), lambda call: space.kernel_cost(strategy, call))
@@ -142,6 +175,9 @@ def run_stage1(
     def step(e: Entry) -> None:
         try:
             pred, res, mem, tl, ta = analyse(space, e.candidate.strategy, topology, overlap=overlap, memory_slack=memory_slack)
+        except ArgumentsDoNotFit as exc:
+            e.verdict, e.reasons = OUT_OF_MEMORY, (str(exc),)
+            return
         except Exception as exc:  # a strategy the workload cannot lower is reported, not fatal
             e.verdict, e.reasons = LOWERING_FAILED, (f"{type(exc).__name__}: {exc}".splitlines()[0][:300],)
             return
