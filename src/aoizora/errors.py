@@ -51,3 +51,15 @@ class PlanMismatchError(AoizoraError):
 
 class PlanningError(AoizoraError):
     """Planning could not produce a plan (e.g. no strategy fits or compiles)."""
+
+
+class CheckpointError(AoizoraError):
+    """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
+
+
+class StrategyError(AoizoraError):
+    """A parallel strategy that is illegal for the model, the input shapes or the mesh."""
+
+
+class ShapeError(AoizoraError):
+    """A video resolution, frame count or input array shape the model cannot take."""

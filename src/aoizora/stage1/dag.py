@@ -36,27 +36,20 @@ from typing import Any
 from aoizora.hlo.program import OpaqueCost
 from aoizora.stage1.ir import COLLECTIVE_OPS, IRModule, Op, Region, Sharding, TensorType, axis_size, group_axes
 
-# Ops whose result does not need its own HBM buffer: the compiler fuses them into consumers.
-FUSIBLE = {
-    "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.slice",
-    "stablehlo.dynamic_slice", "stablehlo.convert", "stablehlo.iota", "stablehlo.constant",
-    "sdy.sharding_constraint", "stablehlo.pad", "stablehlo.bitcast_convert", "stablehlo.get_tuple_element",
-    "stablehlo.optimization_barrier", "stablehlo.reverse",
-}
 # Ops that are pure plumbing (no compute, no HBM traffic of their own).
 NO_COST = {
     "stablehlo.constant", "stablehlo.iota", "sdy.sharding_constraint", "func.return", "stablehlo.return",
     "sdy.return", "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.optimization_barrier",
     "stablehlo.reshape", "stablehlo.bitcast_convert",
 }
+# Ops that keep a value "early" (computable before the region's compute): slices and layout.
+EARLY_PASS = {
+    "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.reshape", "stablehlo.transpose",
+    "stablehlo.convert", "stablehlo.broadcast_in_dim", "sdy.sharding_constraint",
+}
 # Elementwise ops linear in each operand: partial sums pass through them unreduced.
 LINEAR_UNARY = {"stablehlo.convert", "stablehlo.negate", "stablehlo.reshape", "stablehlo.transpose"}
 LINEAR_NARY = {"stablehlo.add", "stablehlo.subtract"}
-# Ops whose regions are scalar computations (reducers, comparators), not program code.
-SCALAR_REGIONS = {
-    "stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.sort", "stablehlo.scatter",
-    "stablehlo.select_and_scatter", "stablehlo.all_reduce", "stablehlo.reduce_scatter",
-}
 
 
 @dataclass(frozen=True)
@@ -80,7 +73,7 @@ class OpNode:
     op: str
     flops: float
     hbm_bytes: float  # operands read + results written, as if unfused
-    min_hbm_bytes: float  # bytes no fusion can avoid (the larger operand of a contraction, kernels' I/O)
+    min_hbm_bytes: float  # bytes no fusion can avoid (contraction operands and result, reduction input, kernel I/O)
     multiplicity: int
     deps: tuple[int, ...]
     opaque: bool = False
@@ -106,6 +99,7 @@ class CommNode:
     explicit: bool
     reason: str
     deps: tuple[int, ...]
+    prefetchable: bool = False  # moves a parameter (or a slice of one): no compute precedes it
 
     @property
     def steps(self) -> int:
@@ -238,6 +232,12 @@ class _Walker:
         self.frames = 0
         self.done: set[tuple[Any, ...]] = set()
         self.demand: dict[tuple[int, int], list[tuple[tuple[str, ...], ...]]] = {}
+        self.desire: dict[tuple[int, int], tuple[tuple[str, ...], ...]] = {}
+        # values available before any compute of their region (parameters, loop invariants and
+        # slices of them): the scheduler issues their all-gathers early, so those buffers are
+        # live together (FSDP weights of a whole layer)
+        self.early: set[tuple[int, int]] = set()
+        self.prefetch: list[float] = [0.0]
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -251,10 +251,10 @@ class _Walker:
         return i
 
     def comm(self, kind: str, axes: tuple[str, ...], payload: float, recv: float, mult: int, explicit: bool,
-             reason: str, deps: tuple[int, ...] = ()) -> int:
+             reason: str, deps: tuple[int, ...] = (), prefetchable: bool = False) -> int:
         i = len(self.nodes)
         n = self.sizes.n(axes) if axes else 1
-        self.nodes.append(CommNode(i, kind, tuple(axes), n, payload, recv, mult, explicit, reason, deps))
+        self.nodes.append(CommNode(i, kind, tuple(axes), n, payload, recv, mult, explicit, reason, deps, prefetchable))
         return i
 
     # -- resharding
@@ -268,6 +268,7 @@ class _Walker:
             return 0.0
         self.done.add(key)
         deps = self._deps((value,))
+        early = (self.frame, value) in self.early
         transient = 0.0
         # axes that only appear are a local slice: take it first, it shrinks everything after
         src_axes = set(src.axes) | set(src.unreduced)
@@ -295,12 +296,15 @@ class _Walker:
         removed = tuple(a for a in where_src if a not in where_dst)
         if moved:
             n = self.sizes.n(moved)
-            self.comm("all-to-all", moved, cur, cur * (n - 1) / n, mult, False, f"{reason}: move {'+'.join(moved)}", deps)
+            self.comm("all-to-all", moved, cur, cur * (n - 1) / n, mult, False, f"{reason}: move {'+'.join(moved)}", deps, early)
             transient = max(transient, cur)
         if removed:
             n = self.sizes.n(removed)
-            self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps)
-            transient = max(transient, cur * n)
+            self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps, early)
+            if early:
+                self.prefetch[-1] += cur * n
+            else:
+                transient = max(transient, cur * n)
         return transient
 
     # -- walking
@@ -310,6 +314,7 @@ class _Walker:
             _fit(s, t, self.sizes) if (s is not None and t is not None) else _rep(t.rank if t else 0)
             for s, t in zip(f.arg_shardings, f.arg_types)
         ]
+        self.early.update((self.frame, a) for a in f.body.args)
         arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings))
         results, peak = self.region(f.body, shardings, 1, manual=False)
         out_bytes = 0.0
@@ -331,10 +336,12 @@ class _Walker:
             for v in _uses(op):
                 last_use[v] = i
         self._demands(region)
+        self._desires(region)
         live: dict[int, float] = {}
         live_bytes = 0.0
         peak = 0.0
         returned: list[Sharding] = []
+        self.prefetch.append(0.0)
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
@@ -345,6 +352,8 @@ class _Walker:
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
+            if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
+                self.early.update((self.frame, r) for r in op.results)
             peak = max(peak, live_bytes + inner_peak)
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
@@ -355,7 +364,7 @@ class _Walker:
             peak = max(peak, live_bytes)
             for v in [v for v in live if last_use.get(v) == i]:
                 live_bytes -= live.pop(v)
-        return returned, peak
+        return returned, peak + self.prefetch.pop()
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
         """Propagate shardings through one op, emit its nodes; (result shardings, inner peak, materialized)."""
@@ -403,6 +412,90 @@ class _Walker:
             self.demand.setdefault((self.frame, dot.operands[0]), []).append(tuple(lhs))  # type: ignore[arg-type]
             self.demand.setdefault((self.frame, dot.operands[1]), []).append(tuple(rhs))  # type: ignore[arg-type]
 
+    def _desires(self, region: Region) -> None:
+        """Backward pass: the sharding each value's consumers would like it to have.
+
+        Shardy propagates shardings from constraints and results back to producers, so an op
+        whose result is later sliced (e.g. attention scores whose query rows only feed a
+        sequence-sharded residual) is computed already sliced. Walking the region backwards,
+        constraints state what their operand should be; elementwise ops, transposes,
+        broadcasts, reductions and contractions hand their result's wish to the operand
+        dimensions it comes from. Several consumers keep only what they agree on.
+        """
+        for op in reversed(region.ops):
+            if op.name == "sdy.sharding_constraint":
+                self._wish(op.operands[0], op.attrs["sharding"].dims)
+                continue
+            if len(op.results) != 1 or op.results[0] is None:
+                continue
+            want = self.desire.get((self.frame, op.results[0]))
+            ot = op.result_types[0]
+            if want is None or ot is None or len(want) != ot.rank:
+                continue
+            name = op.name
+            if name == "stablehlo.transpose":
+                perm = op.attrs["permutation"]
+                wish = [()] * len(perm)
+                for i, p in enumerate(perm):
+                    wish[p] = want[i]
+                self._wish(op.operands[0], tuple(wish))
+            elif name == "stablehlo.broadcast_in_dim":
+                it = op.operand_types[0]
+                if it is not None:
+                    self._wish(op.operands[0], tuple(
+                        want[d] if it.shape[i] == ot.shape[d] else () for i, d in enumerate(op.attrs["broadcast_dimensions"])
+                    ))
+            elif name == "stablehlo.reduce":
+                it = op.operand_types[0]
+                if it is not None:
+                    kept = [d for d in range(it.rank) if d not in op.attrs.get("dimensions", ())]
+                    wish = [()] * it.rank
+                    for k, d in enumerate(kept):
+                        wish[d] = want[k]
+                    self._wish(op.operands[0], tuple(wish))
+            elif name == "stablehlo.dot_general":
+                lt, rt = op.operand_types
+                if lt is None or rt is None:
+                    continue
+                lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
+                lf = [d for d in range(lt.rank) if d not in lb and d not in lc]
+                rf = [d for d in range(rt.rank) if d not in rb and d not in rc]
+                lw, rw = [()] * lt.rank, [()] * rt.rank
+                for k, (i, j) in enumerate(zip(lb, rb)):
+                    lw[i] = rw[j] = want[k]
+                for k, d in enumerate(lf):
+                    lw[d] = want[len(lb) + k]
+                for k, d in enumerate(rf):
+                    rw[d] = want[len(lb) + len(lf) + k]
+                self._wish(op.operands[0], tuple(lw))
+                self._wish(op.operands[1], tuple(rw))
+            elif not op.regions and _same_shape(op):
+                for v, t in zip(op.operands, op.operand_types):
+                    if t is not None and t.rank == ot.rank:
+                        self._wish(v, want)
+
+    def _wish(self, value: int, dims: tuple[tuple[str, ...], ...]) -> None:
+        key = (self.frame, value)
+        old = self.desire.get(key)
+        if old is None:
+            self.desire[key] = tuple(tuple(d) for d in dims)
+        elif len(old) == len(dims):
+            self.desire[key] = tuple(tuple(a for a in o if a in d) for o, d in zip(old, dims))
+
+    def refine(self, value: int, t: TensorType | None, dims: list[tuple[str, ...]], used: set[str]) -> list[tuple[str, ...]]:
+        """Add the axes consumers wish for to unsharded dimensions (a free local slice)."""
+        want = self.desire.get((self.frame, value))
+        if want is None or t is None or len(want) != len(dims):
+            return dims
+        out = list(dims)
+        for i, (d, w) in enumerate(zip(dims, want)):
+            if d or not w or any(a in used for a in w):
+                continue
+            if t.shape[i] % self.sizes.n(w) == 0:
+                out[i] = tuple(w)
+                used.update(w)
+        return out
+
     def demanded(self, value: int, t: TensorType, sh: Sharding, out_bytes: float) -> Sharding:
         """The operand sharding after honouring backward demands (see `_demands`)."""
         demands = self.demand.get((self.frame, value))
@@ -425,13 +518,14 @@ class _Walker:
         return sh
 
     # -- cost helpers
-    def cost_simple(self, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int, flops_per_elem: float = 1.0) -> None:
+    def cost_simple(self, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int, flops_per_elem: float = 1.0,
+                    min_bytes: float = 0.0) -> None:
         if op.name in NO_COST:
             return
         out_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
         in_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(op.operand_types, ins))
         elems = sum(math.prod(self.sizes.local_shape(t, s)) for t, s in zip(op.result_types, outs) if t is not None)
-        self.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, 0.0, mult)
+        self.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, min_bytes, mult)
 
 
 def _add_axes(src: Sharding, dst: Sharding, axes: tuple[str, ...]) -> Sharding:
@@ -494,6 +588,8 @@ def _elementwise(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
     elif op.name in LINEAR_NARY and len(partials) == 1 and next(iter(partials)):
         keep_partial = next(iter(partials))
     target = _merge(ins, ranks, rank, w.sizes)
+    if not manual:
+        target = _with(target, w.refine(op.results[0], op.result_types[0], list(target.dims), set(target.axes)))
     transient = 0.0
     for v, t, s, r in zip(op.operands, op.operand_types, ins, ranks):
         if r == rank:
@@ -501,12 +597,8 @@ def _elementwise(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
             transient = max(transient, w.reshard(v, t, src, target, mult, "operand"))
     out = _with(target, target.dims, keep_partial)
     w.cost_simple(op, [_with(s, s.dims) for s in ins], [out] * len(op.results), mult)
-    return [out] * len(op.results), transient, op.name not in FUSIBLE and not _is_cheap(op)
-
-
-def _is_cheap(op: Op) -> bool:
-    """Elementwise results are fused into their consumers unless they feed several."""
-    return True
+    # elementwise results are fused into their consumers: no buffer of their own
+    return [out] * len(op.results), transient, False
 
 
 def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
@@ -550,6 +642,10 @@ def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     rfree = [take(R.dims[d]) for d in rf]
     # one-sided contraction axes: gather that operand, or slice the other and reduce the result
     out_dims = batch + lfree + rfree
+    if not manual:
+        out_dims = w.refine(op.results[0], ot, out_dims, used)
+        nb, nl = len(batch), len(lfree)
+        batch, lfree, rfree = out_dims[:nb], out_dims[nb:nb + nl], out_dims[nb + nl:]
     out_local = w.sizes.local_bytes(ot, _with(L, out_dims))
     for k, (i, j) in enumerate(zip(lc, rc)):
         for side_axes in (L.dims[i], R.dims[j]):
@@ -584,20 +680,24 @@ def _dot(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     flops = 2.0 * math.prod(out_shape) * contract_local
     lb_bytes, rb_bytes = w.sizes.local_bytes(lt, Lt), w.sizes.local_bytes(rt, Rt)
     ob = w.sizes.local_bytes(ot, out)
-    w.op_node(op, flops, lb_bytes + rb_bytes + ob, max(lb_bytes, rb_bytes), mult)
+    # a contraction reads both operands and writes its result (elementwise producers and
+    # consumers may fuse into it, but they move at least as many bytes)
+    w.op_node(op, flops, lb_bytes + rb_bytes + ob, lb_bytes + rb_bytes + ob, mult)
     return [out], transient, True
 
 
 def _reduce(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     dims = op.attrs.get("dimensions", ())
-    k = len(op.results)
     ins = [_resolve_partial(w, v, t, s, mult, "reduce") for v, t, s in zip(op.operands, op.operand_types, ins)]
     src = ins[0]
     t0 = op.operand_types[0]
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
     out_dims = tuple(src.dims[d] for d in range(len(src.dims)) if d not in dims) if len(src.dims) == t0.rank else ()
     outs = [_with(src, out_dims) if t is not None and t.rank == len(out_dims) else _rep(t.rank if t else 0) for t in op.result_types]
-    w.cost_simple(op, ins[: k], outs, mult)
+    # a reduction reads its input at least once, fused or not (possibly before an upcast that
+    # fused into it: count at most 2 bytes per element)
+    first = math.prod(w.sizes.local_shape(t0, ins[0])) * min(t0.itemsize, 2)
+    w.cost_simple(op, ins, outs, mult, min_bytes=first)
     if reduced_axes and not manual:
         ob = sum(w.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
         nn = w.sizes.n(reduced_axes)
@@ -821,6 +921,10 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
         trips = 1
     carried = [_resolve_partial(w, v, t, s, mult, "loop carry") for v, t, s in zip(op.operands, op.operand_types, ins)]
     body = op.regions[1]
+    ret = body.ops[-1] if body.ops else None
+    for k, a in enumerate(body.args):  # loop invariants (the stacked weights of a scan)
+        if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
+            w.early.add((w.frame, a))
     returned, peak = w.region(body, carried, mult * trips, manual)
     ret = body.ops[-1] if body.ops else None
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
@@ -832,10 +936,14 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
 def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     f = w.module.funcs[op.attrs["callee"]]
     saved = w.frame
+    early_in = [(saved, v) in w.early for v in op.operands]
     w.frames += 1
     w.frame = w.frames
+    w.early.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
     returned, peak = w.region(f.body, ins, mult, manual)
+    ret_early = [(w.frame, v) in w.early for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
+    w.early.update((saved, r) for r, e in zip(op.results, ret_early) if e)
     ret = f.body.ops[-1] if f.body.ops else None
     if ret is not None:
         for r, v in zip(op.results, ret.operands):

@@ -210,18 +210,21 @@ class IRModule:
 
     # --- summaries (what tests and reports look at) --------------------------------------
     def walk(self) -> list[tuple[Op, bool]]:
-        """Every op of every function, with whether it sits inside a manual computation."""
+        """Every op reachable from the entry, once per call site, with whether it runs inside a
+        manual computation (shard_map body), following `func.call`s into their callees."""
         out: list[tuple[Op, bool]] = []
 
-        def rec(ops: list[Op], manual: bool) -> None:
+        def rec(ops: list[Op], manual: bool, stack: tuple[str, ...]) -> None:
             for op in ops:
                 out.append((op, manual))
                 inner = manual or op.name == "sdy.manual_computation"
                 for r in op.regions:
-                    rec(r.ops, inner)
+                    rec(r.ops, inner, stack)
+                if op.name == "func.call" and op.attrs["callee"] not in stack:
+                    callee = op.attrs["callee"]
+                    rec(self.funcs[callee].body.ops, manual, stack + (callee,))
 
-        for f in self.funcs.values():
-            rec(f.body.ops, False)
+        rec(self.entry.body.ops, False, (self.main,))
         return out
 
     def manual_computations(self) -> list[ManualComputationInfo]:

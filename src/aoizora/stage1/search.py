@@ -8,8 +8,8 @@ expert's choice was or was not kept.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +19,10 @@ from aoizora.stage1.dag import Prediction, predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import MemoryEstimate, estimate_memory
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.stage1.space import Candidate, StrategySpace
+from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
-DEFAULT_TOP_K = 4
+DEFAULT_TOP_K = 6
 
 ILLEGAL = "illegal"
 LOWERING_FAILED = "lowering-failed"
@@ -44,6 +44,7 @@ class Entry:
     rank: int | None = None
     lower_seconds: float = 0.0
     analyse_seconds: float = 0.0
+    summary: dict[str, Any] | None = None  # FLOPs, bytes, communication per axis, collectives
 
     @property
     def key(self) -> str:
@@ -57,10 +58,10 @@ class Entry:
             out["q1"] = self.q1.to_json()
         if self.memory is not None:
             out["memory"] = self.memory.to_json()
-        if self.prediction is not None:
-            out["comm_bytes_per_axis"] = self.prediction.comm_per_axis()
-            out["collectives"] = self.prediction.summary()["collectives"]
-            out["flops"] = self.prediction.flops
+        if self.summary is not None:
+            out["comm_bytes_per_axis"] = self.summary["comm_per_axis"]
+            out["collectives"] = self.summary["collectives"]
+            out["flops"] = self.summary["flops"]
         return out
 
 
@@ -95,24 +96,56 @@ class Stage1Result:
         }
 
 
-def _lower(space: StrategySpace, strategy: Any, topology: Topology) -> Any:
-    import jax
+def _inputs(space: StrategySpace, strategy: Any, topology: Topology) -> LoweringInputs:
     from jax.sharding import Mesh
 
     spec = space.mesh_spec(strategy)
     spec.check_fits(topology.num_devices, topology.name)
     # Lowering does not depend on which device sits where, so any order of the slice's devices will do.
     devices = np.array(topology.devices, dtype=object).reshape(spec.shape)
-    mesh = Mesh(devices, spec.axis_names)
-    inp = space.lowering_inputs(strategy, mesh)
+    return space.lowering_inputs(strategy, Mesh(devices, spec.axis_names))
+
+
+def _lower(space: StrategySpace, strategy: Any, topology: Topology, inp: LoweringInputs | None = None) -> Any:
+    import jax
+
+    inp = inp or _inputs(space, strategy, topology)
     return jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
 
 
-def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "full",
+def argument_bytes(inp: LoweringInputs) -> float:
+    """Per-device bytes of the abstract arguments under their shardings (before any lowering)."""
+    import jax
+
+    total = 0.0
+    for leaf in jax.tree.leaves((inp.args, inp.kwargs)):
+        shape, dtype, sharding = getattr(leaf, "shape", None), getattr(leaf, "dtype", None), getattr(leaf, "sharding", None)
+        if shape is None or dtype is None:
+            continue
+        local = sharding.shard_shape(tuple(shape)) if sharding is not None else tuple(shape)
+        total += math.prod(local) * np.dtype(dtype).itemsize
+    return total
+
+
+class ArgumentsDoNotFit(Exception):
+    """The arguments alone exceed HBM: no need to lower (the compiler would refuse too)."""
+
+
+def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "prefetch",
             memory_slack: float = 1.0) -> tuple[Prediction, Q1Result, MemoryEstimate, float, float]:
-    """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds)."""
+    """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds).
+
+    Raises `ArgumentsDoNotFit` before lowering when the sharded arguments alone exceed HBM.
+    """
     t0 = time.perf_counter()
-    lowered = _lower(space, strategy, topology)
+    inp = _inputs(space, strategy, topology)
+    args = argument_bytes(inp)
+    limit = topology.hardware.hbm_bytes * memory_slack
+    if args > limit:
+        raise ArgumentsDoNotFit(
+            f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
+        )
+    lowered = _lower(space, strategy, topology, inp)
     module = lowered.compiler_ir("stablehlo")
     t1 = time.perf_counter()
     pred = predict(read_module(module), lambda call: space.kernel_cost(strategy, call))
@@ -126,7 +159,7 @@ def run_stage1(
     topology: Topology,
     *,
     top_k: int = DEFAULT_TOP_K,
-    overlap: Overlap = "full",
+    overlap: Overlap = "prefetch",
     memory_slack: float = 1.0,
     progress: bool = True,
     console: Any = None,
@@ -142,11 +175,15 @@ def run_stage1(
     def step(e: Entry) -> None:
         try:
             pred, res, mem, tl, ta = analyse(space, e.candidate.strategy, topology, overlap=overlap, memory_slack=memory_slack)
+        except ArgumentsDoNotFit as exc:
+            e.verdict, e.reasons = OUT_OF_MEMORY, (str(exc),)
+            return
         except Exception as exc:  # a strategy the workload cannot lower is reported, not fatal
             e.verdict, e.reasons = LOWERING_FAILED, (f"{type(exc).__name__}: {exc}".splitlines()[0][:300],)
             return
         e.q1, e.memory, e.lower_seconds, e.analyse_seconds = res, mem, tl, ta
         e.prediction = pred if keep_predictions else None
+        e.summary = pred.summary()
         timings["lower"] += tl
         timings["analyse"] += ta
         if not mem.fits:
@@ -180,14 +217,20 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        console.width = max(console.width, 150)  # strategy keys are long; do not squeeze the table
     c = result.counts()
     console.print(
         f"Stage 1 on {result.topology.name}: {c['enumerated']} enumerated, {c['rejected']} rejected as illegal, "
         f"{c['lowering_failed']} failed to lower, {c['out_of_memory']} out of memory, {c['ranked']} ranked, "
         f"{c['kept']} kept ({result.seconds:.1f} s)"
     )
-    table = Table("rank", "strategy", "Q1 (ms)", "compute (ms)", "comm (ms)", "memory (GiB)")
+    table = Table()
+    table.add_column("rank")
+    table.add_column("strategy", no_wrap=True)
+    for col in ("Q1 (ms)", "compute (ms)", "comm (ms)", "memory (GiB)"):
+        table.add_column(col, justify="right")
     for e in result.ranked[: max(result.top_k, 1) * 2]:
         table.add_row(
             f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{e.q1.seconds * 1e3:.3f}",
