@@ -39,3 +39,15 @@ class HloModelError(AoizoraError):
 
 class SimulationError(AoizoraError):
     """A program, placement and topology that the reference simulator cannot run together."""
+
+
+class CheckpointError(AoizoraError):
+    """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
+
+
+class StrategyError(AoizoraError):
+    """A parallel strategy that is illegal for the model, the input shapes or the mesh."""
+
+
+class ShapeError(AoizoraError):
+    """A video resolution, frame count or input array shape the model cannot take."""

@@ -1,0 +1,339 @@
+"""Attention: a blockwise XLA kernel, the Pallas splash kernel, and the three sequence-parallel
+self-attention variants under `shard_map`.
+
+All arrays are laid out (batch, length, heads, head_dim). Inside `shard_map` each device holds
+its batch shard (``data``×``fsdp``), sequence shard (``context``) and head shard (``tensor``).
+
+Variants (self-attention only; cross-attention never communicates — its K/V come from the
+replicated text/image context):
+
+* ``allgather`` – K/V are all-gathered over ``context``; each device attends its Q shard to
+  the whole sequence.
+* ``ulysses``   – an all-to-all over ``context`` turns sequence shards into head shards (Q, K, V),
+  full-sequence attention on heads/(tensor·context) heads, and an all-to-all back.
+* ``ring``      – K/V shards rotate around ``context`` by `ppermute`; each step's partial result
+  is merged with an online softmax (running max / log-sum-exp).
+
+Padding: the sequence is padded to a multiple of the shard count; padded keys are masked
+everywhere (padded queries are computed and dropped by the caller).
+
+Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes so
+the HLO analyzer can cost them (`KernelRecorder`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+
+from aoizora.models.wan.strategy import Strategy
+
+MASK_VALUE = -1e30
+
+
+# --------------------------------------------------------------------------------------------
+# Opaque-kernel cost recording
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    """One opaque kernel the model emits, per device, per call.
+
+    `calls` is how many times one transformer forward executes it per device (layers × uses);
+    `flops`/`bytes_accessed`/`transcendentals` are per call, so totals are ×calls.
+    """
+
+    name: str
+    custom_call_target: str
+    q_shape: tuple[int, ...]
+    kv_shape: tuple[int, ...]
+    block_q: int
+    block_kv: int
+    flops: float
+    transcendentals: float
+    bytes_accessed: float
+    calls: int
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops * self.calls
+
+    @property
+    def total_bytes(self) -> float:
+        return self.bytes_accessed * self.calls
+
+
+class KernelRecorder:
+    """Collects the opaque kernels traced while active (see `recording`)."""
+
+    def __init__(self) -> None:
+        self.kernels: list[KernelCost] = []
+        self.multiplier = 1
+
+
+_RECORDER: list[KernelRecorder] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[KernelRecorder]:
+    rec = KernelRecorder()
+    _RECORDER.append(rec)
+    try:
+        yield rec
+    finally:
+        _RECORDER.remove(rec)
+
+
+@contextlib.contextmanager
+def repeated(times: int) -> Iterator[None]:
+    """Kernels traced inside run `times` times (a scan body over layers)."""
+    for r in _RECORDER:
+        r.multiplier *= times
+    try:
+        yield
+    finally:
+        for r in _RECORDER:
+            r.multiplier //= times
+
+
+def _record(name: str, batch: int, heads: int, lq: int, lk: int, d: int, itemsize: int,
+            bq: int, bkv: int, residuals: bool) -> None:
+    if not _RECORDER:
+        return
+    flops = 4.0 * batch * heads * lq * lk * d
+    trans = 1.0 * batch * heads * lq * lk
+    q_bytes = batch * heads * lq * d * itemsize
+    kv_bytes = 2 * batch * heads * lk * d * itemsize * (lq // bq)  # K/V re-streamed per Q block
+    res_bytes = batch * heads * lq * 128 * 4 if residuals else 0
+    seg_bytes = batch * (lq + lk) * 4
+    cost = KernelCost(
+        name=name, custom_call_target="tpu_custom_call", q_shape=(batch, lq, heads, d),
+        kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops, transcendentals=trans,
+        bytes_accessed=float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes), calls=0,
+    )
+    for r in _RECORDER:
+        r.kernels.append(dataclasses.replace(cost, calls=r.multiplier))
+
+
+# --------------------------------------------------------------------------------------------
+# Local kernels
+# --------------------------------------------------------------------------------------------
+def _block_stats(q: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, kv_mask: jnp.ndarray | None):
+    """Unnormalised output, running max and sum of one K/V block (all float32).
+
+    q (B,Lq,H,D) pre-scaled, k/v (B,Lk,H,D), kv_mask (Lk,) bool or None.
+    """
+    s = jnp.einsum("bqhd,bkhd->bhqk", q.astype(jnp.float32), k.astype(jnp.float32))
+    if kv_mask is not None:
+        s = jnp.where(kv_mask[None, None, None, :], s, MASK_VALUE)
+    m = jnp.max(s, axis=-1)
+    p = jnp.exp(s - m[..., None])
+    if kv_mask is not None:
+        p = jnp.where(kv_mask[None, None, None, :], p, 0.0)
+    l = jnp.sum(p, axis=-1)
+    o = jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32))
+    return o, m, l  # o (B,Lq,H,D); m,l (B,H,Lq)
+
+
+def _merge(a, b):
+    oa, ma, la = a
+    ob, mb, lb = b
+    m = jnp.maximum(ma, mb)
+    ea, eb = jnp.exp(ma - m), jnp.exp(mb - m)
+    o = oa * jnp.swapaxes(ea, 1, 2)[..., None] + ob * jnp.swapaxes(eb, 1, 2)[..., None]
+    return o, m, la * ea + lb * eb
+
+
+def _finish(stats, dtype) -> jnp.ndarray:
+    o, _, l = stats
+    l = jnp.swapaxes(l, 1, 2)[..., None]
+    return (o / jnp.where(l == 0, 1.0, l)).astype(dtype)
+
+
+def xla_attention_stats(q, k, v, kv_mask=None, block_kv: int = 1024):
+    """Blockwise (flash-style) attention statistics over K/V blocks of `block_kv`."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    qs = q.astype(jnp.float32) * scale
+    lk = k.shape[1]
+    if lk <= block_kv or lk % block_kv:
+        return _block_stats(qs, k, v, kv_mask)
+    n = lk // block_kv
+    kb = k.reshape(k.shape[0], n, block_kv, *k.shape[2:]).swapaxes(0, 1)
+    vb = v.reshape(v.shape[0], n, block_kv, *v.shape[2:]).swapaxes(0, 1)
+    mb = None if kv_mask is None else kv_mask.reshape(n, block_kv)
+    b, lq, h, d = q.shape
+    init = (jnp.zeros((b, lq, h, d), jnp.float32), jnp.full((b, h, lq), MASK_VALUE, jnp.float32),
+            jnp.zeros((b, h, lq), jnp.float32))
+
+    def body(carry, xs):
+        if mb is None:
+            kk, vv = xs
+            mask = None
+        else:
+            kk, vv, mask = xs
+        return _merge(carry, _block_stats(qs, kk, vv, mask)), None
+
+    xs = (kb, vb) if mb is None else (kb, vb, mb)
+    out, _ = jax.lax.scan(body, init, xs)
+    return out
+
+
+def xla_attention(q, k, v, kv_mask=None) -> jnp.ndarray:
+    """Softmax attention in float32 (blockwise over K/V), output in q's dtype."""
+    return _finish(xla_attention_stats(q, k, v, kv_mask), q.dtype)
+
+
+def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
+    for c in candidates:
+        if n % c == 0:
+            return c
+    return n
+
+
+def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash"):
+    """Pallas splash attention on local shards (TPU only).
+
+    q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
+    be multiples of 128 (the caller pads K/V of cross-attention). Returns the output in q's dtype,
+    and with `residuals` also the log-sum-exp (B,H,Lq) for ring merging.
+    """
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    b, lq, h, d = q.shape
+    lk = k.shape[1]
+    bq, bkv = _pick_block(lq), _pick_block(lk, (1024, 512, 256, 128))
+    mask = sm.MultiHeadMask([sm.FullMask((lq, lk)) for _ in range(h)])
+    kernel = sk.make_splash_mha(
+        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals,
+        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
+    )
+    _record(name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
+    scale = 1.0 / math.sqrt(d)
+    qt = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+    kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    kv_seg = jnp.zeros((lk,), jnp.int32) if kv_valid is None else jnp.where(kv_valid, 0, 1).astype(jnp.int32)
+    seg = sk.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=kv_seg)
+    run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=seg))
+    if residuals:
+        out, (lse,) = run(qt, kt, vt)
+        return out.transpose(0, 2, 1, 3), lse
+    return run(qt, kt, vt).transpose(0, 2, 1, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Sharded variants
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class AttentionSetup:
+    """What the model needs to run attention: strategy, mesh (None: single device), kernel."""
+
+    strategy: Strategy | None
+    mesh: Mesh | None
+    kernel: str  # "xla" | "splash"
+
+    @property
+    def batch_axes(self):
+        s = self.strategy
+        axes = tuple(a for a, n in (("data", s.data), ("fsdp", s.fsdp)) if n > 1)
+        return axes or None
+
+    def qkv_spec(self) -> P:
+        s = self.strategy
+        return P(self.batch_axes, "context" if s.context > 1 else None, "tensor" if s.tensor > 1 else None, None)
+
+    def ctx_spec(self) -> P:
+        s = self.strategy
+        return P(self.batch_axes, None, "tensor" if s.tensor > 1 else None, None)
+
+
+def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str):
+    if setup.kernel == "splash":
+        return splash_attention(q, k, v, kv_valid, name=name)
+    return xla_attention(q, k, v, kv_valid)
+
+
+def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarray:
+    """Self-attention over the padded sequence; keys at positions >= valid_len are masked."""
+    lp = q.shape[1]
+    if setup.mesh is None:
+        valid = (jnp.arange(lp) < valid_len) if valid_len < lp else None
+        return _local(setup, q, k, v, valid, "splash_self")
+    s = setup.strategy
+    c = s.context
+    variant = s.attention if c > 1 else "allgather"
+    spec = setup.qkv_spec()
+    need_mask = valid_len < lp
+
+    def allgather(ql, kl, vl):
+        if c > 1:
+            kl = jax.lax.all_gather(kl, "context", axis=1, tiled=True)
+            vl = jax.lax.all_gather(vl, "context", axis=1, tiled=True)
+        valid = (jnp.arange(lp) < valid_len) if need_mask else None
+        return _local(setup, ql, kl, vl, valid, "splash_self")
+
+    def ulysses(ql, kl, vl):
+        a2a = functools.partial(jax.lax.all_to_all, axis_name="context", split_axis=2, concat_axis=1, tiled=True)
+        ql, kl, vl = a2a(ql), a2a(kl), a2a(vl)
+        valid = (jnp.arange(lp) < valid_len) if need_mask else None
+        o = _local(setup, ql, kl, vl, valid, "splash_self")
+        return jax.lax.all_to_all(o, "context", split_axis=1, concat_axis=2, tiled=True)
+
+    def ring(ql, kl, vl):
+        n = ql.shape[1]
+        me = jax.lax.axis_index("context")
+        perm = [(i, (i + 1) % c) for i in range(c)]
+        acc = None
+        for step in range(c):
+            src = (me - step) % c  # which sequence shard this K/V block is
+            valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
+            if setup.kernel == "splash":
+                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step")
+                part = (o.astype(jnp.float32), lse, None)
+                if acc is None:
+                    acc = part
+                else:
+                    lse_new = jnp.logaddexp(acc[1], lse)
+                    wa = jnp.exp(acc[1] - lse_new).swapaxes(1, 2)[..., None]
+                    wb = jnp.exp(lse - lse_new).swapaxes(1, 2)[..., None]
+                    acc = (acc[0] * wa + part[0] * wb, lse_new, None)
+            else:
+                part = xla_attention_stats(ql, kl, vl, valid)
+                acc = part if acc is None else _merge(acc, part)
+            if step + 1 < c:
+                kl = jax.lax.ppermute(kl, "context", perm)
+                vl = jax.lax.ppermute(vl, "context", perm)
+        if setup.kernel == "splash":
+            return acc[0].astype(ql.dtype)
+        return _finish(acc, ql.dtype)
+
+    fn = {"allgather": allgather, "ulysses": ulysses, "ring": ring}[variant]
+    return jax.shard_map(fn, mesh=setup.mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+
+
+def cross_attention(setup: AttentionSetup, q, k, v) -> jnp.ndarray:
+    """Attention of (sequence-sharded) queries to a replicated context; no communication.
+
+    For splash the context length is padded to a multiple of 128 with masked keys.
+    """
+    lk = k.shape[1]
+    padded = lk
+    if setup.kernel == "splash" and lk % 128:
+        padded = lk + (-lk % 128)
+        k = jnp.pad(k, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))
+
+    def fn(ql, kl, vl):
+        kv_valid = (jnp.arange(padded) < lk) if padded != lk else None
+        return _local(setup, ql, kl, vl, kv_valid, "splash_cross")
+
+    if setup.mesh is None:
+        return fn(q, k, v)
+    qs, cs = setup.qkv_spec(), setup.ctx_spec()
+    return jax.shard_map(fn, mesh=setup.mesh, in_specs=(qs, cs, cs), out_specs=qs, check_vma=False)(q, k, v)

@@ -1,0 +1,67 @@
+"""3D rotary position embedding of Wan 2.1 (frames / rows / columns split of the head dim).
+
+The head dim (128) is split 44/42/42 into t/h/w parts (h = w = 2·(d // 6), t = the rest). Each
+part rotates consecutive channel pairs (2j, 2j+1) by `pos · theta^(-2j/d_part)`. The per-axis
+tables are computed in float64 on the host (as the reference does) and are tiny; the full
+(tokens, head_dim/2) table is assembled in the graph by broadcasting, so no large constant ends
+up in the compiled program.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from aoizora.models.wan.config import WanConfig
+
+
+def axis_dims(head_dim: int) -> tuple[int, int, int]:
+    """Channel counts (t, h, w) of the three RoPE parts."""
+    h = w = 2 * (head_dim // 6)
+    return head_dim - h - w, h, w
+
+
+def _axis_angles(n: int, d: int, theta: float) -> np.ndarray:
+    inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    return np.outer(np.arange(n, dtype=np.float64), inv)  # (n, d/2)
+
+
+def rope_tables(config: WanConfig, grid: tuple[int, int, int], padded_len: int) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(cos, sin), each float32 of shape (padded_len, head_dim // 2), rows in token order t, h, w.
+
+    Rows past the real token count (padding) hold angle 0 (cos 1, sin 0).
+    """
+    t, h, w = grid
+    dt_, dh, dw = axis_dims(config.attention_head_dim)
+    if max(grid) > config.rope_max_seq_len:
+        from aoizora.errors import ShapeError
+
+        raise ShapeError(f"token grid {grid} exceeds rope_max_seq_len={config.rope_max_seq_len}")
+    parts = []
+    for n, d, shape in ((t, dt_, (t, 1, 1)), (h, dh, (1, h, 1)), (w, dw, (1, 1, w))):
+        ang = _axis_angles(n, d, config.rope_theta)
+        parts.append((np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), shape))
+    cos = jnp.concatenate(
+        [jnp.broadcast_to(jnp.asarray(c).reshape(*s, -1), (t, h, w, c.shape[-1])) for c, _, s in parts], axis=-1
+    ).reshape(t * h * w, -1)
+    sin = jnp.concatenate(
+        [jnp.broadcast_to(jnp.asarray(sn).reshape(*s, -1), (t, h, w, sn.shape[-1])) for _, sn, s in parts], axis=-1
+    ).reshape(t * h * w, -1)
+    pad = padded_len - t * h * w
+    if pad:
+        cos = jnp.pad(cos, ((0, pad), (0, 0)), constant_values=1.0)
+        sin = jnp.pad(sin, ((0, pad), (0, 0)))
+    return cos, sin
+
+
+def apply_rope(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
+    """Rotate x of shape (batch, length, heads, head_dim) by tables of shape (length, head_dim/2).
+
+    Computed in float32 and cast back to x's dtype, as the reference does.
+    """
+    xf = x.astype(jnp.float32).reshape(*x.shape[:-1], -1, 2)
+    x1, x2 = xf[..., 0], xf[..., 1]
+    c = cos[None, :, None, :]
+    s = sin[None, :, None, :]
+    out = jnp.stack([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
+    return out.reshape(x.shape).astype(x.dtype)

@@ -1,0 +1,135 @@
+"""The unit the planner plans — `denoise_step` (CFG batch of 2 + guidance + scheduler update) —
+and a sampling loop over it; plus the jitted, mesh-aware transformer forward."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from aoizora.models.wan import attention as attn
+from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.model import forward
+from aoizora.models.wan.sharding import (
+    abstract_forward_inputs, abstract_params, abstract_step_inputs, batch_sharding, param_shardings, replicated,
+)
+from aoizora.models.wan.strategy import Strategy, check_mesh, validate_strategy
+
+
+def make_forward(config: WanConfig, strategy: Strategy | None = None, mesh: Mesh | None = None) -> Callable:
+    """Jitted forward(params, latents, timestep, text, image=None) for a strategy on a mesh
+    (single device when both are None)."""
+    if strategy is None:
+        return jax.jit(lambda p, x, t, c, i=None: forward(p, x, t, c, i, config=config))
+    check_mesh(strategy, mesh)
+    validate_strategy(strategy, config)
+    bs = [batch_sharding(strategy, mesh, n) for n in (5, 1, 3, 3)]
+    fn = lambda p, x, t, c, i: forward(p, x, t, c, i, config=config, strategy=strategy, mesh=mesh)  # noqa: E731
+    jitted = jax.jit(fn, in_shardings=(param_shardings(config, strategy, mesh), *bs), out_shardings=bs[0])
+    return _with_defaults(jitted, 5)
+
+
+def _with_defaults(jitted, nargs: int) -> Callable:
+    """Wrap a jitted function of `nargs` positional arguments so trailing ones default to None
+    (jit's in_shardings need every positional argument); `.lower` is forwarded likewise."""
+    def call(*args):
+        return jitted(*args, *([None] * (nargs - len(args))))
+
+    call.lower = lambda *args: jitted.lower(*args, *([None] * (nargs - len(args))))  # type: ignore[attr-defined]
+    call.jitted = jitted  # type: ignore[attr-defined]
+    return call
+
+
+def denoise_step(
+    params: dict,
+    latents: jnp.ndarray,
+    state: dict,
+    text_cond: jnp.ndarray,
+    text_uncond: jnp.ndarray,
+    image: jnp.ndarray | None = None,
+    condition: jnp.ndarray | None = None,
+    *,
+    config: WanConfig,
+    scheduler: Any,
+    guidance_scale: float = 5.0,
+    strategy: Strategy | None = None,
+    mesh: Mesh | None = None,
+) -> tuple[jnp.ndarray, dict]:
+    """One denoising step: the transformer on the CFG batch (cond, uncond), guidance, scheduler.
+
+    latents (1, C_out, T, H, W) float32; text_* (1, 512, text_dim); I2V also takes the image
+    embedding (1, 257, image_dim) and the conditioning latent (1, C_in − C_out, T, H, W) that is
+    concatenated on channels. Returns the next latents and scheduler state.
+    """
+    x = latents
+    if condition is not None:
+        x = jnp.concatenate([x, condition.astype(x.dtype)], axis=1)
+    x = jnp.concatenate([x, x], axis=0).astype(config.dtype)
+    t = jnp.broadcast_to(scheduler.timestep(state).astype(jnp.float32), (2,))
+    text = jnp.concatenate([text_cond, text_uncond], axis=0).astype(config.dtype)
+    img = None if image is None else jnp.concatenate([image, image], axis=0).astype(config.dtype)
+    out = forward(params, x, t, text, img, config=config, strategy=strategy, mesh=mesh).astype(jnp.float32)
+    cond, uncond = out[:1], out[1:]
+    guided = uncond + guidance_scale * (cond - uncond)
+    return scheduler.step(state, guided, latents)
+
+
+def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | None = None, mesh: Mesh | None = None,
+                      guidance_scale: float = 5.0) -> Callable:
+    """Jitted denoise_step(params, latents, state, text_cond, text_uncond, image=None, condition=None)
+    for a strategy on a mesh. Latents/state/conditions are replicated; params use the strategy's
+    shardings; activations are sharded inside."""
+    def fn(params, latents, state, text_cond, text_uncond, image=None, condition=None):
+        return denoise_step(params, latents, state, text_cond, text_uncond, image, condition, config=config,
+                            scheduler=scheduler, guidance_scale=guidance_scale, strategy=strategy, mesh=mesh)
+
+    if strategy is None:
+        return jax.jit(fn)
+    check_mesh(strategy, mesh)
+    validate_strategy(strategy, config, batch=2)
+    rep = replicated(mesh)
+    ps = param_shardings(config, strategy, mesh)
+    return _with_defaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep)), 7)
+
+
+def sample(step_fn: Callable, params: dict, latents: jnp.ndarray, scheduler: Any, text_cond, text_uncond,
+           image=None, condition=None) -> jnp.ndarray:
+    """Run all the scheduler's steps with a (jitted) step function from `make_denoise_step`."""
+    state = scheduler.init_state(latents)
+    for _ in range(scheduler.num_steps):
+        latents, state = step_fn(params, latents, state, text_cond, text_uncond, image, condition)
+    return latents
+
+
+def lower_denoise_step(config: WanConfig, video: VideoShape, strategy: Strategy, mesh: Mesh, scheduler: Any,
+                       guidance_scale: float = 5.0):
+    """`jax.jit(denoise_step).lower(...)` from abstract, sharded inputs — no weights materialised."""
+    validate_strategy(strategy, config, video, batch=2, num_devices=mesh.devices.size)
+    fn = make_denoise_step(config, scheduler, strategy, mesh, guidance_scale)
+    a = abstract_step_inputs(config, video, mesh, scheduler)
+    return fn.lower(abstract_params(config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
+                    a["text_uncond"], a["image"], a["condition"])
+
+
+def lower_forward(config: WanConfig, video: VideoShape, strategy: Strategy, mesh: Mesh, batch: int = 2):
+    """`jax.jit(forward).lower(...)` from abstract, sharded inputs (the transformer alone)."""
+    validate_strategy(strategy, config, video, batch=batch, num_devices=mesh.devices.size)
+    fn = make_forward(config, strategy, mesh)
+    a = abstract_forward_inputs(config, video, strategy, mesh, batch)
+    return fn.lower(abstract_params(config, strategy, mesh), a["latents"], a["timestep"], a["text"], a["image"])
+
+
+def opaque_kernel_costs(config: WanConfig, video: VideoShape, strategy: Strategy, mesh: Mesh,
+                        batch: int = 2) -> list[attn.KernelCost]:
+    """Per-device FLOPs/bytes of every opaque kernel (Pallas splash call) one transformer forward
+    emits for this strategy on this mesh (empty when the mesh is not TPU: the XLA kernel is
+    visible to the compiler's own cost analysis). `calls` counts layers × uses per forward;
+    a `denoise_step` runs one forward."""
+    a = abstract_forward_inputs(config, video, strategy, mesh, batch)
+    p = abstract_params(config, strategy, mesh)
+    with attn.recording() as rec:
+        jax.eval_shape(lambda *args: forward(*args, config=config, strategy=strategy, mesh=mesh),
+                       p, a["latents"], a["timestep"], a["text"], a["image"])
+    return rec.kernels

@@ -1,0 +1,61 @@
+"""Per-device memory estimate of a lowered strategy against the generation's HBM.
+
+Why: a strategy that does not fit fails to compile (`RESOURCE_EXHAUSTED`) after seconds of
+compile time; Stage 1 drops it from the lowered IR alone. The estimate mirrors the three figures
+of `compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs,
+and temporaries — the peak of live intermediate buffers found by the prediction DAG's liveness
+walk (results of contractions, reductions, kernels, collectives and loop carries; elementwise
+and layout ops are assumed fused into their consumers; a loop body counts once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aoizora.stage1.dag import Prediction
+from aoizora.topology import HardwareProfile
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    argument_bytes: float
+    output_bytes: float
+    temp_bytes: float
+    hbm_bytes: int
+    slack: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.argument_bytes + self.output_bytes + self.temp_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.hbm_bytes * self.slack
+
+    @property
+    def reason(self) -> str:
+        """Why it does not fit (empty when it does)."""
+        if self.fits:
+            return ""
+        return (
+            f"needs ~{self.total_bytes / GIB:.2f} GiB per device (arguments {self.argument_bytes / GIB:.2f}, "
+            f"outputs {self.output_bytes / GIB:.2f}, temporaries {self.temp_bytes / GIB:.2f}) "
+            f"> {self.hbm_bytes * self.slack / GIB:.2f} GiB HBM"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "argument_bytes": self.argument_bytes,
+            "output_bytes": self.output_bytes,
+            "temp_bytes": self.temp_bytes,
+            "total_bytes": self.total_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+        }
+
+
+def estimate_memory(prediction: Prediction, hardware: HardwareProfile, slack: float = 1.0) -> MemoryEstimate:
+    """Memory per device. `slack` > 1 keeps borderline strategies (the estimate is approximate)."""
+    return MemoryEstimate(prediction.argument_bytes, prediction.output_bytes, prediction.peak_temp_bytes, hardware.hbm_bytes, slack)

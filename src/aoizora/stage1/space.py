@@ -1,0 +1,89 @@
+"""The strategy-space protocol: what Stage 1 needs from a workload, and nothing more.
+
+Why a protocol: Stage 1 is generic. The generic scanned transformer and the Wan 2.1 model both
+plug in by saying (1) which logical strategies exist on N devices and which are legal, with the
+reason for every rejection; (2) for a strategy, its logical mesh and the function plus abstract
+arguments to lower on that mesh; (3) the cost of the opaque kernels (Pallas calls) it uses, which
+no IR can tell.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aoizora.hlo.program import OpaqueCost
+from aoizora.placement import MeshSpec
+from aoizora.stage1.dag import KernelCall
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One enumerated strategy with its legality verdict (reasons are empty when legal)."""
+
+    key: str  # short unique label, e.g. "data=2,context=8 | weights=fsdp | attn=dense"
+    strategy: Any
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def legal(self) -> bool:
+        return not self.reasons
+
+
+@dataclass
+class LoweringInputs:
+    """`jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)` lowers the strategy (args abstract)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    jit_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class StrategySpace(abc.ABC):
+    """A workload's logical strategies on a device count (subclass per workload)."""
+
+    name: str = "workload"
+
+    @abc.abstractmethod
+    def candidates(self, num_devices: int) -> Iterable[Candidate]:
+        """Every strategy on `num_devices`, legal or not (illegal ones carry their reasons)."""
+
+    @abc.abstractmethod
+    def mesh_spec(self, strategy: Any) -> MeshSpec:
+        """The logical mesh (axis names and sizes, product = device count)."""
+
+    @abc.abstractmethod
+    def lowering_inputs(self, strategy: Any, mesh: Any) -> LoweringInputs:
+        """The function and abstract (ShapeDtypeStruct) arguments to lower on `mesh`."""
+
+    def kernel_cost(self, strategy: Any, call: KernelCall) -> OpaqueCost | None:
+        """Cost of one opaque kernel call (per device); None when unknown."""
+        return None
+
+    def describe(self, strategy: Any) -> dict[str, Any]:
+        """JSON-ready description of a strategy for reports."""
+        return {"strategy": repr(strategy)}
+
+
+def axis_assignments(num_devices: int, axis_names: Sequence[str]) -> Iterator[dict[str, int]]:
+    """Every assignment of divisors to the named axes whose product is `num_devices`."""
+    divisors = [d for d in range(1, num_devices + 1) if num_devices % d == 0]
+    for sizes in itertools.product(divisors, repeat=len(axis_names)):
+        prod = 1
+        for s in sizes:
+            prod *= s
+        if prod == num_devices:
+            yield dict(zip(axis_names, sizes))
+
+
+def mesh_of(sizes: dict[str, int]) -> MeshSpec:
+    """A MeshSpec of the axes larger than 1, in the given order (a 1-device mesh keeps one axis)."""
+    names = tuple(a for a, n in sizes.items() if n > 1)
+    if not names:
+        first = next(iter(sizes))
+        return MeshSpec((first,), (1,))
+    return MeshSpec(names, tuple(sizes[a] for a in names))

@@ -1,0 +1,159 @@
+"""Bad input: checkpoints with missing/wrong tensors, impossible videos, illegal strategies."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from aoizora.errors import CheckpointError, ShapeError, StrategyError
+from aoizora.models.wan.checkpoint import load_params, save_params
+from aoizora.models.wan.config import WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
+from aoizora.models.wan.model import forward
+from aoizora.models.wan.params import init_params, param_shapes
+from aoizora.models.wan.strategy import Strategy, check_strategy, make_mesh, validate_strategy
+from wan_testutil import TINY_T2V
+
+
+@pytest.fixture()
+def ckpt(tmp_path):
+    params = init_params(TINY_T2V, seed=0)
+    path = tmp_path / "diffusion_pytorch_model.safetensors"
+    save_params(params, TINY_T2V, path)
+    return params, path
+
+
+def test_roundtrip_single_and_sharded_index(ckpt, tmp_path):
+    params, path = ckpt
+    loaded = load_params(path, TINY_T2V)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, loaded)
+    # split into two shards with an index, as large diffusers checkpoints are
+    tensors = load_file(str(path))
+    names = sorted(tensors)
+    d = tmp_path / "sharded"
+    d.mkdir()
+    half = len(names) // 2
+    save_file({n: tensors[n] for n in names[:half]}, str(d / "part-1.safetensors"))
+    save_file({n: tensors[n] for n in names[half:]}, str(d / "part-2.safetensors"))
+    index = {"weight_map": {n: ("part-1.safetensors" if i < half else "part-2.safetensors") for i, n in enumerate(names)}}
+    (d / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
+    loaded = load_params(d, TINY_T2V)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, loaded)
+
+
+def test_load_bf16_with_shardings(ckpt):
+    _, path = ckpt
+    cfg = TINY_T2V.replace(dtype=jnp.bfloat16)
+    from aoizora.models.wan.sharding import param_shardings
+
+    s = Strategy(data=2, context=4, weights="gathered")
+    mesh = make_mesh(s, jax.devices()[:8])
+    sh = param_shardings(cfg, s, mesh)
+    loaded = load_params(path, cfg, shardings=sh)
+    q = loaded["blocks"]["attn1"]["q"]["w"]
+    assert q.dtype == jnp.bfloat16 and q.sharding == sh["blocks"]["attn1"]["q"]["w"]
+    assert loaded["blocks"]["sst"].dtype == jnp.float32  # modulation tables stay float32
+
+
+def test_missing_tensor_is_named(ckpt, tmp_path):
+    _, path = ckpt
+    tensors = load_file(str(path))
+    del tensors["blocks.1.attn2.to_v.bias"]
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad))
+    with pytest.raises(CheckpointError, match=r"blocks\.1\.attn2\.to_v\.bias"):
+        load_params(bad, TINY_T2V)
+
+
+def test_wrong_shape_is_named(ckpt, tmp_path):
+    _, path = ckpt
+    tensors = load_file(str(path))
+    tensors["blocks.0.ffn.net.0.proj.weight"] = np.zeros((7, TINY_T2V.dim), np.float32)
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad))
+    with pytest.raises(CheckpointError, match=r"blocks\.0\.ffn\.net\.0\.proj\.weight.*\(7, 64\)"):
+        load_params(bad, TINY_T2V)
+
+
+def test_unexpected_tensor_and_missing_file(ckpt, tmp_path):
+    _, path = ckpt
+    tensors = load_file(str(path))
+    tensors["blocks.2.attn1.to_q.weight"] = np.zeros((64, 64), np.float32)  # a third layer
+    bad = tmp_path / "extra.safetensors"
+    save_file(tensors, str(bad))
+    with pytest.raises(CheckpointError, match=r"blocks\.2\.attn1\.to_q\.weight"):
+        load_params(bad, TINY_T2V)
+    assert load_params(bad, TINY_T2V, strict=False)["blocks"]["sst"].shape[0] == 2
+    with pytest.raises(CheckpointError, match="no safetensors"):
+        load_params(tmp_path / "nowhere", TINY_T2V)
+
+
+@pytest.mark.parametrize("video,msg", [
+    (VideoShape(80, 720, 1280), "4n\\+1"),
+    (VideoShape(81, 720, 1270), "multiple of 16"),
+    (VideoShape(81, 728, 1280), "multiple of 16"),
+])
+def test_bad_video_shapes(video, msg):
+    with pytest.raises(ShapeError, match=msg):
+        video.latent_shape(WAN_T2V_14B)
+
+
+def test_token_counts_of_the_real_configs():
+    assert VideoShape(81, 720, 1280).tokens(WAN_T2V_14B) == 75_600
+    assert VideoShape(81, 480, 832).tokens(WAN_T2V_1_3B) == 32_760
+    assert VideoShape(81, 480, 832).latent_shape(WAN_I2V_14B) == (36, 21, 60, 104)
+
+
+def test_forward_rejects_bad_latent():
+    params = init_params(TINY_T2V)
+    with pytest.raises(ShapeError, match="channels"):
+        forward(params, jnp.zeros((1, 3, 1, 4, 4)), jnp.zeros((1,)), jnp.zeros((1, 5, 32)), config=TINY_T2V)
+    with pytest.raises(ShapeError, match="patch"):
+        forward(params, jnp.zeros((1, 4, 1, 5, 4)), jnp.zeros((1,)), jnp.zeros((1, 5, 32)), config=TINY_T2V)
+
+
+def test_parameter_counts():
+    def count(cfg):
+        return sum(int(np.prod(s.shape)) for s in jax.tree.leaves(param_shapes(cfg)))
+
+    assert abs(count(WAN_T2V_14B) / 1e9 - 14.29) < 0.05
+    assert abs(count(WAN_T2V_1_3B) / 1e9 - 1.42) < 0.03
+    assert count(WAN_I2V_14B) > count(WAN_T2V_14B)
+
+
+def test_strategy_reasons():
+    cfg = WAN_T2V_14B
+    video = VideoShape(81, 720, 1280)
+    assert check_strategy(Strategy(data=2, context=4, attention="ulysses"), cfg, video, num_devices=8) == []
+    r = check_strategy(Strategy(context=3, tensor=3, attention="ulysses"), cfg, video, num_devices=8)
+    assert any("40 attention heads are not divisible by tensor=3" in x for x in r)
+    assert any("uses 9 devices, the slice has 8" in x for x in r)
+    r = check_strategy(Strategy(context=16, attention="ulysses"), cfg, video)
+    assert any("Ulysses needs heads/tensor = 40 divisible by context=16" in x for x in r)
+    r = check_strategy(Strategy(data=4, context=2), cfg, video)
+    assert any("batch 2 is not divisible by data×fsdp = 4" in x for x in r)
+    r = check_strategy(Strategy(data=2, weights="gathered"), cfg, video)
+    assert any("shards embed over fsdp×context, but both are 1" in x for x in r)
+    r = check_strategy(Strategy(data=2, context=4, weights="tensor"), cfg, video)
+    assert any("tensor=1" in x for x in r)
+    r = check_strategy(Strategy(context=3, weights="gathered"), cfg, video)
+    assert any("model dim 5120 is not divisible by fsdp×context = 3" in x for x in r)
+    r = check_strategy(Strategy(context=2, attention="sideways"), cfg, video)
+    assert any("unknown attention variant" in x for x in r)
+    r = check_strategy(Strategy(context=2), cfg, VideoShape(80, 720, 1280))
+    assert any("4n+1" in x for x in r)
+    with pytest.raises(StrategyError, match="illegal strategy"):
+        validate_strategy(Strategy(context=3, tensor=3), cfg, video)
+
+
+def test_forward_rejects_illegal_strategy_on_mesh():
+    s = Strategy(context=2, tensor=4, attention="ulysses", weights="replicated")  # 4 heads / 4 = 1, 1 % 2 != 0
+    mesh = make_mesh(s, jax.devices()[:8])
+    params = init_params(TINY_T2V)
+    with pytest.raises(StrategyError, match="Ulysses"):
+        forward(params, jnp.zeros((2, 4, 1, 4, 4)), jnp.zeros((2,)), jnp.zeros((2, 5, 32)),
+                config=TINY_T2V, strategy=s, mesh=mesh)

@@ -1,0 +1,32 @@
+"""Helpers shared by the Wan tests: tiny configs and the diffusers reference."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from aoizora.models.wan.config import WanConfig
+
+TINY_T2V = WanConfig(
+    num_layers=2, num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4,
+    text_dim=32, freq_dim=16, ffn_dim=96, dtype=jnp.float32,
+)
+TINY_I2V = TINY_T2V.replace(in_channels=6, image_dim=24, added_kv_proj_dim=TINY_T2V.num_attention_heads * 16)
+
+
+def rel_err(out, ref) -> float:
+    out = np.asarray(out, np.float64)
+    ref = np.asarray(ref, np.float64)
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+def make_inputs(config: WanConfig, latent_thw, batch=2, text_len=24, seed=0):
+    rng = np.random.default_rng(seed)
+    t, h, w = latent_thw
+    lat = rng.standard_normal((batch, config.in_channels, t, h, w)).astype(np.float32)
+    ts = rng.uniform(0, 1000, size=(batch,)).astype(np.float32)
+    text = rng.standard_normal((batch, text_len, config.text_dim)).astype(np.float32)
+    img = None
+    if config.is_i2v:
+        img = rng.standard_normal((batch, config.image_len, config.image_dim)).astype(np.float32)
+    return lat, ts, text, img

@@ -1,0 +1,49 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from aoizora.topology import get_topology  # noqa: E402
+from aoizora.workloads.transformer import TransformerConfig  # noqa: E402
+
+SMALL = TransformerConfig(layers=3, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+
+
+@pytest.fixture(scope="session")
+def topo_2x4():
+    return get_topology("v5e:2x4")
+
+
+@pytest.fixture(scope="session")
+def micro(topo_2x4):
+    from micro import micro_cases, splash_case
+
+    cases = {c.name: c for c in micro_cases(topo_2x4)}
+    cases["kernel-boundary"] = splash_case(topo_2x4)
+    return cases
+
+
+@pytest.fixture(scope="session")
+def transformer_cases(topo_2x4):
+    """The small transformer lowered under three strategies (compiled lazily by the tests that need it)."""
+    from micro import Case
+
+    from aoizora.stage1 import TransformerSpace, predict, read_module
+    from aoizora.stage1.search import _lower
+
+    space = TransformerSpace(SMALL)
+    wanted = {
+        "data=2,context=2,tensor=2 | weights=replicated | attn=dense",
+        "data=2,tensor=4 | weights=replicated | attn=dense",
+        "context=8 | weights=replicated | attn=dense",
+    }
+    out = {}
+    for c in space.candidates(topo_2x4.num_devices):
+        if c.key in wanted:
+            lowered = _lower(space, c.strategy, topo_2x4)
+            module = read_module(lowered)
+            out[c.key] = Case(c.key, lowered, module, predict(module))
+    assert set(out) == wanted
+    return out

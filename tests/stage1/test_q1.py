@@ -1,0 +1,87 @@
+"""Q1 is a bound: never above Q2's prediction, for every placement, on compiled small programs."""
+
+import math
+
+import pytest
+
+from aoizora.cost.model import CostModel
+from aoizora.hlo.program import OpaqueCost
+from aoizora.placement import MeshSpec, enumerate_placements
+from aoizora.stage1 import best_group_bandwidth, predict, q1
+from aoizora.topology import get_topology
+
+# splash attention on the local shard: 2 heads x 1024 x 1024 x 128 (see micro.splash_case)
+SPLASH = OpaqueCost(flops=4 * 2 * 1024 * 1024 * 128, hbm_bytes=4 * 2 * 1024 * 128 * 2)
+
+
+def test_best_group_bandwidth():
+    v5e = get_topology("v5e:2x4")
+    link = v5e.hardware.link_bandwidth_Bps
+    assert best_group_bandwidth(v5e, 1) == math.inf
+    assert best_group_bandwidth(v5e, 2) == link  # a 2-ring is one link each way
+    assert best_group_bandwidth(v5e, 4) == 2 * link  # a bidirectional ring: two links into each chip
+    assert best_group_bandwidth(v5e, 8) == 2 * link
+    v4 = get_topology("v4:2x2x2")  # two cores per chip: a 2-device group can stay on one chip
+    assert v4.cores_per_chip == 2
+    assert best_group_bandwidth(v4, 2) == math.inf
+    assert best_group_bandwidth(v4, 8) == 2 * v4.hardware.link_bandwidth_Bps
+
+
+def _check(case, topology, hook=None):
+    pred = predict(case.module, (lambda call: hook) if hook else None)
+    program = case.program if hook is None else case.program.with_opaque_cost(lambda op: hook)
+    mesh = case.module.mesh
+    spec = MeshSpec(tuple(a for a, _ in mesh.axes), tuple(n for _, n in mesh.axes))
+    model = CostModel(topology)
+    bound = q1(pred, topology)  # default: parameter gathers overlap compute, the rest adds
+    strict, serial = q1(pred, topology, "full"), q1(pred, topology, "none")
+    assert strict.seconds <= bound.seconds <= serial.seconds
+    worst_gap = math.inf
+    placements = enumerate_placements(topology, spec).placements
+    assert len(placements) >= 2
+    for p in placements:
+        q2 = model.evaluate(program, p).step_seconds
+        assert bound.seconds <= q2 * (1 + 1e-9), (case.name, p.name, bound, q2)
+        worst_gap = min(worst_gap, q2 / max(bound.seconds, 1e-30))
+    return bound, worst_gap
+
+
+@pytest.mark.parametrize("name", ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "shard_map-boundary"])
+def test_q1_below_q2_micro(micro, topo_2x4, name):
+    bound, _ = _check(micro[name], topo_2x4)
+    assert bound.comm_seconds > 0
+
+
+def test_q1_below_q2_opaque_kernel(micro, topo_2x4):
+    bound, _ = _check(micro["kernel-boundary"], topo_2x4, SPLASH)
+    assert bound.compute_seconds >= SPLASH.flops / topo_2x4.hardware.peak_bf16_flops
+
+
+def test_q1_below_q2_transformer(transformer_cases, topo_2x4):
+    for case in transformer_cases.values():
+        bound, gap = _check(case, topo_2x4)
+        assert bound.compute_seconds > 0 and bound.comm_seconds > 0
+        assert gap >= 1.0
+
+
+def test_overlap_modes(micro, topo_2x4):
+    pred = micro["contract-allreduce"].prediction
+    full, none, pre = q1(pred, topo_2x4, "full"), q1(pred, topo_2x4, "none"), q1(pred, topo_2x4)
+    assert full.seconds == max(full.compute_seconds, full.comm_seconds)
+    assert none.seconds == pytest.approx(full.compute_seconds + full.comm_seconds)
+    assert pre.prefetch_seconds == 0 and pre.seconds == pytest.approx(none.seconds)  # an activation all-reduce
+
+
+def test_parameter_gathers_are_prefetchable(transformer_cases, topo_2x4):
+    """FSDP-style weight gathers move parameters only: Q1 lets them overlap compute."""
+    from conftest import SMALL
+
+    from aoizora.stage1 import TransformerSpace, analyse
+
+    space = TransformerSpace(SMALL)
+    cand = next(c for c in space.candidates(8) if c.key == "fsdp=2,tensor=4 | weights=fsdp | attn=dense")
+    pred, res, _, _, _ = analyse(space, cand.strategy, topo_2x4)
+    gathers = [c for c in pred.comms if c.kind == "all-gather" and c.axes == ("fsdp",)]
+    assert gathers and all(c.prefetchable for c in gathers)
+    assert res.prefetch_seconds > 0
+    assert res.seconds == pytest.approx(max(res.compute_seconds, res.prefetch_seconds) + res.comm_seconds - res.prefetch_seconds)
