@@ -196,7 +196,8 @@ def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
     return n
 
 
-def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash"):
+def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
+                     interpret: bool = False):
     """Pallas splash attention on local shards (TPU only).
 
     q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
@@ -211,7 +212,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     bq, bkv = _pick_block(lq), _pick_block(lk, (1024, 512, 256, 128))
     mask = sm.MultiHeadMask([sm.FullMask((lq, lk)) for _ in range(h)])
     kernel = sk.make_splash_mha(
-        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals,
+        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
         block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
     )
     _record(name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
@@ -236,7 +237,15 @@ class AttentionSetup:
 
     strategy: Strategy | None
     mesh: Mesh | None
-    kernel: str  # "xla" | "splash"
+    kernel: str  # "xla" | "splash" | "splash-interpret" (Pallas interpreter, for CPU tests)
+
+    @property
+    def splash(self) -> bool:
+        return self.kernel.startswith("splash")
+
+    @property
+    def interpret(self) -> bool:
+        return self.kernel == "splash-interpret"
 
     @property
     def batch_axes(self):
@@ -254,8 +263,8 @@ class AttentionSetup:
 
 
 def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str):
-    if setup.kernel == "splash":
-        return splash_attention(q, k, v, kv_valid, name=name)
+    if setup.splash:
+        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret)
     return xla_attention(q, k, v, kv_valid)
 
 
@@ -293,8 +302,9 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
         for step in range(c):
             src = (me - step) % c  # which sequence shard this K/V block is
             valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
-            if setup.kernel == "splash":
-                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step")
+            if setup.splash:
+                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
+                                          interpret=setup.interpret)
                 part = (o.astype(jnp.float32), lse, None)
                 if acc is None:
                     acc = part
@@ -309,7 +319,7 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
             if step + 1 < c:
                 kl = jax.lax.ppermute(kl, "context", perm)
                 vl = jax.lax.ppermute(vl, "context", perm)
-        if setup.kernel == "splash":
+        if setup.splash:
             return acc[0].astype(ql.dtype)
         return _finish(acc, ql.dtype)
 
@@ -324,7 +334,7 @@ def cross_attention(setup: AttentionSetup, q, k, v) -> jnp.ndarray:
     """
     lk = k.shape[1]
     padded = lk
-    if setup.kernel == "splash" and lk % 128:
+    if setup.splash and lk % 128:
         padded = lk + (-lk % 128)
         k = jnp.pad(k, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))
         v = jnp.pad(v, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))
