@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from aoizora.models.wan.params import init_params
-from aoizora.models.wan.sampling import make_forward
+from aoizora.models.wan.config import VideoShape
+from aoizora.models.wan.sampling import make_forward, opaque_kernel_costs
 from aoizora.models.wan.strategy import Strategy, make_mesh
 from wan_testutil import TINY_I2V, rel_err
 
@@ -40,3 +41,9 @@ def test_splash_interpret_matches_xla(variant, shape):
     err = rel_err(out, ref)
     print(f"splash(interpret) {variant}: rel err {err:.2e}")
     assert err < 1e-4
+    # the splash path really ran: its calls were recorded with the padded per-device shapes
+    video = VideoShape(frames=5, height=32, width=48)  # the latent (2, 4, 6) above
+    kernels = opaque_kernel_costs(CFG, video, strategy, mesh)
+    assert {k.name for k in kernels} == {"splash_ring_step" if variant == "ring" else "splash_self", "splash_cross"}
+    cross = [k for k in kernels if k.name == "splash_cross"]
+    assert {k.kv_shape[1] for k in cross} == {512, 384}  # text; 257 image tokens padded to 3×128
