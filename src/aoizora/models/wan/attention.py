@@ -49,8 +49,9 @@ class KernelCost:
     `flops`/`bytes_accessed`/`transcendentals` are per call, so totals are ×calls.
     """
 
-    name: str
+    name: str  # aoizora's name for the use (also a jax.named_scope around the call)
     custom_call_target: str
+    hlo_name: str  # compiled HLO names the custom call "%<hlo_name>.<n>" (the Pallas kernel name)
     q_shape: tuple[int, ...]
     kv_shape: tuple[int, ...]
     block_q: int
@@ -113,7 +114,8 @@ def _record(name: str, batch: int, heads: int, lq: int, lk: int, d: int, itemsiz
     res_bytes = batch * heads * lq * 128 * 4 if residuals else 0
     seg_bytes = batch * (lq + lk) * 4
     cost = KernelCost(
-        name=name, custom_call_target="tpu_custom_call", q_shape=(batch, lq, heads, d),
+        name=name, custom_call_target="tpu_custom_call",
+        hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}", q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops, transcendentals=trans,
         bytes_accessed=float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes), calls=0,
     )
@@ -222,10 +224,11 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     kv_seg = jnp.zeros((lk,), jnp.int32) if kv_valid is None else jnp.where(kv_valid, 0, 1).astype(jnp.int32)
     seg = sk.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=kv_seg)
     run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=seg))
-    if residuals:
-        out, (lse,) = run(qt, kt, vt)
-        return out.transpose(0, 2, 1, 3), lse
-    return run(qt, kt, vt).transpose(0, 2, 1, 3)
+    with jax.named_scope(name):
+        if residuals:
+            out, (lse,) = run(qt, kt, vt)
+            return out.transpose(0, 2, 1, 3), lse
+        return run(qt, kt, vt).transpose(0, 2, 1, 3)
 
 
 # --------------------------------------------------------------------------------------------
