@@ -67,3 +67,20 @@ def test_kernel_costs_full_14b_ulysses_v5e_4x4():
     assert self_k.calls == 40
     assert self_k.flops == 4 * padded * padded * 5 * 128
     assert kernels["splash_cross"].q_shape == (1, padded // 8, 40, 128)
+
+
+@pytest.mark.parametrize("preset,video,topology,strategy", [
+    ("i2v-14b", VideoShape(81, 720, 1280), "v5e:4x4", Strategy(data=2, context=8, attention="ulysses")),
+    ("t2v-1.3b", VideoShape(81, 480, 832), "v5e:2x4", Strategy(data=2, context=2, tensor=2, attention="ring",
+                                                               weights="gathered+tensor")),
+])
+def test_full_size_lowering_from_abstract_inputs(preset, video, topology, strategy):
+    """Lowering (Stage 1 of the planner) at full size: fast, no weights, sharded StableHLO."""
+    from aoizora.models.wan.config import PRESETS
+
+    cfg = PRESETS[preset]
+    mesh = make_mesh(strategy, toolchain.compile_only_devices(topology))
+    text = lower_denoise_step(cfg, video, strategy, mesh, UniPCScheduler(50, 5.0)).as_text()
+    assert "tpu_custom_call" in text
+    assert "stablehlo.while" in text  # the scanned layers
+    assert "sdy.sharding" in text or "mhlo.sharding" in text
