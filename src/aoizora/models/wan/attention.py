@@ -47,6 +47,12 @@ class KernelCost:
 
     `calls` is how many times one transformer forward executes it per device (layers × uses);
     `flops`/`bytes_accessed`/`transcendentals` are per call, so totals are ×calls.
+
+    Model (forward kernel, full mask, B batch, H heads, Lq/Lk lengths, D head dim, bq Q block):
+    flops = 4·B·H·Lq·Lk·D (QKᵀ and PV, 2 flops per MAC; masked blocks are still computed for
+    the padded tail), transcendentals = B·H·Lq·Lk (exp), bytes = read Q + write O
+    (2·B·H·Lq·D·itemsize) + K and V streamed once per Q block (2·B·H·Lk·D·itemsize·Lq/bq)
+    + segment ids + the float32 log-sum-exp residual (B·H·Lq·128·4) when saved (ring).
     """
 
     name: str  # aoizora's name for the use (also a jax.named_scope around the call)
