@@ -122,3 +122,22 @@ def test_parity_bf16_as_close_as_diffusers_bf16(ref_models):
     print(f"bf16: ours vs fp32 ref {ours:.2e}, diffusers bf16 vs fp32 ref {theirs:.2e}")
     assert ours < 1.5 * theirs + 1e-3
     assert ours < 2e-2
+
+
+def test_load_bf16_checkpoint_saved_by_diffusers(ref_models, tmp_path):
+    """A checkpoint stored in bfloat16 (as published Wan weights are) loads bit-exactly."""
+    model, _ = ref_models["i2v"]
+    import copy
+
+    mb = copy.deepcopy(model).to(torch.bfloat16)
+    mb.save_pretrained(tmp_path, safe_serialization=True)
+    cfg = load_config(tmp_path, dtype=jnp.bfloat16)
+    params = load_params(tmp_path, cfg)
+    sd = mb.state_dict()
+    q = np.asarray(params["blocks"]["attn2"]["add_k"]["w"][1].astype(jnp.float32))
+    np.testing.assert_array_equal(q, sd["blocks.1.attn2.add_k_proj.weight"].float().numpy().T)
+    conv = np.asarray(params["patch_embed"]["w"].astype(jnp.float32))
+    np.testing.assert_array_equal(conv, sd["patch_embedding.weight"].float().numpy().reshape(cfg.dim, -1).T)
+    assert params["blocks"]["sst"].dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(params["blocks"]["sst"][0]),
+                                  sd["blocks.0.scale_shift_table"].float().numpy()[0])
