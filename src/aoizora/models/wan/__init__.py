@@ -17,7 +17,8 @@ Strategy (logical sharding)
     (splash on TPU devices, blockwise XLA elsewhere), ``"xla"``, ``"splash"``.
     ``check_strategy(strategy, cfg, video=None, batch=2, num_devices=None) -> list[str]`` gives
     every reason a strategy is illegal (empty: legal); ``validate_strategy`` raises
-    ``StrategyError`` with them. ``logical_rules(strategy)`` maps logical axis names
+    ``StrategyError`` with them; ``enumerate_strategies(cfg, video, num_devices)`` lists every
+    legal one. ``logical_rules(strategy)`` maps logical axis names
     (batch, length, kv_length, heads_act, head_dim, embed_act, mlp_act; weights: layers, embed,
     heads, mlp) to mesh axes. ``make_mesh(strategy, devices)`` reshapes devices *in the given
     order* into the 4-axis mesh — the planner passes its own physical order (or any
@@ -68,7 +69,8 @@ from aoizora.models.wan.sharding import (
     abstract_forward_inputs, abstract_params, abstract_step_inputs, param_shardings,
 )
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, WEIGHT_MODES, Strategy, check_strategy, logical_rules, make_mesh, validate_strategy,
+    ATTENTION_VARIANTS, MESH_AXES, WEIGHT_MODES, Strategy, check_strategy, enumerate_strategies, logical_rules, make_mesh,
+    validate_strategy,
 )
 
 __all__ = [
@@ -77,5 +79,5 @@ __all__ = [
     "param_table", "denoise_step", "lower_denoise_step", "lower_forward", "make_denoise_step", "make_forward",
     "opaque_kernel_costs", "sample", "EulerScheduler", "UniPCScheduler", "abstract_forward_inputs",
     "abstract_params", "abstract_step_inputs", "param_shardings", "ATTENTION_VARIANTS", "MESH_AXES",
-    "WEIGHT_MODES", "Strategy", "check_strategy", "logical_rules", "make_mesh", "validate_strategy",
+    "WEIGHT_MODES", "Strategy", "check_strategy", "enumerate_strategies", "logical_rules", "make_mesh", "validate_strategy",
 ]

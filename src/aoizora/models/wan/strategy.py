@@ -224,3 +224,30 @@ def check_mesh(strategy: Strategy, mesh: Mesh) -> None:
     want = strategy.axis_sizes
     if set(shape) != set(MESH_AXES) or any(shape[a] != want[a] for a in MESH_AXES):
         raise StrategyError(f"mesh axes {shape} do not match the strategy's {want}")
+
+
+def enumerate_strategies(
+    config: WanConfig,
+    video: VideoShape | None,
+    num_devices: int,
+    batch: int = 2,
+    kernel: Kernel = "auto",
+) -> list[Strategy]:
+    """Every legal strategy on `num_devices`: all factorizations data×fsdp×context×tensor, the
+    attention variants (only "allgather" when context is 1: the variants coincide) and weight
+    modes, filtered by `check_strategy`."""
+    out: list[Strategy] = []
+
+    def divisors(n: int) -> list[int]:
+        return [d for d in range(1, n + 1) if n % d == 0]
+
+    for data in divisors(num_devices):
+        for fsdp in divisors(num_devices // data):
+            for context in divisors(num_devices // (data * fsdp)):
+                tensor = num_devices // (data * fsdp * context)
+                for attention in (ATTENTION_VARIANTS if context > 1 else ("allgather",)):
+                    for weights in WEIGHT_MODES:
+                        s = Strategy(data, fsdp, context, tensor, attention, weights, kernel)  # type: ignore[arg-type]
+                        if not check_strategy(s, config, video, batch, num_devices):
+                            out.append(s)
+    return out
