@@ -53,6 +53,8 @@ class PlanningError(AoizoraError):
     """Planning could not produce a plan (e.g. no strategy fits or compiles)."""
 
 
+
+
 class CheckpointError(AoizoraError):
     """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
 

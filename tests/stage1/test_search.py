@@ -126,3 +126,22 @@ def test_generic_space_with_opaque_kernel(topo_2x4):
     assert best.key == "x=2,y=4 heads" and best.q1.comm_seconds == 0
     assert best.q1.compute_seconds >= 1e-3
     assert [(n.kind, n.reason.split(":")[0]) for n in second.prediction.comms] == [("all-to-all", "kernel boundary (shard_map)")] * 3
+
+
+class BrokenSpace(SplashSpace):
+    """Lowering raises for one layout: Stage 1 reports it and carries on."""
+
+    def lowering_inputs(self, strategy, mesh):
+        if strategy[2] == "seq":
+            raise ValueError("this layout cannot be lowered")
+        return super().lowering_inputs(strategy, mesh)
+
+
+def test_lowering_failure_is_a_verdict(topo_2x4):
+    from aoizora.stage1.search import LOWERING_FAILED
+
+    res = run_stage1(BrokenSpace(), topo_2x4, top_k=2, progress=False)
+    failed = [e for e in res.entries if e.verdict == LOWERING_FAILED]
+    assert [e.key for e in failed] == ["x=2,y=4 seq"]
+    assert failed[0].reasons == ("ValueError: this layout cannot be lowered",)
+    assert [e.key for e in res.kept] == ["x=2,y=4 heads"]

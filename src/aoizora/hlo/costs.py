@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from math import prod
 from typing import Any
 
+import numpy as np
+
 from aoizora.hlo.attrs import parse_int_list
 from aoizora.hlo.parser import Computation, Instruction
 from aoizora.hlo.shapes import Shape
@@ -72,20 +74,60 @@ def dot_flops(inst: Instruction, lhs: Shape) -> float:
     return 2.0 * inst.shape.num_elements * k
 
 
-def convolution_flops(inst: Instruction, rhs: Shape) -> float:
-    """2 · result elements · (kernel input features · kernel window) of a ``convolution``."""
+def _window(inst: Instruction, spatial: int) -> dict[str, list]:
+    """The ``window={size=.. pad=.. stride=.. lhs_dilate=.. rhs_dilate=..}`` attribute, per spatial dim."""
+    out: dict[str, list] = {"size": [1] * spatial, "pad": [(0, 0)] * spatial, "stride": [1] * spatial,
+                            "lhs_dilate": [1] * spatial, "rhs_dilate": [1] * spatial}
+    for part in (inst.attr("window") or "").strip("{}").split():
+        key, _, value = part.partition("=")
+        if key not in out or not value:
+            continue
+        items = value.split("x")
+        if len(items) != spatial:
+            continue
+        if key == "pad":
+            out[key] = [tuple(int(v) for v in item.split("_")) for item in items]
+        else:
+            out[key] = [int(v) for v in items]
+    return out
+
+
+def _valid_pairs(out_size: int, k_size: int, in_size: int, stride: int, pad_lo: int, lhs_dil: int, rhs_dil: int) -> int:
+    """(output position, kernel position) pairs that read a real input element, not padding."""
+    o = np.arange(out_size)[:, None]
+    k = np.arange(k_size)[None, :]
+    pos = o * stride + k * rhs_dil - pad_lo
+    real = (pos >= 0) & (pos % lhs_dil == 0) & (pos // lhs_dil < in_size)
+    return int(real.sum())
+
+
+def convolution_flops(inst: Instruction, lhs: Shape, rhs: Shape) -> float:
+    """2 · MACs of a ``convolution``, counting only window positions that read real input.
+
+    libtpu lowers some dot_generals to convolutions whose window slides over padding (e.g.
+    ``size=1x16 pad=0_0x15_15`` on a spatial dimension of size 1): counting the full window
+    would overstate those dots many times.
+    """
     labels = inst.attr("dim_labels")
-    out_elems = inst.shape.leaves()[0].num_elements if inst.shape.is_tuple else inst.shape.num_elements
+    out = inst.shape.leaves()[0] if inst.shape.is_tuple else inst.shape
     if not labels or "_" not in labels or "->" not in labels:
-        return 2.0 * out_elems  # unknown labelling: count one MAC per output
-    kernel_labels = labels.split("->", 1)[0].split("_", 1)[1]
-    if len(kernel_labels) != len(rhs.dims):
-        return 2.0 * out_elems
-    macs_per_out = 1
-    for ch, size in zip(kernel_labels, rhs.dims):
-        if ch == "i" or ch.isdigit():
-            macs_per_out *= size
-    return 2.0 * out_elems * macs_per_out
+        return 2.0 * out.num_elements  # unknown labelling: count one MAC per output
+    lhs_labels, rest = labels.split("_", 1)
+    rhs_labels, out_labels = rest.split("->", 1)
+    if len(lhs_labels) != len(lhs.dims) or len(rhs_labels) != len(rhs.dims) or len(out_labels) != len(out.dims):
+        return 2.0 * out.num_elements
+    spatial = sorted(ch for ch in rhs_labels if ch.isdigit())
+    win = _window(inst, len(spatial))
+    pairs = 1
+    for n, ch in enumerate(spatial):
+        pairs *= _valid_pairs(
+            out.dims[out_labels.index(ch)], rhs.dims[rhs_labels.index(ch)], lhs.dims[lhs_labels.index(ch)],
+            win["stride"][n], win["pad"][n][0], win["lhs_dilate"][n], win["rhs_dilate"][n],
+        )
+    batch = out.dims[out_labels.index("b")] if "b" in out_labels else 1
+    out_features = out.dims[out_labels.index("f")] if "f" in out_labels else 1
+    in_features = rhs.dims[rhs_labels.index("i")] if "i" in rhs_labels else 1
+    return 2.0 * batch * out_features * in_features * pairs
 
 
 def instruction_flops(
@@ -101,7 +143,7 @@ def instruction_flops(
     if op == "dot" and operand_shapes:
         return dot_flops(inst, operand_shapes[0])
     if op == "convolution" and len(operand_shapes) >= 2:
-        return convolution_flops(inst, operand_shapes[1])
+        return convolution_flops(inst, operand_shapes[0], operand_shapes[1])
     if op in ELEMENTWISE_FLOP_OPS:
         return float(sum(s.num_elements for s in inst.shape.leaves()))
     if op == "reduce" and operand_shapes:

@@ -157,3 +157,25 @@ def test_forward_rejects_illegal_strategy_on_mesh():
     with pytest.raises(StrategyError, match="Ulysses"):
         forward(params, jnp.zeros((2, 4, 1, 4, 4)), jnp.zeros((2,)), jnp.zeros((2, 5, 32)),
                 config=TINY_T2V, strategy=s, mesh=mesh)
+
+
+def test_enumerate_strategies_v5e_8():
+    from aoizora.models.wan.strategy import enumerate_strategies
+
+    video = VideoShape(81, 720, 1280)
+    legal = enumerate_strategies(WAN_T2V_14B, video, 8)
+    assert Strategy(data=2, context=4, attention="ulysses", weights="gathered") in legal
+    assert Strategy(data=2, context=4, attention="ring", weights="gathered") in legal
+    assert all(s.num_devices == 8 and s.batch_degree <= 2 for s in legal)
+    assert all(check_strategy(s, WAN_T2V_14B, video, num_devices=8) == [] for s in legal)
+    # data=4/8 would split the CFG batch of 2 unevenly
+    assert not any(s.data >= 4 or s.data * s.fsdp > 2 for s in legal)
+    # weights "gathered" needs fsdp×context > 1; Ulysses needs (40/tensor) % context == 0
+    assert not any(s.weights == "gathered" and s.fsdp * s.context == 1 for s in legal)
+    assert not any(s.attention == "ulysses" and (40 // s.tensor) % s.context for s in legal)
+    assert any(s.tensor == 8 for s in legal)  # 40 heads and 13824 ffn split 8 ways
+    # Ulysses on 8-way context needs 40/8 heads: legal; on 1.3B's 12 heads it is not
+    assert any(s.attention == "ulysses" and s.context == 8 for s in legal)
+    legal_13 = enumerate_strategies(WAN_T2V_1_3B, VideoShape(81, 480, 832), 8)
+    assert not any(s.attention == "ulysses" and s.context == 8 for s in legal_13)
+    assert any(s.attention == "ulysses" and s.context == 4 for s in legal_13)

@@ -47,10 +47,17 @@ class KernelCost:
 
     `calls` is how many times one transformer forward executes it per device (layers × uses);
     `flops`/`bytes_accessed`/`transcendentals` are per call, so totals are ×calls.
+
+    Model (forward kernel, full mask, B batch, H heads, Lq/Lk lengths, D head dim, bq Q block):
+    flops = 4·B·H·Lq·Lk·D (QKᵀ and PV, 2 flops per MAC; masked blocks are still computed for
+    the padded tail), transcendentals = B·H·Lq·Lk (exp), bytes = read Q + write O
+    (2·B·H·Lq·D·itemsize) + K and V streamed once per Q block (2·B·H·Lk·D·itemsize·Lq/bq)
+    + segment ids + the float32 log-sum-exp residual (B·H·Lq·128·4) when saved (ring).
     """
 
-    name: str
+    name: str  # aoizora's name for the use (also a jax.named_scope around the call)
     custom_call_target: str
+    hlo_name: str  # compiled HLO names the custom call "%<hlo_name>.<n>" (the Pallas kernel name)
     q_shape: tuple[int, ...]
     kv_shape: tuple[int, ...]
     block_q: int
@@ -113,7 +120,8 @@ def _record(name: str, batch: int, heads: int, lq: int, lk: int, d: int, itemsiz
     res_bytes = batch * heads * lq * 128 * 4 if residuals else 0
     seg_bytes = batch * (lq + lk) * 4
     cost = KernelCost(
-        name=name, custom_call_target="tpu_custom_call", q_shape=(batch, lq, heads, d),
+        name=name, custom_call_target="tpu_custom_call",
+        hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}", q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops, transcendentals=trans,
         bytes_accessed=float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes), calls=0,
     )
@@ -196,7 +204,8 @@ def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
     return n
 
 
-def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash"):
+def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
+                     interpret: bool = False):
     """Pallas splash attention on local shards (TPU only).
 
     q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
@@ -211,7 +220,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     bq, bkv = _pick_block(lq), _pick_block(lk, (1024, 512, 256, 128))
     mask = sm.MultiHeadMask([sm.FullMask((lq, lk)) for _ in range(h)])
     kernel = sk.make_splash_mha(
-        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals,
+        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
         block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
     )
     _record(name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
@@ -221,10 +230,11 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     kv_seg = jnp.zeros((lk,), jnp.int32) if kv_valid is None else jnp.where(kv_valid, 0, 1).astype(jnp.int32)
     seg = sk.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=kv_seg)
     run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=seg))
-    if residuals:
-        out, (lse,) = run(qt, kt, vt)
-        return out.transpose(0, 2, 1, 3), lse
-    return run(qt, kt, vt).transpose(0, 2, 1, 3)
+    with jax.named_scope(name):
+        if residuals:
+            out, (lse,) = run(qt, kt, vt)
+            return out.transpose(0, 2, 1, 3), lse
+        return run(qt, kt, vt).transpose(0, 2, 1, 3)
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,7 +246,15 @@ class AttentionSetup:
 
     strategy: Strategy | None
     mesh: Mesh | None
-    kernel: str  # "xla" | "splash"
+    kernel: str  # "xla" | "splash" | "splash-interpret" (Pallas interpreter, for CPU tests)
+
+    @property
+    def splash(self) -> bool:
+        return self.kernel.startswith("splash")
+
+    @property
+    def interpret(self) -> bool:
+        return self.kernel == "splash-interpret"
 
     @property
     def batch_axes(self):
@@ -254,8 +272,8 @@ class AttentionSetup:
 
 
 def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str):
-    if setup.kernel == "splash":
-        return splash_attention(q, k, v, kv_valid, name=name)
+    if setup.splash:
+        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret)
     return xla_attention(q, k, v, kv_valid)
 
 
@@ -293,8 +311,9 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
         for step in range(c):
             src = (me - step) % c  # which sequence shard this K/V block is
             valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
-            if setup.kernel == "splash":
-                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step")
+            if setup.splash:
+                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
+                                          interpret=setup.interpret)
                 part = (o.astype(jnp.float32), lse, None)
                 if acc is None:
                     acc = part
@@ -309,7 +328,7 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
             if step + 1 < c:
                 kl = jax.lax.ppermute(kl, "context", perm)
                 vl = jax.lax.ppermute(vl, "context", perm)
-        if setup.kernel == "splash":
+        if setup.splash:
             return acc[0].astype(ql.dtype)
         return _finish(acc, ql.dtype)
 
@@ -324,7 +343,7 @@ def cross_attention(setup: AttentionSetup, q, k, v) -> jnp.ndarray:
     """
     lk = k.shape[1]
     padded = lk
-    if setup.kernel == "splash" and lk % 128:
+    if setup.splash and lk % 128:
         padded = lk + (-lk % 128)
         k = jnp.pad(k, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))
         v = jnp.pad(v, ((0, 0), (0, padded - lk), (0, 0), (0, 0)))

@@ -163,8 +163,12 @@ def load_params(
     tree: dict = {}
     for spec in specs:
         dtype = param_dtype(spec, config)
-        arrs = [_convert(where[s].get(s), spec).astype(dtype) for s in _sources(spec, config)]
-        host = np.stack(arrs) if spec.stacked else arrs[0]
+        if spec.stacked:  # fill one preallocated (layers, ...) array: peak host memory ≈ one parameter
+            host = np.empty(spec.shape, dtype=dtype)
+            for i, src in enumerate(_sources(spec, config)):
+                host[i] = _convert(where[src].get(src), spec)
+        else:
+            host = _convert(where[spec.source].get(spec.source), spec).astype(dtype)
         sh = flat_shardings.get(spec.path)
         _set(tree, spec.path, jax.device_put(host, sh) if sh is not None else jax.numpy.asarray(host))
     return tree

@@ -160,6 +160,8 @@ def resolve_kernel(strategy: Strategy | None, mesh: Mesh | None) -> str:
     on_tpu = mesh is not None and mesh.devices.flat[0].platform == "tpu"
     if want == "auto":
         return "splash" if on_tpu else "xla"
+    if want == "splash-interpret":
+        return want
     if want == "splash" and not on_tpu:
         from aoizora.errors import StrategyError
 
@@ -218,7 +220,7 @@ def forward(
     x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(b, t * hh * ww, -1)
     x = linear(x, params["patch_embed"], dt)
     n_tok = t * hh * ww
-    lp = padded_length(n_tok, strategy, splash=(kernel == "splash"))
+    lp = padded_length(n_tok, strategy, splash=kernel.startswith("splash"))
     if lp > n_tok:
         x = jnp.pad(x, ((0, 0), (0, lp - n_tok), (0, 0)))
     x = sc(x, ("batch", "length", "embed_act"))

@@ -34,11 +34,12 @@ from aoizora.models.wan.config import VideoShape, WanConfig
 MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
 ATTENTION_VARIANTS: tuple[str, ...] = ("allgather", "ulysses", "ring")
 WEIGHT_MODES: tuple[str, ...] = ("replicated", "gathered", "tensor", "gathered+tensor")
-KERNELS: tuple[str, ...] = ("auto", "xla", "splash")
+#: "splash-interpret" runs the splash kernel in the Pallas interpreter on any backend (tests).
+KERNELS: tuple[str, ...] = ("auto", "xla", "splash", "splash-interpret")
 
 AttentionVariant = Literal["allgather", "ulysses", "ring"]
 WeightMode = Literal["replicated", "gathered", "tensor", "gathered+tensor"]
-Kernel = Literal["auto", "xla", "splash"]
+Kernel = Literal["auto", "xla", "splash", "splash-interpret"]
 
 #: Sequence alignment of each device's token shard for the splash kernel (its minimum block).
 SPLASH_ALIGN = 128
@@ -130,9 +131,7 @@ def logical_to_spec(axes: Sequence[str | None], rules: dict[str, tuple[str, ...]
 
 def padded_length(tokens: int, strategy: Strategy | None, splash: bool = False) -> int:
     """Token count after padding so that every sequence shard is equal (and splash-aligned)."""
-    if strategy is None:
-        return tokens
-    unit = strategy.context * (SPLASH_ALIGN if splash else 1)
+    unit = (strategy.context if strategy is not None else 1) * (SPLASH_ALIGN if splash else 1)
     return -(-tokens // unit) * unit
 
 
@@ -185,7 +184,7 @@ def check_strategy(
             reasons.append(f"weights={strategy.weights!r} shards embed over fsdp×context, but both are 1")
         elif config.dim % deg:
             reasons.append(f"model dim {config.dim} is not divisible by fsdp×context = {deg}")
-    if strategy.kernel == "splash" and config.attention_head_dim % 128:
+    if strategy.kernel.startswith("splash") and config.attention_head_dim % 128:
         reasons.append(f"splash attention needs head_dim a multiple of 128, got {config.attention_head_dim}")
     if video is not None:
         try:
@@ -225,3 +224,30 @@ def check_mesh(strategy: Strategy, mesh: Mesh) -> None:
     want = strategy.axis_sizes
     if set(shape) != set(MESH_AXES) or any(shape[a] != want[a] for a in MESH_AXES):
         raise StrategyError(f"mesh axes {shape} do not match the strategy's {want}")
+
+
+def enumerate_strategies(
+    config: WanConfig,
+    video: VideoShape | None,
+    num_devices: int,
+    batch: int = 2,
+    kernel: Kernel = "auto",
+) -> list[Strategy]:
+    """Every legal strategy on `num_devices`: all factorizations data×fsdp×context×tensor, the
+    attention variants (only "allgather" when context is 1: the variants coincide) and weight
+    modes, filtered by `check_strategy`."""
+    out: list[Strategy] = []
+
+    def divisors(n: int) -> list[int]:
+        return [d for d in range(1, n + 1) if n % d == 0]
+
+    for data in divisors(num_devices):
+        for fsdp in divisors(num_devices // data):
+            for context in divisors(num_devices // (data * fsdp)):
+                tensor = num_devices // (data * fsdp * context)
+                for attention in (ATTENTION_VARIANTS if context > 1 else ("allgather",)):
+                    for weights in WEIGHT_MODES:
+                        s = Strategy(data, fsdp, context, tensor, attention, weights, kernel)  # type: ignore[arg-type]
+                        if not check_strategy(s, config, video, batch, num_devices):
+                            out.append(s)
+    return out
