@@ -80,15 +80,18 @@ def placements(topology_name: str, mesh_text: str, as_json: bool, max_candidates
 
 
 @cli.command()
-def demo() -> None:
-    """The main job on an embedded default: v5e:2x4, its links and the placements of sp=2,tp=4."""
-    from aoizora.placement import MeshSpec, enumerate_placements
-    from aoizora.report.tables import print_placements, print_topology
-    from aoizora.topology import get_topology
+@click.option("--out", "out_dir", default="demo-out", show_default=True, type=click.Path(file_okay=False))
+@click.pass_context
+def demo(ctx: click.Context, out_dir: str) -> None:
+    """The main job on its embedded default: plan Wan 2.1 14B, 720p, 81 frames on v5e:2x4."""
+    import os
 
-    topo = get_topology("v5e:2x4")
-    print_topology(topo)
-    print_placements(enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")))
+    ctx.invoke(
+        plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=None,
+        out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
+        stage1_only=False, no_cache=False, compile_timeout=900.0, verify_top=1, ring_order="auto",
+        ring_direction="auto",
+    )
 
 
 @cli.command()
@@ -210,6 +213,111 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
         _print_json(report.to_json())
     else:
         print_validation(report, title=f"Q2 vs simulator on {topo.name}, mesh {spec}")
+
+
+@cli.command()
+@click.option("--model", required=True, metavar="MODEL",
+              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b or wan2.1-i2v-14b.")
+@click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
+@click.option("--resolution", default="720p", show_default=True, help="480p, 720p or WIDTHxHEIGHT.")
+@click.option("--frames", type=int, default=81, show_default=True, help="Video frames (4n+1).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Strategies Stage 1 passes to Stage 2 (default 6).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan here.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None, help="Also write the HTML report here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
+@click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
+@click.option("--no-cache", is_flag=True, help="Plan again even if an identical request is cached.")
+@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+@click.option("--verify-top", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Best pairs recompiled with their own device order before choosing.")
+@_ring_options
+def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int | None, out_path: str | None,
+         report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
+         verify_top: int, ring_order: str, ring_direction: str) -> None:
+    """Plan a Wan 2.1 model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
+    from rich.console import Console
+
+    from aoizora.cost import Q2Options
+    from aoizora.models.registry import wan_space
+    from aoizora.plan import plan_space
+    from aoizora.report.tables import print_plan
+    from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
+    from aoizora.topology import get_topology
+
+    space = wan_space(model, resolution, frames)
+    topo = get_topology(topology_name)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+    k = top_k or DEFAULT_TOP_K
+    if stage1_only:
+        result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
+        if as_json:
+            _print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
+                         "seconds": result.seconds, "strategies": [e.to_json(space) for e in result.entries]})
+        return
+    options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
+    outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
+                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console)
+    if out_path:
+        outcome.plan.save(out_path)
+    if report_dir:
+        from aoizora.report.html import write_report
+
+        write_report(outcome.plan, report_dir)
+    if as_json:
+        _print_json(outcome.plan.data)
+    else:
+        print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
+
+
+def _run_report(report, title: str) -> None:
+    click.echo(
+        f"{title}: {report.steps} step(s) on {report.platform} ({report.config}); warm-up steps with compile "
+        f"{report.compile_seconds:.2f} s; median {report.median_step_seconds * 1e3:.2f} ms/step "
+        f"(all: {', '.join(f'{t * 1e3:.2f}' for t in report.step_seconds)} ms)"
+    )
+    if not report.on_planned_slice:
+        click.echo("note: no TPU here, so these timings are of a small CPU stand-in, not of a TPU")
+
+
+@cli.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="A plan from `aoizora plan`.")
+@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--check", is_flag=True, help="Compare with the same steps on a single device.")
+@click.option("--checkpoint", type=click.Path(), default=None, help="diffusers WanTransformer3DModel weights.")
+@click.option("--distributed", is_flag=True, help="Call jax.distributed.initialize() (multi-host slices).")
+def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distributed: bool) -> None:
+    """Run denoising steps of the planned model with the plan's mesh and report time per step."""
+    from aoizora.plan import load_plan
+    from aoizora.runtime.runner import run_plan
+
+    report = run_plan(load_plan(plan_path), steps=steps, check=check, checkpoint=checkpoint, distributed=distributed)
+    _run_report(report, "run")
+    if check:
+        ok = report.check_relative_error is not None and report.check_relative_error < 1e-4
+        click.echo(f"check against a single device: relative error {report.check_relative_error:.2e} "
+                   f"({'ok' if ok else 'MISMATCH'})")
+        if not ok:
+            sys.exit(1)
+
+
+@cli.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Timed steps (after warm-up).")
+@click.option("--checkpoint", type=click.Path(), default=None)
+@click.option("--distributed", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: bool, as_json: bool) -> None:
+    """Time denoising steps of a plan on the devices present (warm-up excluded, median)."""
+    from aoizora.plan import load_plan
+    from aoizora.runtime.runner import run_plan
+
+    report = run_plan(load_plan(plan_path), steps=steps, checkpoint=checkpoint, distributed=distributed)
+    if as_json:
+        _print_json({"platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config,
+                     "median_step_seconds": report.median_step_seconds, "step_seconds": report.step_seconds,
+                     "compile_seconds": report.compile_seconds})
+    else:
+        _run_report(report, "measure")
 
 
 @cli.command()

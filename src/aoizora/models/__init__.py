@@ -1,0 +1,1 @@
+"""Workload models the planner knows by name (Wan 2.1 first)."""

@@ -109,3 +109,50 @@ def print_validation(report: Any, title: str, console: Console | None = None) ->
         f"pooled over {len(report.pairs)} pairs: Spearman {report.spearman:.3f}, Kendall {report.kendall:.3f}; "
         f"top-1 agreement {report.top1_agreement:.0%}, worst regret {report.max_regret:.1%}"
     )
+
+
+def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = None, report_dir: str | None = None,
+               console: Console | None = None) -> None:
+    """Strategies x best placement, the choice, and its speedups over the baselines."""
+    import sys
+
+    console = console or Console(width=None if sys.stdout.isatty() else 150)
+    d = plan.data
+    ms = lambda s: "-" if s is None else f"{s * 1e3:,.2f}"  # noqa: E731
+    table = Table(title=f"{escape(d['workload']['name'])} on {escape(d['topology']['name'])}: strategies (Stage 2)")
+    table.add_column("strategy", no_wrap=True)
+    table.add_column("best placement", no_wrap=True)
+    for col in ("step ms", "exposed comm ms", "jax-default ms", "GiB/device"):
+        table.add_column(col, justify="right")
+    table.add_column("note")
+    chosen = d["strategy"]["key"]
+    for a in d["alternatives"]:
+        mem = a.get("memory_bytes_per_device")
+        table.add_row(
+            escape(a["strategy"]), escape(a.get("placement") or "-"), ms(a.get("step_seconds")),
+            ms(a.get("exposed_comm_seconds")), ms(a.get("jax_default_step_seconds")),
+            "-" if mem is None else f"{mem / 2**30:.2f}", escape(a.get("dropped") or ("chosen" if a["strategy"] == chosen else "")),
+            style="bold" if a["strategy"] == chosen else None,
+        )
+    console.print(table)
+    pred = d["prediction"]
+    console.print(
+        f"[bold]plan[/bold]: {escape(chosen)} on placement {escape(d['placement']['name'])}: predicted step "
+        f"{ms(pred['step_seconds'])} ms (compute {ms(pred['compute_seconds'])} ms, exposed communication "
+        f"{ms(pred['exposed_comm_seconds'])} ms)" + (" [from cache]" if from_cache else "")
+    )
+    for name, label in (("same_strategy_jax_default", "same strategy on jax-default"), ("expert", "expert deployment")):
+        base = d.get("baselines", {}).get(name)
+        if base and "speedup_of_plan" in base:
+            console.print(f"  speedup over {label} ({escape(base['strategy'])}): {base['speedup_of_plan']:.3f}x "
+                          f"({ms(base['step_seconds'])} ms)")
+        elif base:
+            console.print(f"  {label}: {escape(str(base.get('dropped')))}")
+    t = d["timings"]
+    console.print("  planning time: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items()))
+    for note in d.get("notes", []):
+        console.print(f"  note: {escape(note)}")
+    if out_path:
+        console.print(f"  wrote {escape(out_path)}")
+    if report_dir:
+        console.print(f"  report in {escape(report_dir)}/index.html")

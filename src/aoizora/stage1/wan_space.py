@@ -4,9 +4,11 @@ Every assignment of the device count to the mesh axes data/fsdp/context/tensor, 
 self-attention variants (allgather, ulysses, ring) and the weight modes of
 `aoizora.models.wan.strategy`. Legality is the model's own `check_strategy`; on top, variants
 that the model runs identically are rejected as duplicates (with context = 1 every attention
-variant is plain local attention, see `attention.self_attention`). Lowering is the transformer
-forward on abstract (weightless) sharded inputs for one video shape. Pallas splash calls are
-costed from their operand shapes: 4·B·H·Lq·Lk·D FLOPs, and q, k, v and the output through HBM.
+variant is plain local attention, see `attention.self_attention`). Lowering is one
+`denoise_step` (the transformer on the CFG batch of 2, guidance, scheduler update) on abstract
+(weightless) sharded inputs for one video shape. Pallas splash calls are costed in Stage 1 from
+their operand shapes (4·B·H·Lq·Lk·D FLOPs; q, k, v and the output through HBM) and in Stage 2
+from the model's own record of each kernel it emits (`opaque_kernel_costs`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aoizora.hlo.program import OpaqueCost
+from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.model import forward
-from aoizora.models.wan.sharding import abstract_forward_inputs, abstract_params
+from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
+from aoizora.models.wan.schedulers import UniPCScheduler
+from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import ATTENTION_VARIANTS, MESH_AXES, WEIGHT_MODES, Strategy, check_strategy
 from aoizora.placement import MeshSpec
 from aoizora.stage1.dag import KernelCall
@@ -34,9 +37,15 @@ class WanSpace(StrategySpace):
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
-                 kernel: str = "auto"):
+                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
+        self.name = model_name
+        # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
+        self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
+        self.guidance_scale = guidance_scale
+        self._meshes: dict[Strategy, Any] = {}
+        self._kernel_costs: dict[Strategy, list] = {}
 
     def candidates(self, num_devices: int) -> list[Candidate]:
         out = []
@@ -57,10 +66,12 @@ class WanSpace(StrategySpace):
         return MeshSpec(MESH_AXES, strategy.mesh_shape)
 
     def lowering_inputs(self, strategy: Strategy, mesh: Any) -> LoweringInputs:
-        params = abstract_params(self.config, strategy, mesh)
-        inp = abstract_forward_inputs(self.config, self.video, strategy, mesh, self.batch)
-        fn = functools.partial(forward, config=self.config, strategy=strategy, mesh=mesh)
-        return LoweringInputs(fn, (params, inp["latents"], inp["timestep"], inp["text"], inp["image"]))
+        step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale)
+        a = abstract_step_inputs(self.config, self.video, mesh, self.scheduler)
+        args = (abstract_params(self.config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
+                a["text_uncond"], a["image"], a["condition"])
+        self._meshes[strategy] = mesh  # for costing its kernels if Stage 2 compiles it
+        return LoweringInputs(step.jitted, args)
 
     def kernel_cost(self, strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
         """Splash attention: q, k, v are the first three floating operands of rank >= 3."""
@@ -76,3 +87,44 @@ class WanSpace(StrategySpace):
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         return {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
                 "kernel": strategy.kernel, "video": [self.video.frames, self.video.height, self.video.width]}
+
+    def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+        """The model's own record of the kernel this custom call is (matched by its HLO name)."""
+        if strategy not in self._kernel_costs and strategy in self._meshes:
+            self._kernel_costs[strategy] = opaque_kernel_costs(
+                self.config, self.video, strategy, self._meshes[strategy], self.batch
+            )
+        costs = self._kernel_costs.get(strategy, [])
+        matches = [kc for kc in costs if op.name.split(".")[0] == kc.hlo_name or op.kernel_name == kc.hlo_name]
+        if len(matches) > 1 and op.operand_shapes:
+            shaped = [kc for kc in matches if tuple(kc.q_shape) == tuple(op.operand_shapes[0].dims)]
+            matches = shaped or matches
+        if matches:
+            kc = matches[0]
+            return OpaqueCost(flops=kc.flops, hbm_bytes=int(kc.bytes_accessed))
+        return None
+
+    def expert_strategy(self, num_devices: int) -> Strategy | None:
+        """MaxDiffusion's Wan deployment: CFG on data=2, the rest on context, K/V all-gathered,
+        weights' embed dimension sharded over context and gathered per layer."""
+        data = 2 if num_devices % 2 == 0 and self.batch % 2 == 0 else 1
+        st = Strategy(data=data, context=num_devices // data, attention="allgather",
+                      weights="gathered" if num_devices // data > 1 else "replicated", kernel=self.kernel)  # type: ignore[arg-type]
+        return None if check_strategy(st, self.config, self.video, self.batch, num_devices) else st
+
+    def key_of(self, strategy: Strategy) -> str:
+        return strategy_key(strategy)
+
+    def workload(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shapes": {
+                "frames": self.video.frames, "height": self.video.height, "width": self.video.width,
+                "tokens": self.video.tokens(self.config), "cfg_batch": self.batch,
+            },
+            "model": {"layers": self.config.num_layers, "dim": self.config.dim,
+                      "heads": self.config.num_attention_heads, "ffn": self.config.ffn_dim, "i2v": self.config.is_i2v},
+            "scheduler": {"name": type(self.scheduler).__name__, "steps": self.scheduler.num_steps,
+                          "shift": self.scheduler.shift},
+            "kernel": self.kernel,
+        }
