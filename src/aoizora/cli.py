@@ -86,8 +86,10 @@ def demo(ctx: click.Context, out_dir: str) -> None:
     """The main job on its embedded default: plan Wan 2.1 14B, 720p, 81 frames on v5e:2x4."""
     import os
 
+    # Top-3 keeps the demo to a few 14B compiles (each takes minutes on a 2-core host);
+    # `aoizora plan` itself defaults to the Top-K the recall study chose.
     ctx.invoke(
-        plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=None,
+        plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=900.0, verify_top=1, ring_order="auto",
         ring_direction="auto",
