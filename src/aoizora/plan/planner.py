@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import hashlib
 import importlib.metadata
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +30,20 @@ class PlanResult:
     from_cache: bool
     stage1: Stage1Result | None = None
     outcomes: list[StrategyOutcome] | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """Hash of aoizora's own source files: a cached plan is only reused by the code that made it."""
+    import aoizora
+
+    root = Path(aoizora.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".json") and path.is_file():
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def toolchain_versions() -> dict[str, str]:
@@ -61,6 +78,7 @@ def plan_space(
         "topology": topology.name,
         "toolchain": toolchain_versions(),
         "aoizora": aoizora.__version__,
+        "source": source_fingerprint(),
         "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
                     "verify_top": verify_top},
     }
