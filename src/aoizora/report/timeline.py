@@ -17,9 +17,20 @@ _ROW = {"compute": 1, "comm": 1, "wait": 1, "loop": 1, "async": 0}
 
 
 def timeline_figure(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Figure:
-    """One pair of lanes per (title, segments): the compute stream and the async collectives."""
+    """One pair of lanes per (title, segments): the compute stream and the async collectives.
+
+    A scanned model spends almost the whole step repeating its loop body, so when the schedule
+    has a loop the picture zooms on everything up to the end of the first iteration and the
+    title says how long the remaining iterations take.
+    """
     fig, axes = plt.subplots(len(rows), 1, figsize=(10, 1.6 * len(rows) + 0.6), squeeze=False)
     for ax, (title, segments) in zip(axes[:, 0], rows):
+        loops = [seg for seg in segments if seg["kind"] == "loop"]
+        if loops:
+            first = loops[0]
+            title += f" — up to the end of the first loop iteration; then {first['name']} ({(first['end'] - first['start']) * 1e3:,.1f} ms)"
+            segments = [seg for seg in segments if seg["start"] < first["start"]]
+            ax.set_xlim(0, first["start"] * 1e3 * 1.02)
         for seg in segments:
             start, width = seg["start"] * 1e3, (seg["end"] - seg["start"]) * 1e3
             ax.broken_barh(
@@ -30,7 +41,8 @@ def timeline_figure(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Fig
         ax.set_yticks([0, 1], ["async comm", "stream"])
         ax.set_title(title, fontsize=9, loc="left")
         ax.set_xlabel("ms")
-        ax.set_xlim(left=0)
+        if not loops:
+            ax.set_xlim(left=0)
     handles = [Patch(color=c, label=k if k != "loop" else "remaining loop iterations") for k, c in _COLORS.items()]
     fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=5)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
