@@ -68,7 +68,19 @@ def _barrier_ln():
     wm._block = ns["_block"]
 
 
+def _rope_roll(x, cos, sin):
+    """Same rotation as rope.apply_rope without the (..., 64, 2) interleave: partner channels by
+    lane rotation, per-channel tables."""
+    xf = x.astype(jnp.float32)
+    c = jnp.repeat(cos, 2, axis=-1)[None, :, None, :]
+    s = jnp.repeat(sin, 2, axis=-1)[None, :, None, :]
+    even = (jnp.arange(x.shape[-1]) % 2) == 0
+    partner = jnp.where(even, -jnp.roll(xf, -1, axis=-1), jnp.roll(xf, 1, axis=-1))
+    return (xf * c + partner * s).astype(x.dtype)
+
+
 PATCHES = {
+    "rope_roll": lambda: setattr(wm, "apply_rope", _rope_roll),
     "barrier_ln": _barrier_ln,
     "norope": lambda: setattr(wm, "apply_rope", _norope),
     "nopatchify": _nopatchify,
