@@ -145,3 +145,15 @@ def test_lowering_failure_is_a_verdict(topo_2x4):
     assert [e.key for e in failed] == ["x=2,y=4 seq"]
     assert failed[0].reasons == ("ValueError: this layout cannot be lowered",)
     assert [e.key for e in res.kept] == ["x=2,y=4 heads"]
+
+
+def test_parallel_workers_give_the_same_result(topo_2x4):
+    """Worker processes lower strategies in parallel; verdicts, ranks and Q1 must not change."""
+    from conftest import SMALL
+
+    space = TransformerSpace(SMALL)
+    seq = run_stage1(space, topo_2x4, top_k=3, progress=False, workers=1)
+    par = run_stage1(space, topo_2x4, top_k=3, progress=False, workers=2)
+    key = lambda r: [(e.key, e.verdict, e.rank, e.q1.seconds if e.q1 else None) for e in r.entries]  # noqa: E731
+    assert key(seq) == key(par)
+    assert [e.key for e in par.kept] == [e.key for e in seq.kept]

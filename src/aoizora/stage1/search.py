@@ -9,7 +9,11 @@ expert's choice was or was not kept.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import pickle
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +27,7 @@ from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
 DEFAULT_TOP_K = 6
+PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 
 ILLEGAL = "illegal"
 LOWERING_FAILED = "lowering-failed"
@@ -154,6 +159,65 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     return pred, result, mem, t1 - t0, time.perf_counter() - t1
 
 
+@dataclass
+class _Analysed:
+    """What analysing one strategy produced (picklable, so worker processes can return it)."""
+
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    q1: Q1Result | None = None
+    memory: MemoryEstimate | None = None
+    lower_seconds: float = 0.0
+    analyse_seconds: float = 0.0
+    summary: dict[str, Any] | None = None
+    prediction: Prediction | None = None
+
+
+def _analyse_one(space: StrategySpace, strategy: Any, topology: Topology, overlap: Overlap, memory_slack: float,
+                 keep_prediction: bool) -> _Analysed:
+    try:
+        pred, res, mem, tl, ta = analyse(space, strategy, topology, overlap=overlap, memory_slack=memory_slack)
+    except ArgumentsDoNotFit as exc:
+        return _Analysed(OUT_OF_MEMORY, (str(exc),))
+    except Exception as exc:  # a strategy the workload cannot lower is reported, not fatal
+        return _Analysed(LOWERING_FAILED, (f"{type(exc).__name__}: {exc}".splitlines()[0][:300],))
+    verdict, reasons = (RANKED, ()) if mem.fits else (OUT_OF_MEMORY, (mem.reason,))
+    return _Analysed(verdict, reasons, res, mem, tl, ta, pred.summary(), pred if keep_prediction else None)
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory_slack: float, keep: bool) -> None:
+    import aoizora  # noqa: F401  (libtpu's multi-process switch, before jax starts)
+    from aoizora.topology import get_topology
+
+    _WORKER.update(space=pickle.loads(space_blob), topology=get_topology(topology_name), overlap=overlap,
+                   memory_slack=memory_slack, keep=keep)
+
+
+def _worker_analyse(strategy: Any) -> _Analysed:
+    w = _WORKER
+    return _analyse_one(w["space"], strategy, w["topology"], w["overlap"], w["memory_slack"], w["keep"])
+
+
+def _pool_blob(space: StrategySpace, entries: list[Entry]) -> bytes | None:
+    """The pickled space when it and its strategies can go to worker processes, else None."""
+    try:
+        blob = pickle.dumps(space)
+        for e in entries:
+            pickle.dumps(e.candidate.strategy)
+    except Exception:  # e.g. a FunctionSpace holding a local function: analyse in-process
+        return None
+    return blob
+
+
+def default_workers(legal: int) -> int:
+    """Lowering is single-threaded Python: use the cores when there is enough to amortise the
+    workers' start-up (each imports jax and libtpu, ~3 s)."""
+    return min(os.cpu_count() or 1, 4) if legal >= PARALLEL_MIN_STRATEGIES else 1
+
+
 def run_stage1(
     space: StrategySpace,
     topology: Topology,
@@ -164,42 +228,51 @@ def run_stage1(
     progress: bool = True,
     console: Any = None,
     keep_predictions: bool = False,
+    workers: int | None = None,
 ) -> Stage1Result:
-    """Stage 1 over the whole space on `topology` (see the module docstring)."""
+    """Stage 1 over the whole space on `topology` (see the module docstring).
+
+    `workers` processes lower strategies in parallel (default: the cores, for spaces of at least
+    `PARALLEL_MIN_STRATEGIES` legal strategies whose space can be pickled).
+    """
     t_start = time.perf_counter()
     candidates = list(space.candidates(topology.num_devices))
     entries = [Entry(c, ILLEGAL, c.reasons) if not c.legal else Entry(c, RANKED) for c in candidates]
     legal = [e for e in entries if e.verdict != ILLEGAL]
     timings = {"lower": 0.0, "analyse": 0.0}
+    n_workers = default_workers(len(legal)) if workers is None else max(1, workers)
+    blob = _pool_blob(space, legal) if n_workers > 1 else None
 
-    def step(e: Entry) -> None:
-        try:
-            pred, res, mem, tl, ta = analyse(space, e.candidate.strategy, topology, overlap=overlap, memory_slack=memory_slack)
-        except ArgumentsDoNotFit as exc:
-            e.verdict, e.reasons = OUT_OF_MEMORY, (str(exc),)
+    def apply(e: Entry, a: _Analysed) -> None:
+        e.verdict, e.reasons = a.verdict, a.reasons
+        e.q1, e.memory, e.lower_seconds, e.analyse_seconds = a.q1, a.memory, a.lower_seconds, a.analyse_seconds
+        e.summary, e.prediction = a.summary, a.prediction
+        timings["lower"] += a.lower_seconds
+        timings["analyse"] += a.analyse_seconds
+
+    def run_all(advance: Any) -> None:
+        if blob is None:
+            for e in legal:
+                apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
+                advance()
             return
-        except Exception as exc:  # a strategy the workload cannot lower is reported, not fatal
-            e.verdict, e.reasons = LOWERING_FAILED, (f"{type(exc).__name__}: {exc}".splitlines()[0][:300],)
-            return
-        e.q1, e.memory, e.lower_seconds, e.analyse_seconds = res, mem, tl, ta
-        e.prediction = pred if keep_predictions else None
-        e.summary = pred.summary()
-        timings["lower"] += tl
-        timings["analyse"] += ta
-        if not mem.fits:
-            e.verdict, e.reasons = OUT_OF_MEMORY, (mem.reason,)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(n_workers, mp_context=context, initializer=_init_worker,
+                                 initargs=(blob, topology.name, overlap, memory_slack, keep_predictions)) as pool:
+            futures = {pool.submit(_worker_analyse, e.candidate.strategy): e for e in legal}
+            for fut in as_completed(futures):
+                apply(futures[fut], fut.result())
+                advance()
 
     if progress:
         from rich.progress import Progress
 
         with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"Stage 1 ({space.name} on {topology.name})", total=len(legal))
-            for e in legal:
-                step(e)
-                bar.advance(task)
+            label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
+            task = bar.add_task(label, total=len(legal))
+            run_all(lambda: bar.advance(task))
     else:
-        for e in legal:
-            step(e)
+        run_all(lambda: None)
 
     fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):
