@@ -1,6 +1,7 @@
 """A small recall check of Stage 1: does the Q1 Top-K contain the strategy Q2 likes best?
 
     .venv/bin/python benchmarks/recall_stage1.py [--topology v5e:2x4] [--dim 1024] [--seq 4096] [--layers 4]
+    .venv/bin/python benchmarks/recall_stage1.py --wan wan2.1-t2v-1.3b --resolution 480p --frames 5 --topology v5e:2x2
 
 Compiles every legal strategy of the generic transformer (Stage 2's job, done here for all of
 them), scores each with its best placement under Q2 (`aoizora.cost`), and reports the rank
@@ -20,10 +21,11 @@ from scipy.stats import spearmanr
 
 import aoizora  # noqa: F401
 from aoizora.cost.model import CostModel
-from aoizora.hlo.builder import program_from_compiled
 from aoizora.placement import enumerate_placements
+from aoizora.models.registry import wan_space
+from aoizora.placement import jax_default_placement
+from aoizora.plan.stage2 import compile_strategy
 from aoizora.stage1 import TransformerSpace, run_stage1
-from aoizora.stage1.search import _lower
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
@@ -36,11 +38,19 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=4096)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--wan", metavar="MODEL", help="Use the Wan space of this model instead of the transformer")
+    ap.add_argument("--resolution", default="480p")
+    ap.add_argument("--frames", type=int, default=5)
     ap.add_argument("--cache", type=Path, help="JSON file keeping best-Q2 per strategy between runs (compiles are slow)")
     args = ap.parse_args()
     topo = get_topology(args.topology)
-    cfg = TransformerConfig(layers=args.layers, dim=args.dim, heads=args.heads, head_dim=128, mlp=args.mlp, seq=args.seq, batch=2)
-    space = TransformerSpace(cfg)
+    if args.wan:
+        space = wan_space(args.wan, args.resolution, args.frames)
+        cfg = f"{args.wan} {args.resolution} {args.frames} frames"
+    else:
+        cfg = TransformerConfig(layers=args.layers, dim=args.dim, heads=args.heads, head_dim=128, mlp=args.mlp,
+                                seq=args.seq, batch=2)
+        space = TransformerSpace(cfg)
     res = run_stage1(space, topo, top_k=len(list(space.candidates(topo.num_devices))), progress=False)
     model = CostModel(topo)
     tag = f"{topo.name} {cfg}"
@@ -50,8 +60,10 @@ def main() -> None:
         t0 = time.perf_counter()
         q2 = cache.get(tag, {}).get(e.key)
         if q2 is None:
-            program = program_from_compiled(_lower(space, e.candidate.strategy, topo).compile())
-            placements = enumerate_placements(topo, space.mesh_spec(e.candidate.strategy)).placements
+            spec = space.mesh_spec(e.candidate.strategy)
+            # compiled exactly as Stage 2 compiles (with the workload's opaque-kernel costs)
+            program = compile_strategy(space, e.candidate.strategy, e.key, topo, jax_default_placement(topo, spec), None).program
+            placements = enumerate_placements(topo, spec).placements
             q2 = min(model.evaluate(program, p).step_seconds for p in placements)
             cache.setdefault(tag, {})[e.key] = q2
             if args.cache:
