@@ -6,9 +6,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from aoizora.topology import get_topology  # noqa: E402
-from aoizora.workloads.transformer import TransformerConfig  # noqa: E402
-
-SMALL = TransformerConfig(layers=3, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+from small_transformer import SMALL  # noqa: E402,F401  (re-exported for fixtures)
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ def test_transformer_collectives_match_compiled(transformer_cases):
 
 def test_prediction_counts_flops_of_the_loop(transformer_cases):
     """Per-device FLOPs: the dots of 3 layers, split by the strategy's shardings."""
-    from conftest import SMALL as c
+    from small_transformer import SMALL as c
 
     case = transformer_cases["data=2,tensor=4 | weights=replicated | attn=dense"]
     b, s, d, h, k, f = c.batch // 2, c.seq, c.dim, c.heads // 4, c.head_dim, c.mlp // 4

@@ -74,7 +74,7 @@ def test_overlap_modes(micro, topo_2x4):
 
 def test_parameter_gathers_are_prefetchable(transformer_cases, topo_2x4):
     """FSDP-style weight gathers move parameters only: Q1 lets them overlap compute."""
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     from aoizora.stage1 import TransformerSpace, analyse
 

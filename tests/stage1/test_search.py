@@ -23,7 +23,7 @@ def test_axis_assignments():
 
 
 def test_transformer_space_verdicts():
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     cands = TransformerSpace(SMALL).candidates(8)
     assert len(cands) == 20 * 3  # 20 ways to split 8 devices over 4 axes x 3 weight shardings
@@ -36,7 +36,7 @@ def test_transformer_space_verdicts():
 
 
 def test_run_stage1_counts_ranks_and_topk(topo_2x4):
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     buf = io.StringIO()
     res = run_stage1(TransformerSpace(SMALL), topo_2x4, top_k=3, console=Console(file=buf, width=200))
@@ -56,7 +56,7 @@ def test_run_stage1_counts_ranks_and_topk(topo_2x4):
 
 
 def test_memory_filter_drops_with_reason(topo_2x4):
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     res = run_stage1(TransformerSpace(SMALL), topo_2x4, memory_slack=1e-9, progress=False)
     assert res.count(OUT_OF_MEMORY) == len(res.entries) - res.count(ILLEGAL)
@@ -67,7 +67,7 @@ def test_memory_filter_drops_with_reason(topo_2x4):
 
 
 def test_argument_bytes_before_lowering_match_the_lowered_program(topo_2x4, transformer_cases):
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     from aoizora.stage1.search import _inputs, argument_bytes
 
@@ -149,7 +149,7 @@ def test_lowering_failure_is_a_verdict(topo_2x4):
 
 def test_parallel_workers_give_the_same_result(topo_2x4):
     """Worker processes lower strategies in parallel; verdicts, ranks and Q1 must not change."""
-    from conftest import SMALL
+    from small_transformer import SMALL
 
     space = TransformerSpace(SMALL)
     seq = run_stage1(space, topo_2x4, top_k=3, progress=False, workers=1)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import PlacementError, SimulationError
-from aoizora.hlo.program import Collective, Node, NodeKind, Program
+from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
 from aoizora.sim.algorithms import Direction, Plan, RingOrder, build_plan
 from aoizora.sim.network import FlowNetwork
@@ -517,7 +517,7 @@ def _validate(program: Program, topology: Topology, placement: Placement, ring_o
         raise SimulationError(f"ring_direction must be 'auto', 'unidirectional' or 'bidirectional', "
                               f"not {ring_direction!r}")
     if default_direction not in ("unidirectional", "bidirectional"):
-        raise SimulationError(f"default_direction must be 'unidirectional' or 'bidirectional'")
+        raise SimulationError("default_direction must be 'unidirectional' or 'bidirectional'")
     if not isinstance(chunks, int) or chunks < 1:
         raise SimulationError(f"chunks must be a positive integer, not {chunks!r}")
     try:

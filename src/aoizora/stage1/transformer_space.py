@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 from jax.sharding import NamedSharding
 
 from aoizora.placement import MeshSpec

@@ -13,7 +13,6 @@ from the model's own record of each kernel it emits (`opaque_kernel_costs`).
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp

@@ -13,7 +13,7 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import ml_dtypes

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
