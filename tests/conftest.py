@@ -9,3 +9,9 @@ import os
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+# Plans and compiled programs are cached on disk; tests must neither reuse nor fill the user's cache.
+if "AOIZORA_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["AOIZORA_CACHE_DIR"] = tempfile.mkdtemp(prefix="aoizora-test-cache-")

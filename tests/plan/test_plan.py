@@ -150,3 +150,28 @@ def test_one_compile_serves_structured_placements():
         prog = program_from_compiled(lower(cfg, p.jax_mesh(topo), rules).compile())
         signatures.add(tuple((c.kind, c.groups, json.dumps(c.algorithm.to_json() if c.algorithm else None)) for c in prog.collectives))
     assert len(signatures) == 1
+
+
+def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(planned):
+    compiled_dir = planned.cache / "compiled"
+    entries = sorted(compiled_dir.glob("*.json.gz"))
+    assert entries, "the first plan stored its compiles"
+    # Another Top-K misses the plan cache but every program it compiles was compiled before.
+    again = plan_function(mlp, ARGS, STRATEGIES, planned.topo, top_k=2, verify_top=1, progress=False)
+    assert not again.from_cache
+    assert all(o.compiled is not None and o.compiled.from_cache for o in again.outcomes)
+    assert any("compile cache" in n for n in again.plan.data["notes"])
+    assert again.plan.data["timings"]["compile"] == 0.0
+    first = {a["strategy"]: a.get("step_seconds") for a in planned.result.plan.data["alternatives"]}
+    for a in again.plan.data["alternatives"]:
+        if a["strategy"] in first and first[a["strategy"]] is not None:
+            assert a["step_seconds"] == pytest.approx(first[a["strategy"]], rel=1e-12)
+    for entry in entries:
+        entry.write_bytes(b"not gzip")  # corrupt: discarded, recompiled, rewritten
+    third = plan_function(mlp, ARGS, STRATEGIES, planned.topo, top_k=2, verify_top=0, progress=False)
+    assert all(not o.compiled.from_cache for o in third.outcomes if o.compiled is not None)
+    from aoizora.plan.compile_cache import CompileCache
+
+    cache = CompileCache(compiled_dir)
+    readable = [e for e in entries if e.exists() and cache.get(e.name[: -len(".json.gz")]) is not None]
+    assert len(readable) >= len([o for o in third.outcomes if o.compiled is not None])

@@ -14,6 +14,7 @@ from typing import Any
 from aoizora.cost import CostModel, Q2Options
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
+from aoizora.plan.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
@@ -68,8 +69,14 @@ def plan_space(
     use_cache: bool = True,
     progress: bool = True,
     console: Any = None,
+    compile_cache: CompileCache | None = None,
+    stage1: Stage1Result | None = None,
 ) -> PlanResult:
-    """Plan a workload (its strategy space) on a slice; answers from the cache when it can."""
+    """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
+
+    `use_cache` reads/writes the plan cache and, unless `compile_cache` is given, the default
+    compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
+    """
     import aoizora
 
     options = options or Q2Options()
@@ -87,8 +94,13 @@ def plan_space(
         if hit is not None:
             return PlanResult(hit, from_cache=True)
 
+    if compile_cache is None and use_cache:
+        compile_cache = default_compile_cache()
     t_start = time.perf_counter()
-    stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
+    if stage1 is None:
+        stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
+    else:
+        t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
     kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
     if not kept:
         reasons = sorted({r for e in stage1.entries for r in e.reasons})[:3]
@@ -106,7 +118,8 @@ def plan_space(
         kept.append((expert_key, expert))
         extra_notes.append(f"the expert deployment ({expert_key}) joined Stage 2 beside the Top-{len(kept) - 1}")
 
-    outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console)
+    outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
+                                     compile_cache)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -142,16 +155,17 @@ def plan_space(
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
 
 
-def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console):
+def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache):
     if not progress:
-        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top)
+        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s,
+                          verify_top=verify_top, compile_cache=compile_cache)
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"Stage 2: compile and score ({topology.name})", total=len(kept))
         return run_stage2(
             space, kept, topology, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-            on_compiled=lambda _: bar.advance(task),
+            on_compiled=lambda _: bar.advance(task), compile_cache=compile_cache,
         )
 
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
-from aoizora.hlo.builder import program_from_compiled
+from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
+from aoizora.plan.compile_cache import CompileCache, CompileRecord
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.stage1.space import StrategySpace
 from aoizora.topology import Topology
@@ -33,8 +34,9 @@ class Compiled:
     key: str
     program: Program
     memory_bytes: int | None
-    compile_seconds: float
+    compile_seconds: float  # libtpu's time for this program (when it was compiled, if from the cache)
     placement_name: str
+    from_cache: bool = False
 
 
 @dataclass
@@ -65,13 +67,13 @@ class StrategyOutcome:
         return next((s for s in self.scored if s.placement.name == JAX_DEFAULT), None)
 
 
-def compile_with_timeout(lower: Callable[[], Any], timeout_s: float | None) -> Any:
-    """`lower().compile()` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
+def compile_with_timeout(lowered: Any, timeout_s: float | None) -> Any:
+    """`lowered.compile()` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["compiled"] = lower().compile()
+            box["compiled"] = lowered.compile()
         except BaseException as exc:  # reported to the caller
             box["error"] = exc
 
@@ -86,20 +88,54 @@ def compile_with_timeout(lower: Callable[[], Any], timeout_s: float | None) -> A
 
 
 def compile_strategy(
-    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None
+    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
+    cache: CompileCache | None = None,
 ) -> Compiled:
+    """Compile `strategy` over `placement`'s device order (or read it from `cache`).
+
+    Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
+    """
     import jax
+
+    from aoizora.plan.planner import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
     inputs = space.lowering_inputs(strategy, mesh)
-    t0 = time.perf_counter()
-    compiled = compile_with_timeout(
-        lambda: jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs), timeout_s
-    )
-    seconds = time.perf_counter() - t0
+    lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
     hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
+    entry = None
+    if cache is not None:
+        entry = cache.key(lowered.as_text(), topology.name, [d.id for d in mesh.devices.flat], toolchain_versions())
+        record = cache.get(entry)
+        if record is not None:
+            if record.error is not None:
+                raise CachedCompileError(record.error)
+            program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
+            return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name, from_cache=True)
+    t0 = time.perf_counter()
+    try:
+        compiled = compile_with_timeout(lowered, timeout_s)
+    except CompileTimeout:
+        raise
+    except Exception as exc:
+        if cache is not None and entry is not None and _is_out_of_memory(exc):
+            cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc)))
+        raise
+    seconds = time.perf_counter() - t0
     program = program_from_compiled(compiled, opaque_cost=hook)
-    return Compiled(key, program, _memory_bytes(compiled), seconds, placement.name)
+    memory = _memory_bytes(compiled)
+    if cache is not None and entry is not None:
+        cache.put(entry, CompileRecord(compiled.as_text(), program.device_ids, memory, seconds))
+    return Compiled(key, program, memory, seconds, placement.name)
+
+
+class CachedCompileError(Exception):
+    """The compiler refused this program before (recorded in the compile cache); the message is its reason."""
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
 def _memory_bytes(compiled: Any) -> int | None:
@@ -116,9 +152,11 @@ def _memory_bytes(compiled: Any) -> int | None:
 
 
 def drop_reason(exc: BaseException) -> str:
+    if isinstance(exc, CachedCompileError):
+        return str(exc)
     text = str(exc)
     first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
-    if "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text:
+    if _is_out_of_memory(exc):
         return f"out of HBM at compile: {first}"
     if isinstance(exc, CompileTimeout):
         return first
@@ -134,6 +172,7 @@ def run_stage2(
     compile_timeout_s: float | None = 600.0,
     verify_top: int = 2,
     on_compiled: Callable[[StrategyOutcome], None] | None = None,
+    compile_cache: CompileCache | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
     """Compile each kept strategy, score all its placements; recompile and re-score the best pairs.
 
@@ -143,13 +182,17 @@ def run_stage2(
     outcomes: list[StrategyOutcome] = []
     timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
     notes: list[str] = []
+    cached: list[float] = []  # original compile seconds of programs read from the compile cache
     for key, strategy in kept:
         outcome = StrategyOutcome(key, strategy)
         space_p = enumerate_placements(topology, space.mesh_spec(strategy))
         default = space_p.placements[0]
         try:
-            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s)
-            timings["compile"] += outcome.compiled.compile_seconds
+            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s, compile_cache)
+            if outcome.compiled.from_cache:
+                cached.append(outcome.compiled.compile_seconds)
+            else:
+                timings["compile"] += outcome.compiled.compile_seconds
         except Exception as exc:
             outcome.dropped = drop_reason(exc)
         if outcome.compiled is not None:
@@ -161,6 +204,11 @@ def run_stage2(
         if on_compiled:
             on_compiled(outcome)
 
+    if cached:
+        notes.append(f"{len(cached)} of {len(kept)} compiles read from the compile cache "
+                     f"(they took {sum(cached):.1f} s when compiled)")
+        timings["compile_cached"] = sum(cached)
+
     # Verify the leading pairs on programs compiled with their own device order.
     pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
@@ -171,7 +219,7 @@ def run_stage2(
             continue
         outcome = by_key[s.key]
         try:
-            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s)
+            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s, compile_cache)
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
