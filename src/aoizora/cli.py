@@ -323,6 +323,40 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 
 
 @cli.command()
+@click.option("--quick", is_flag=True,
+              help="One small cell (v5e:2x2, 480p, 21 frames), Top-2, oracle over the compiled strategies only.")
+@click.option("--cell", "cells", multiple=True, metavar="TOPO/RES/FRAMES",
+              help="Run only these cells, e.g. v5e:2x4/720p/81 (repeatable). Default: the whole grid.")
+@click.option("--out", "out_dir", default="bench-out", show_default=True, type=click.Path(file_okay=False),
+              help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="aoizora's Top-K (default 6; 2 with --quick).")
+@click.option("--no-oracle", is_flag=True, help="Do not compile every legal strategy (no recall, partial oracle).")
+@click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
+@click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
+@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool, measure: bool,
+          measure_steps: int, fresh: bool, compile_timeout: float) -> None:
+    """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
+    from rich.console import Console
+
+    if measure:
+        from aoizora.runtime.runner import ensure_host_devices
+
+        ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
+    from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
+    from aoizora.stage1 import DEFAULT_TOP_K
+
+    grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
+    opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
+                        measure=measure, measure_steps=measure_steps, compile_timeout_s=compile_timeout)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
+    docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m))
+    click.echo(markdown(docs))
+    click.echo(f"wrote {out_dir}/results.json, results.csv, table.md, speedups.png, q2_vs_sim.png")
+
+
+@cli.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Directory for index.html.")
 def explain(plan_path: str, out_dir: str) -> None:

@@ -65,3 +65,7 @@ class StrategyError(AoizoraError):
 
 class ShapeError(AoizoraError):
     """A video resolution, frame count or input array shape the model cannot take."""
+
+
+class BenchError(AoizoraError):
+    """A benchmark request that cannot run (unknown cell, unreadable results)."""

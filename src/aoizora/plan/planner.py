@@ -243,6 +243,24 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
     }
 
 
+def plan_for_pair(plan: Plan, key: str, description: dict[str, Any], placement: Any, topology: Topology,
+                  prediction: dict[str, float]) -> Plan:
+    """The same plan document with another (strategy, placement) pair as its choice.
+
+    For running and timing alternatives (`aoizora bench --measure`) with the same tools as the plan.
+    """
+    import copy
+
+    doc = copy.deepcopy(plan.data)
+    doc["mesh"] = {"axis_names": list(placement.mesh.axis_names), "axis_sizes": list(placement.mesh.axis_sizes)}
+    doc["strategy"] = {"key": key, **description}
+    doc["placement"] = {"name": placement.name, "description": placement.description,
+                        "device_coords": placement.coords(topology).tolist(), "verified_compile": False}
+    doc["prediction"] = dict(prediction)
+    doc["notes"] = list(doc.get("notes", [])) + [f"derived from the plan for {plan.strategy['key']} to run {key}"]
+    return Plan(doc)
+
+
 def plan_function(
     fn: Any,
     abstract_args: Any,

@@ -1,0 +1,69 @@
+"""`aoizora bench`: aoizora against the expert deployment, a logical-only search and the oracle.
+
+Public API: `Cell`, `full_grid`, `quick_grid`, `BenchOptions`, `run_cell`, `run_bench`,
+`logical_search`, `markdown`, `summary`, `write_outputs`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
+from aoizora.bench.grid import Cell, full_grid, parse_cell, quick_grid
+from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell, run_cell_with_fallback
+from aoizora.bench.report import markdown, summary, write_outputs
+from aoizora.plan.compile_cache import CompileCache
+
+
+def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[str], *,
+              compile_cache: CompileCache | None = None, resume: bool = True, progress: bool = True,
+              console: Any = None, log: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+    """Run every cell (each written to `out_dir/cells/` as it finishes; finished cells with the same
+    options are reused when `resume`), then the table, CSV, JSON and plots in `out_dir`."""
+    from aoizora.plan.compile_cache import default_compile_cache
+
+    cache = compile_cache or default_compile_cache()
+    cell_dir = Path(out_dir) / "cells"
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    docs = []
+    for cell in cells:
+        path = cell_dir / f"{cell.id}.json"
+        doc = _read_cell(path, opts) if resume else None
+        if doc is None:
+            doc = run_cell_with_fallback(cell, opts, cache, progress=progress, console=console, log=log)
+            _write_atomic(path, doc)
+        else:
+            log(f"{cell.label()}: reused {path}")
+        docs.append(doc)
+    write_outputs(docs, out_dir)
+    return docs
+
+
+def _read_cell(path: Path, opts: BenchOptions) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    same = (doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
+            and doc.get("source") == ("measured" if opts.measure else "simulated"))
+    if not same or "metrics" not in doc:
+        return None
+    doc["metrics"] = cell_metrics(doc)  # recomputed: metrics follow the code, the raw results do not change
+    return doc
+
+
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+__all__ = [
+    "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "full_grid", "logical_search",
+    "markdown", "parse_cell", "quick_grid", "run_bench", "run_cell", "summary", "write_outputs",
+]

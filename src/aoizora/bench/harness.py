@@ -1,0 +1,313 @@
+"""One grid cell: aoizora's plan, the expert and logical-search baselines and the oracle, side by side.
+
+Every latency in a cell's table comes from one source: the reference simulator (`aoizora.sim`) on
+the program libtpu compiled for the strategy, or, with `measure=True`, timings of the plans on the
+devices present. aoizora is run through its public planner (`plan_space`), exactly as users run
+it; the harness knows the grid, the planner does not.
+
+The oracle compiles every legal strategy (those whose arguments alone exceed HBM cannot fit and
+are not compiled) and simulates every distinct placement of each. Without it (`oracle=False`,
+`--quick`) the "oracle" column is the best pair among the strategies that were compiled anyway
+(the planner's Top-K, the expert's and the logical search's), and the table says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.bench.baselines import logical_search
+from aoizora.bench.grid import FALLBACK_MODEL, Cell
+from aoizora.cost import Q2Options
+from aoizora.errors import BenchError
+from aoizora.placement import JAX_DEFAULT, enumerate_placements
+from aoizora.plan.compile_cache import CompileCache
+from aoizora.plan.planner import plan_space
+from aoizora.plan.stage2 import compile_strategy, drop_reason
+from aoizora.stage1 import run_stage1
+from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, Entry
+from aoizora.stage1.space import StrategySpace
+from aoizora.topology import get_topology
+from aoizora.validation.rank import rank_placements
+
+
+class NoStrategyFits(BenchError):
+    """No strategy of the cell's model fits on its slice (the grid then falls back to 1.3B)."""
+
+
+@dataclass
+class BenchOptions:
+    top_k: int
+    oracle: bool = True
+    measure: bool = False
+    measure_steps: int = 5
+    compile_timeout_s: float | None = 900.0
+    options: Q2Options | None = None
+
+
+def _not_compilable(e: Entry) -> str | None:
+    """Why an entry is not compiled by the oracle (None: compile it)."""
+    if e.verdict in (ILLEGAL, LOWERING_FAILED):
+        return e.verdict
+    if any("arguments alone" in r for r in e.reasons):
+        return e.reasons[0]  # the exact argument bytes exceed HBM: no program can fit
+    return None
+
+
+def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: bool = True, console: Any = None,
+             log: Callable[[str], None] = lambda _: None, space: StrategySpace | None = None) -> dict[str, Any]:
+    """Plan, baselines, oracle and metrics for one cell (a JSON-able dict).
+
+    `space`: the workload's strategy space (default: the cell's Wan model at its shapes).
+    """
+    if space is None:
+        from aoizora.models.registry import wan_space
+
+        space = wan_space(cell.model, cell.resolution, cell.frames)
+    topo = get_topology(cell.topology)
+    options = opts.options or Q2Options()
+    t_cell = time.perf_counter()
+
+    stage1 = run_stage1(space, topo, top_k=opts.top_k, keep_predictions=True, progress=progress, console=console)
+    if not stage1.ranked:
+        reasons = sorted({r for e in stage1.entries for r in e.reasons if "memory" in r or "HBM" in r})[:1]
+        raise NoStrategyFits(f"no {cell.model} strategy fits on {cell.topology} ({'; '.join(reasons) or 'none legal'})")
+
+    log(f"{cell.label()}: planning with aoizora (Top-{opts.top_k})")
+    planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
+                         use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console)
+    plan = planned.plan
+    chosen = (plan.strategy["key"], plan.data["placement"]["name"])
+
+    n = topo.num_devices
+    expert = space.expert_strategy(n)
+    expert_key = space.key_of(expert) if expert is not None else None
+    logical = logical_search(stage1, topo)
+
+    by_key = {e.key: e for e in stage1.entries}
+    compiled_by_planner = {o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped}
+    if opts.oracle:
+        to_score = [e for e in stage1.entries if _not_compilable(e) is None]
+    else:
+        wanted = compiled_by_planner | {logical.key} | ({expert_key} if expert_key else set())
+        to_score = [by_key[k] for k in sorted(wanted) if k in by_key]
+    skipped = {e.key: _not_compilable(e) for e in stage1.entries if _not_compilable(e) is not None}
+
+    log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(to_score)} strategies")
+    strategies, pairs = _score_strategies(space, topo, to_score, options, opts, cache, progress, console)
+
+    # What a user deploys is the program compiled with the pair's own device order: aoizora's
+    # choice and the oracle's best pair are simulated on that program (jax-default pairs already are).
+    own: dict[str, Any] = {}
+    for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
+        if pair is not None and pair[1] != JAX_DEFAULT:
+            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache)
+
+    doc: dict[str, Any] = {
+        "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
+        "top_k": opts.top_k,
+        "oracle_complete": opts.oracle,
+        "source": "measured" if opts.measure else "simulated",
+        "aoizora": {"strategy": chosen[0], "placement": chosen[1], "q2_seconds": plan.predicted_step_seconds,
+                    "own_compile": own.get("aoizora")},
+        "oracle_own_compile": own.get("oracle"),
+        "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
+        "logical": {"strategy": logical.key, "placement": JAX_DEFAULT, "alpha_beta_seconds": logical.seconds},
+        "strategies": strategies,
+        "pairs": pairs,
+        "skipped": skipped,
+        "stage1": {
+            "counts": stage1.counts(), "seconds": stage1.seconds,
+            "ranks": {e.key: e.rank for e in stage1.entries if e.rank is not None},
+            "q1_seconds": {e.key: e.q1.seconds for e in stage1.entries if e.q1 is not None},
+            "memory_bytes": {e.key: e.memory.total_bytes for e in stage1.entries if e.memory is not None},
+            "verdicts": {e.key: e.verdict for e in stage1.entries},
+        },
+        "planning_seconds": dict(plan.data["timings"]),
+        "plan_notes": plan.data["notes"],
+    }
+    if opts.measure:
+        doc["measured"] = _measure_pairs(plan, space, topo, doc, opts.measure_steps, log)
+    doc["metrics"] = cell_metrics(doc)
+    doc["bench_seconds"] = time.perf_counter() - t_cell
+    return doc
+
+
+def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:
+    best = min(pairs, key=lambda p: p["sim_seconds"], default=None)
+    return (best["strategy"], best["placement"]) if best else None
+
+
+def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache) -> dict[str, Any]:
+    from aoizora.sim import simulate
+    from aoizora.validation.rank import simulator_options
+
+    spec = space.mesh_spec(entry.candidate.strategy)
+    placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
+    try:
+        compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
+                                    opts.compile_timeout_s, cache)
+    except Exception as exc:
+        return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
+    sim = simulate(compiled.program, topo, placement, **simulator_options(options))
+    return {"strategy": entry.key, "placement": placement_name, "sim_seconds": sim.step_seconds}
+
+
+def _score_strategies(space, topo, entries, options, opts, cache, progress, console):
+    strategies: dict[str, Any] = {}
+    pairs: list[dict[str, Any]] = []
+
+    def score(e: Entry) -> None:
+        spec = space.mesh_spec(e.candidate.strategy)
+        placements = enumerate_placements(topo, spec).placements
+        try:
+            compiled = compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
+                                        opts.compile_timeout_s, cache)
+        except Exception as exc:
+            strategies[e.key] = {"dropped": drop_reason(exc)}
+            return
+        strategies[e.key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
+                             "placements": len(placements)}
+        for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
+            pairs.append({"strategy": e.key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
+                          "q2_compute_seconds": r.q2.compute_seconds,
+                          "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
+
+    if not progress:
+        for e in entries:
+            score(e)
+        return strategies, pairs
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
+        for e in entries:
+            score(e)
+            bar.advance(task)
+    return strategies, pairs
+
+
+def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:
+    """Time the plans of aoizora, the baselines and the oracle's three best simulated pairs."""
+    from aoizora.plan.planner import plan_for_pair
+    from aoizora.runtime.runner import run_plan
+
+    wanted = {"aoizora": (doc["aoizora"]["strategy"], doc["aoizora"]["placement"]),
+              "expert": (doc["expert"]["strategy"], JAX_DEFAULT),
+              "logical": (doc["logical"]["strategy"], JAX_DEFAULT)}
+    best = sorted(doc["pairs"], key=lambda p: p["sim_seconds"])[:3]
+    for i, p in enumerate(best):
+        wanted[f"oracle_candidate_{i}"] = (p["strategy"], p["placement"])
+    strategies = {space.key_of(c.strategy): c.strategy for c in space.candidates(topo.num_devices)}
+    out: dict[str, Any] = {}
+    for role, (key, placement_name) in wanted.items():
+        if key is None or key not in strategies:
+            continue
+        spec = space.mesh_spec(strategies[key])
+        placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
+        pair = next((p for p in doc["pairs"] if p["strategy"] == key and p["placement"] == placement_name), None)
+        if pair is None:
+            continue
+        prediction = {"step_seconds": pair["q2_seconds"], "compute_seconds": pair["q2_compute_seconds"],
+                      "exposed_comm_seconds": pair["q2_exposed_comm_seconds"]}
+        log(f"measuring {role}: {key} / {placement_name}")
+        pair_plan = plan_for_pair(plan, key, space.describe(strategies[key]), placement, topo, prediction)
+        report = run_plan(pair_plan, steps=steps)
+        out[role] = {"strategy": key, "placement": placement_name, "median_step_seconds": report.median_step_seconds,
+                     "platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config}
+    return out
+
+
+def _latency(doc: dict[str, Any], key: str | None, placement: str) -> float | None:
+    if key is None:
+        return None
+    if doc["source"] == "measured":
+        for m in doc.get("measured", {}).values():
+            if m["strategy"] == key and m["placement"] == placement:
+                return m["median_step_seconds"]
+        return None
+    for own in (doc["aoizora"].get("own_compile"), doc.get("oracle_own_compile")):
+        if own and own["strategy"] == key and own["placement"] == placement and "sim_seconds" in own:
+            return own["sim_seconds"]
+    for p in doc["pairs"]:
+        if p["strategy"] == key and p["placement"] == placement:
+            return p["sim_seconds"]
+    return None
+
+
+def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
+    """Latencies of each contender, speedups, spread, recall, rank correlation, memory checks."""
+    from scipy.stats import spearmanr
+
+    a, ex, lo = doc["aoizora"], doc["expert"], doc["logical"]
+    lat = {
+        "aoizora": _latency(doc, a["strategy"], a["placement"]),
+        "expert": _latency(doc, ex["strategy"], ex["placement"]),
+        "logical": _latency(doc, lo["strategy"], lo["placement"]),
+    }
+    pairs = doc["pairs"]
+    if doc["source"] == "measured":
+        cands = [m for r, m in doc.get("measured", {}).items() if r.startswith("oracle_candidate")]
+        oracle_pair = min(cands, key=lambda m: m["median_step_seconds"], default=None)
+        lat["oracle"] = oracle_pair["median_step_seconds"] if oracle_pair else None
+    else:
+        oracle_pair = min(pairs, key=lambda p: p["sim_seconds"], default=None)
+        lat["oracle"] = _latency(doc, oracle_pair["strategy"], oracle_pair["placement"]) if oracle_pair else None
+
+    def ratio(x: float | None, y: float | None) -> float | None:
+        return x / y if x is not None and y else None
+
+    chosen = [p["sim_seconds"] for p in pairs if p["strategy"] == a["strategy"]]
+    ranks = doc["stage1"]["ranks"]
+    oracle_key = oracle_pair["strategy"] if oracle_pair else None
+    oracle_rank = ranks.get(oracle_key) if oracle_key else None
+    rho = None
+    if len(pairs) >= 3:
+        rho = float(spearmanr([p["q2_seconds"] for p in pairs], [p["sim_seconds"] for p in pairs]).statistic)
+    best_sim = {}
+    for p in pairs:
+        best_sim[p["strategy"]] = min(best_sim.get(p["strategy"], math.inf), p["sim_seconds"])
+    q1 = doc["stage1"]["q1_seconds"]
+    common = [k for k in best_sim if k in q1 and k in ranks]
+    rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None
+
+    mem_est, verdicts = doc["stage1"]["memory_bytes"], doc["stage1"]["verdicts"]
+    mem_err, accepted_but_dropped = [], []
+    for k, s in doc["strategies"].items():
+        if s.get("memory_bytes") and k in mem_est:
+            mem_err.append(abs(mem_est[k] - s["memory_bytes"]) / s["memory_bytes"])
+            if verdicts.get(k) == "out-of-memory":
+                accepted_but_dropped.append(k)
+    return {
+        "latency_seconds": lat,
+        "speedup_over_expert": ratio(lat["expert"], lat["aoizora"]),
+        "speedup_over_logical": ratio(lat["logical"], lat["aoizora"]),
+        "oracle_over_aoizora": ratio(lat["aoizora"], lat["oracle"]),
+        "oracle": {"strategy": oracle_key, "placement": oracle_pair["placement"] if oracle_pair else None,
+                   "stage1_rank": oracle_rank, "complete": doc["oracle_complete"]},
+        "placement_spread": (max(chosen) / min(chosen)) if chosen else None,
+        "top1_recall": (oracle_rank is not None and oracle_rank <= doc["top_k"]) if doc["oracle_complete"] else None,
+        "k_for_full_recall": oracle_rank if doc["oracle_complete"] else None,
+        "spearman_q2_sim": rho,
+        "spearman_q1_best_sim": rho_q1,
+        "pairs_scored": len(pairs),
+        "strategies_compiled": sum(1 for s in doc["strategies"].values() if "dropped" not in s),
+        "strategies_refused_by_compiler": sum(1 for s in doc["strategies"].values() if "dropped" in s),
+        "memory_estimate_max_rel_error": max(mem_err) if mem_err else None,
+        "dropped_by_stage1_but_compiled": accepted_but_dropped,
+    }
+
+
+def run_cell_with_fallback(cell: Cell, opts: BenchOptions, cache: CompileCache, **kwargs: Any) -> dict[str, Any]:
+    """`run_cell`, retried with Wan 1.3B when no 14B strategy fits the slice (said so in the result)."""
+    try:
+        return run_cell(cell, opts, cache, **kwargs)
+    except NoStrategyFits as exc:
+        if cell.model == FALLBACK_MODEL:
+            raise
+        doc = run_cell(Cell(cell.topology, cell.resolution, cell.frames, FALLBACK_MODEL), opts, cache, **kwargs)
+        doc["fallback_reason"] = str(exc)
+        return doc

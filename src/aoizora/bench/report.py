@@ -1,0 +1,172 @@
+"""The bench's outputs: a markdown table (stdout and RESULTS.md), CSV, JSON and plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+COLUMNS = [
+    ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),
+    ("aoizora_ms", "aoizora ms"), ("oracle_ms", "oracle ms"), ("vs_expert", "× expert"), ("vs_logical", "× logical"),
+    ("oracle_gap", "aoizora/oracle"), ("spread", "placement spread"), ("recall", "top-1 recall (rank)"),
+    ("rho", "ρ Q2~sim"), ("pairs", "pairs"), ("stage1_s", "stage 1 s"), ("compile_s", "compile s"),
+    ("score_s", "score s"), ("verify_s", "verify s"),
+]
+
+
+def _ms(x: float | None) -> str:
+    return f"{x * 1e3:,.1f}" if x is not None else "–"
+
+
+def _x(x: float | None, digits: int = 3) -> str:
+    return f"{x:.{digits}f}" if x is not None else "–"
+
+
+def row(doc: dict[str, Any]) -> dict[str, str]:
+    m, c, t = doc["metrics"], doc["cell"], doc["planning_seconds"]
+    lat = m["latency_seconds"]
+    if m["top1_recall"] is None:
+        recall = "– (oracle partial)"
+    else:
+        recall = f"{'yes' if m['top1_recall'] else 'no'} ({m['oracle']['stage1_rank']})"
+    model = c["model"].replace("wan2.1-t2v-", "")
+    if doc.get("fallback_reason"):
+        model += " (14B does not fit)"
+    return {
+        "cell": f"{c['topology']} {c['resolution']} {c['frames']}f", "model": model,
+        "expert_ms": _ms(lat["expert"]), "logical_ms": _ms(lat["logical"]), "aoizora_ms": _ms(lat["aoizora"]),
+        "oracle_ms": _ms(lat["oracle"]) + ("" if doc["oracle_complete"] else "*"),
+        "vs_expert": _x(m["speedup_over_expert"]), "vs_logical": _x(m["speedup_over_logical"]),
+        "oracle_gap": _x(m["oracle_over_aoizora"]), "spread": _x(m["placement_spread"]), "recall": recall,
+        "rho": _x(m["spearman_q2_sim"]), "pairs": str(m["pairs_scored"]),
+        "stage1_s": f"{t.get('stage1', 0):.1f}",
+        "compile_s": f"{t.get('compile', 0) + t.get('compile_cached', 0):.0f}",
+        "score_s": f"{t.get('score', 0):.1f}", "verify_s": f"{t.get('verify', 0):.0f}",
+    }
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Geometric-mean and maximum speedups, recall over cells with a complete oracle, pooled ρ."""
+    from scipy.stats import spearmanr
+
+    ex = [d["metrics"]["speedup_over_expert"] for d in docs]
+    lo = [d["metrics"]["speedup_over_logical"] for d in docs]
+    gap = [d["metrics"]["oracle_over_aoizora"] for d in docs]
+    recalls = [d["metrics"]["top1_recall"] for d in docs if d["metrics"]["top1_recall"] is not None]
+    q2 = [p["q2_seconds"] for d in docs for p in d["pairs"]]
+    sim = [p["sim_seconds"] for d in docs for p in d["pairs"]]
+    return {
+        "cells": len(docs),
+        "speedup_over_expert": {"geomean": _geomean(ex), "max": max((x for x in ex if x), default=None)},
+        "speedup_over_logical": {"geomean": _geomean(lo), "max": max((x for x in lo if x), default=None)},
+        "aoizora_over_oracle": {"geomean": _geomean(gap), "max": max((x for x in gap if x), default=None)},
+        "top1_recall": (sum(recalls) / len(recalls)) if recalls else None,
+        "cells_with_complete_oracle": len(recalls),
+        "max_k_for_full_recall": max((d["metrics"]["k_for_full_recall"] for d in docs
+                                      if d["metrics"]["k_for_full_recall"] is not None), default=None),
+        "within_cell_spearman_q2_sim": [d["metrics"]["spearman_q2_sim"] for d in docs],
+        "pooled_spearman_q2_sim": float(spearmanr(q2, sim).statistic) if len(q2) >= 3 else None,
+    }
+
+
+def markdown(docs: list[dict[str, Any]]) -> str:
+    source = {d["source"] for d in docs}
+    lines = [
+        "| " + " | ".join(h for _, h in COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    for d in docs:
+        r = row(d)
+        lines.append("| " + " | ".join(r[k] for k, _ in COLUMNS) + " |")
+    s = summary(docs)
+    lines.append("")
+    lines.append(
+        f"Latencies: {'/'.join(sorted(source))}. Speedups over the expert: geomean {_x(s['speedup_over_expert']['geomean'])}, "
+        f"max {_x(s['speedup_over_expert']['max'])}; over the logical search: geomean "
+        f"{_x(s['speedup_over_logical']['geomean'])}, max {_x(s['speedup_over_logical']['max'])}; aoizora/oracle geomean "
+        f"{_x(s['aoizora_over_oracle']['geomean'])}, worst {_x(s['aoizora_over_oracle']['max'])}. "
+        f"Top-1 recall {_x(s['top1_recall'], 2)} over {s['cells_with_complete_oracle']} cells with a complete oracle; "
+        f"pooled ρ(Q2, sim) {_x(s['pooled_spearman_q2_sim'])}."
+    )
+    if any(not d["oracle_complete"] for d in docs):
+        lines.append("`*` oracle over the strategies compiled anyway (aoizora's Top-K, expert, logical), not every "
+                     "legal strategy: recall is not measured in such cells.")
+    if any(d["source"] == "measured" and not all(m.get("on_planned_slice") for m in d.get("measured", {}).values())
+           for d in docs):
+        lines.append("**Measured on devices that are not the planned TPU slice (a small CPU stand-in config): "
+                     "these timings say nothing about a TPU.**")
+    return "\n".join(lines)
+
+
+def write_outputs(docs: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    path = out / "results.json"
+    path.write_text(json.dumps({"summary": summary(docs), "cells": docs}, indent=1))
+    written.append(path)
+    path = out / "results.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[k for k, _ in COLUMNS])
+        w.writeheader()
+        for d in docs:
+            w.writerow(row(d))
+    written.append(path)
+    path = out / "table.md"
+    path.write_text(markdown(docs) + "\n")
+    written.append(path)
+    written += plots(docs, out)
+    return written
+
+
+def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    labels = [row(d)["cell"] for d in docs]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(docs) + 2), 4))
+    xs = range(len(docs))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], [d["metrics"]["speedup_over_expert"] or 0 for d in docs], w, label="over expert")
+    ax.bar([x + w / 2 for x in xs], [d["metrics"]["speedup_over_logical"] or 0 for d in docs], w, label="over logical search")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(list(xs), labels, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup of aoizora's plan")
+    ax.legend()
+    fig.tight_layout()
+    path = out / "speedups.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for d, label in zip(docs, labels):
+        ax.scatter([p["sim_seconds"] * 1e3 for p in d["pairs"]], [p["q2_seconds"] * 1e3 for p in d["pairs"]], s=8,
+                   label=label)
+    lim = [p for d in docs for p in d["pairs"]]
+    if lim:
+        lo = min(min(p["sim_seconds"], p["q2_seconds"]) for p in lim) * 1e3
+        hi = max(max(p["sim_seconds"], p["q2_seconds"]) for p in lim) * 1e3
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("simulator step time (ms)")
+    ax.set_ylabel("Q2 step time (ms)")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    path = out / "q2_vs_sim.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written

@@ -1,0 +1,99 @@
+"""The bench harness on a small transformer (compiles in about a second per strategy)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from aoizora.bench import BenchOptions, Cell, logical_search, markdown, parse_cell, run_bench, run_cell
+from aoizora.bench.baselines import AlphaBeta
+from aoizora.cli import cli
+from aoizora.errors import BenchError
+from aoizora.plan.compile_cache import CompileCache
+from aoizora.stage1 import TransformerSpace, run_stage1
+from aoizora.topology import get_topology
+from aoizora.workloads.transformer import TransformerConfig
+
+CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+CELL = Cell("v5e:2x2", "480p", 21, model="small-transformer")
+
+
+@pytest.fixture(scope="module")
+def stage1():
+    return run_stage1(TransformerSpace(CFG), get_topology("v5e:2x2"), top_k=2, keep_predictions=True, progress=False)
+
+
+def test_logical_search_minimises_alpha_beta_cost(stage1):
+    topo = stage1.topology
+    choice = logical_search(stage1, topo)
+    costs = dict(choice.ranking)
+    assert choice.key == min(costs, key=costs.get)
+    assert set(costs) == {e.key for e in stage1.ranked}
+    # A slower channel makes communication dominate: the choice moves to the least-communicating strategy.
+    slow = logical_search(stage1, topo, AlphaBeta(alpha_s=1e-6, beta_Bps=1e3))
+    comm = {e.key: sum(c.recv_bytes * c.multiplicity for c in e.prediction.comms) for e in stage1.ranked}
+    assert comm[slow.key] == min(comm.values())
+
+
+@pytest.fixture(scope="module")
+def cell_doc(tmp_path_factory):
+    cache = CompileCache(tmp_path_factory.mktemp("compiled"))
+    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), cache, progress=False, space=TransformerSpace(CFG))
+
+
+def test_oracle_cell_is_consistent(cell_doc):
+    m = cell_doc["metrics"]
+    lat = m["latency_seconds"]
+    assert lat["expert"] is None  # the generic transformer names no expert deployment
+    best = min(cell_doc["pairs"], key=lambda p: p["sim_seconds"])
+    assert (m["oracle"]["strategy"], m["oracle"]["placement"]) == (best["strategy"], best["placement"])
+    own = cell_doc["oracle_own_compile"]
+    if best["placement"] == "jax-default":
+        assert own is None and lat["oracle"] == best["sim_seconds"]
+    else:  # the oracle's pair is simulated on the program compiled with its own device order
+        assert lat["oracle"] == own["sim_seconds"]
+    shared = {(p["strategy"], p["placement"]): p["sim_seconds"] for p in cell_doc["pairs"]}
+    assert lat["logical"] == shared[(cell_doc["logical"]["strategy"], "jax-default")] >= best["sim_seconds"]
+    assert m["oracle_over_aoizora"] == pytest.approx(lat["aoizora"] / lat["oracle"])
+    compiled = [s for s in cell_doc["strategies"].values() if "dropped" not in s]
+    assert m["pairs_scored"] == sum(s["placements"] for s in compiled) == len(cell_doc["pairs"])
+    # every strategy Stage 1 could lower was given to the compiler
+    lowered = [k for k, v in cell_doc["stage1"]["verdicts"].items() if v not in ("illegal", "lowering-failed")]
+    assert set(cell_doc["strategies"]) == set(lowered) - set(cell_doc["skipped"])
+    assert isinstance(m["top1_recall"], bool)
+    assert m["k_for_full_recall"] == cell_doc["stage1"]["ranks"][m["oracle"]["strategy"]]
+    assert -1.0 <= m["spearman_q2_sim"] <= 1.0
+    assert m["placement_spread"] >= 1.0
+    assert set(cell_doc["planning_seconds"]) >= {"stage1", "compile", "score", "total"}
+
+
+def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
+    import aoizora.bench as bench
+
+    calls = []
+
+    def fake_run(cell, opts, cache, **kw):  # the cell computed above stands in for a second run
+        calls.append(cell)
+        return json.loads(json.dumps(cell_doc))
+
+    monkeypatch.setattr(bench, "run_cell_with_fallback", fake_run)
+    opts = BenchOptions(top_k=2, oracle=True)
+    docs = run_bench([CELL], opts, tmp_path, compile_cache=CompileCache(tmp_path / "c"), progress=False)
+    for name in ("results.json", "results.csv", "table.md", "speedups.png", "q2_vs_sim.png", f"cells/{CELL.id}.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    again = run_bench([CELL], opts, tmp_path, compile_cache=CompileCache(tmp_path / "c"), progress=False)
+    assert len(calls) == 1 and again[0]["pairs"] == docs[0]["pairs"]  # reused, not recomputed
+    run_bench([CELL], BenchOptions(top_k=3, oracle=True), tmp_path, compile_cache=CompileCache(tmp_path / "c"),
+              progress=False)
+    assert len(calls) == 2  # other options: recomputed
+    table = markdown(docs)
+    assert "v5e:2x2 480p 21f" in table and "geomean" in table
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert summary["cells"] == 1 and summary["cells_with_complete_oracle"] == 1
+
+
+def test_bad_cells_are_refused():
+    with pytest.raises(BenchError, match="TOPOLOGY/RESOLUTION/FRAMES"):
+        parse_cell("v5e:2x2-480p")
+    result = CliRunner().invoke(cli, ["bench", "--cell", "v5e:9x9/480p/21", "--out", "/tmp/unused-bench"])
+    assert result.exit_code == 2 and "v5e:9x9" in result.output
