@@ -334,9 +334,10 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
+@click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out (run nothing).")
 @click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool, measure: bool,
-          measure_steps: int, fresh: bool, compile_timeout: float) -> None:
+          measure_steps: int, fresh: bool, report_only: bool, compile_timeout: float) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -351,7 +352,8 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         measure=measure, measure_steps=measure_steps, compile_timeout_s=compile_timeout)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
-    docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m))
+    docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
+                     run_missing=not report_only)
     click.echo(markdown(docs))
     click.echo(f"wrote {out_dir}/results.json, results.csv, table.md, speedups.png, q2_vs_sim.png")
 

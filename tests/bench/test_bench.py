@@ -86,6 +86,10 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     run_bench([CELL], BenchOptions(top_k=3, oracle=True), tmp_path, compile_cache=CompileCache(tmp_path / "c"),
               progress=False)
     assert len(calls) == 2  # other options: recomputed
+    only = run_bench([CELL, Cell("v5e:2x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
+    assert len(calls) == 2 and len(only) == 1  # the unfinished cell is left out, nothing runs
+    with pytest.raises(BenchError, match="no finished cell"):
+        run_bench([Cell("v5e:4x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
     table = markdown(docs)
     assert "v5e:2x2 480p 21f" in table and "geomean" in table
     summary = json.loads((tmp_path / "results.json").read_text())["summary"]

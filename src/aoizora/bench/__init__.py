@@ -21,9 +21,12 @@ from aoizora.plan.compile_cache import CompileCache
 
 def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[str], *,
               compile_cache: CompileCache | None = None, resume: bool = True, progress: bool = True,
-              console: Any = None, log: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
+              console: Any = None, log: Callable[[str], None] = lambda _: None,
+              run_missing: bool = True) -> list[dict[str, Any]]:
     """Run every cell (each written to `out_dir/cells/` as it finishes; finished cells with the same
-    options are reused when `resume`), then the table, CSV, JSON and plots in `out_dir`."""
+    options are reused when `resume`), then the table, CSV, JSON and plots in `out_dir`.
+
+    `run_missing=False` only reports the cells already finished (e.g. while a long grid runs)."""
     from aoizora.plan.compile_cache import default_compile_cache
 
     cache = compile_cache or default_compile_cache()
@@ -33,12 +36,18 @@ def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[
     for cell in cells:
         path = cell_dir / f"{cell.id}.json"
         doc = _read_cell(path, opts) if resume else None
+        if doc is None and not run_missing:
+            continue
         if doc is None:
             doc = run_cell_with_fallback(cell, opts, cache, progress=progress, console=console, log=log)
             _write_atomic(path, doc)
         else:
             log(f"{cell.label()}: reused {path}")
         docs.append(doc)
+    if not docs:
+        from aoizora.errors import BenchError
+
+        raise BenchError(f"no finished cell with these options in {out_dir}; run without --report-only first")
     write_outputs(docs, out_dir)
     return docs
 

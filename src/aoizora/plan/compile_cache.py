@@ -31,6 +31,7 @@ class CompileRecord:
     memory_bytes: int | None
     compile_seconds: float
     error: str | None = None
+    label: str = ""  # what was compiled (strategy / placement / slice), for people reading the cache
 
 
 def _env_flags() -> dict[str, str]:
@@ -66,6 +67,7 @@ class CompileCache:
             record = CompileRecord(
                 hlo_text=d["hlo_text"], device_ids=tuple(d["device_ids"]) if d["device_ids"] is not None else None,
                 memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
+                label=str(d.get("label", "")),
             )
             if (record.hlo_text is None) == (record.error is None):
                 raise ValueError("an entry holds either a program or an error")
@@ -84,6 +86,7 @@ class CompileCache:
             "memory_bytes": record.memory_bytes,
             "compile_seconds": record.compile_seconds,
             "error": record.error,
+            "label": record.label,
         }
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
         try:

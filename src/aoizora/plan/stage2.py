@@ -112,6 +112,7 @@ def compile_strategy(
                 raise CachedCompileError(record.error)
             program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
             return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name, from_cache=True)
+    label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:
         compiled = compile_with_timeout(lowered, timeout_s)
@@ -119,13 +120,14 @@ def compile_strategy(
         raise
     except Exception as exc:
         if cache is not None and entry is not None and _is_out_of_memory(exc):
-            cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc)))
+            cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
+                                           label=label))
         raise
     seconds = time.perf_counter() - t0
     program = program_from_compiled(compiled, opaque_cost=hook)
     memory = _memory_bytes(compiled)
     if cache is not None and entry is not None:
-        cache.put(entry, CompileRecord(compiled.as_text(), program.device_ids, memory, seconds))
+        cache.put(entry, CompileRecord(compiled.as_text(), program.device_ids, memory, seconds, label=label))
     return Compiled(key, program, memory, seconds, placement.name)
 
 
