@@ -41,3 +41,41 @@ def test_ulysses_uses_all_to_all(space, topo_2x4):
     pred, _, _, _, _ = analyse(space, st, topo_2x4)
     kinds = {(c.kind, c.axes) for c in pred.comms if c.explicit}
     assert kinds == {("all-to-all", ("context",))}
+
+
+def test_compiled_splash_calls_are_costed_as_themselves():
+    """Self- and cross-attention share a kernel name in compiled HLO; each call must get its own
+    cost (a cross-attention call once took the far larger self-attention cost)."""
+    from aoizora.hlo.program import NodeKind
+    from aoizora.placement import enumerate_placements
+    from aoizora.plan.stage2 import compile_strategy
+    from aoizora.topology import get_topology
+
+    topo = get_topology("v5e:2x2")
+    config = PRESETS["t2v-14b"].replace(num_layers=1, num_attention_heads=4, ffn_dim=1024, text_dim=512)
+    space = WanSpace(config, VideoShape(21, 480, 832))
+    st = Strategy(fsdp=2, context=2, attention="allgather", weights="gathered")
+    placement = enumerate_placements(topo, space.mesh_spec(st)).placements[0]
+    program = compile_strategy(space, st, strategy_key(st), topo, placement, 600.0).program
+    splash = [n for n in program.nodes if n.kind == NodeKind.OPAQUE and "splash" in n.name]
+    assert len(splash) == 2  # self-attention over the gathered K/V, cross-attention over the text
+    for n in splash:
+        q, k = [s.dims for s in n.operand_shapes if s.dtype == "bf16" and len(s.dims) == 3][:2]
+        heads, lq, d = q
+        assert n.flops == 4.0 * heads * lq * k[1] * d
+    assert sorted(n.operand_shapes[3].dims[1] for n in splash) == [512, 9472]  # text, gathered tokens
+
+
+def test_stage1_and_stage2_cost_a_splash_call_alike():
+    from aoizora.models.wan.attention import splash_cost
+    from aoizora.stage1.dag import KernelCall
+    from aoizora.stage1.ir import TensorType
+
+    space = WanSpace(PRESETS["t2v-14b"], VIDEO)
+    q = TensorType((40, 4736, 128), "bf16")
+    kv = TensorType((40, 9472, 128), "bf16")
+    out = TensorType((40, 4736, 128), "bf16")
+    cost = space.kernel_cost(Strategy(context=2), KernelCall("tpu_custom_call", (q, kv, kv), (out,), True))
+    flops, hbm = splash_cost(40, 4736, 9472, 128, 2, False)
+    assert (cost.flops, cost.hbm_bytes) == (flops, int(hbm))
+    assert hbm > 37 * 2 * kv.bytes  # K/V streamed once per 128-row Q block, not read once

@@ -25,7 +25,7 @@ from aoizora.cost import Q2Options
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
-from aoizora.plan.planner import plan_space
+from aoizora.plan.planner import plan_space, source_fingerprint
 from aoizora.plan.stage2 import compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, Entry
@@ -110,6 +110,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
         "top_k": opts.top_k,
         "oracle_complete": opts.oracle,
+        "aoizora_source": source_fingerprint(),
         "source": "measured" if opts.measure else "simulated",
         "aoizora": {"strategy": chosen[0], "placement": chosen[1], "q2_seconds": plan.predicted_step_seconds,
                     "own_compile": own.get("aoizora")},

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
+from aoizora.models.wan.attention import splash_cost
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
@@ -78,10 +79,12 @@ class WanSpace(StrategySpace):
         if call.target != "tpu_custom_call" or len(floats) < 3:
             return None
         q, k, v = floats[:3]
-        d = q.shape[-1]
-        flops = 4.0 * (q.elements // d) * k.shape[-2] * d
-        io = q.bytes + k.bytes + v.bytes + sum(t.bytes for t in call.result_types if t is not None)
-        return OpaqueCost(flops=flops, hbm_bytes=int(io))
+        d, lq, lk = q.shape[-1], q.shape[-2], k.shape[-2]
+        # the same kernel model Stage 2 uses for the compiled call (K/V re-streamed per Q block);
+        # residuals (log-sum-exp) are a second floating result
+        residuals = sum(1 for t in call.result_types if t is not None and t.dtype.startswith(("bf", "f"))) > 1
+        flops, hbm = splash_cost(q.elements // (lq * d), lq, lk, d, q.bytes // q.elements, residuals)
+        return OpaqueCost(flops=flops, hbm_bytes=int(hbm))
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         return {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
@@ -95,9 +98,17 @@ class WanSpace(StrategySpace):
             )
         costs = self._kernel_costs.get(strategy, [])
         matches = [kc for kc in costs if op.name.split(".")[0] == kc.hlo_name or op.kernel_name == kc.hlo_name]
-        if len(matches) > 1 and op.operand_shapes:
-            shaped = [kc for kc in matches if tuple(kc.q_shape) == tuple(op.operand_shapes[0].dims)]
-            matches = shaped or matches
+        if len(matches) > 1:
+            # Self- and cross-attention calls share a kernel name: tell them apart by the (heads,
+            # length, head_dim) of q and k, the first two floating operands (mask-info operands lead).
+            floats = [s.dims[-3:] for s in op.operand_shapes if s.dtype in ("bf16", "f16", "f32") and len(s.dims) >= 3]
+            if len(floats) >= 2:
+                q, k = tuple(floats[0]), tuple(floats[1])
+                shaped = [kc for kc in matches if (kc.q_shape[2], kc.q_shape[1], kc.q_shape[3]) == q
+                          and (kc.kv_shape[2], kc.kv_shape[1], kc.kv_shape[3]) == k]
+                if not shaped:
+                    return None  # an unrecognised call: costed from its I/O, never as another kernel
+                matches = shaped
         if matches:
             kc = matches[0]
             return OpaqueCost(flops=kc.flops, hbm_bytes=int(kc.bytes_accessed))

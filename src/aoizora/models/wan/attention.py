@@ -109,21 +109,30 @@ def repeated(times: int) -> Iterator[None]:
             r.multiplier //= times
 
 
+def splash_cost(batch_heads: int, lq: int, lk: int, d: int, itemsize: int, residuals: bool,
+                block_q: int | None = None) -> tuple[float, float]:
+    """FLOPs and HBM bytes of one splash call over `batch_heads` (batch x heads) attention maps:
+    q read and the output written once, K/V streamed once per Q block (`block_q`, by default the
+    block `splash_attention` picks for `lq`), segment ids, log-sum-exp residuals when saved."""
+    bq = block_q or _pick_block(lq)
+    flops = 4.0 * batch_heads * lq * lk * d
+    q_bytes = batch_heads * lq * d * itemsize
+    kv_bytes = 2 * batch_heads * lk * d * itemsize * (lq // bq)
+    res_bytes = batch_heads * lq * 128 * 4 if residuals else 0
+    seg_bytes = (lq + lk) * 4
+    return flops, float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes)
+
+
 def _record(name: str, batch: int, heads: int, lq: int, lk: int, d: int, itemsize: int,
             bq: int, bkv: int, residuals: bool) -> None:
     if not _RECORDER:
         return
-    flops = 4.0 * batch * heads * lq * lk * d
-    trans = 1.0 * batch * heads * lq * lk
-    q_bytes = batch * heads * lq * d * itemsize
-    kv_bytes = 2 * batch * heads * lk * d * itemsize * (lq // bq)  # K/V re-streamed per Q block
-    res_bytes = batch * heads * lq * 128 * 4 if residuals else 0
-    seg_bytes = batch * (lq + lk) * 4
+    flops, hbm_bytes = splash_cost(batch * heads, lq, lk, d, itemsize, residuals, bq)
     cost = KernelCost(
         name=name, custom_call_target="tpu_custom_call",
         hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}", q_shape=(batch, lq, heads, d),
-        kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops, transcendentals=trans,
-        bytes_accessed=float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes), calls=0,
+        kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops,
+        transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0,
     )
     for r in _RECORDER:
         r.kernels.append(dataclasses.replace(cost, calls=r.multiplier))
