@@ -860,7 +860,8 @@ def _custom_call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
     hbm = cost.hbm_bytes if cost and cost.hbm_bytes is not None else io
     if cost is None:
         w.notes.append(f"no cost for kernel {op.attrs['target']}; counted its I/O bytes only")
-    w.op_node(op, flops, hbm, min(hbm, io), mult, opaque=True, seconds=cost.seconds if cost else None)
+    # nothing fuses into an opaque kernel: the bytes its cost hook reports are all unavoidable
+    w.op_node(op, flops, hbm, hbm, mult, opaque=True, seconds=cost.seconds if cost else None)
     return outs, transient, True
 
 
