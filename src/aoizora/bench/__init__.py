@@ -35,7 +35,9 @@ def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[
     docs = []
     for cell in cells:
         path = cell_dir / f"{cell.id}.json"
-        doc = _read_cell(path, opts) if resume else None
+        # --report-only tabulates what was computed, by whichever version of aoizora (each cell
+        # records its source fingerprint); a run recomputes cells from other code
+        doc = _read_cell(path, opts, same_source=run_missing) if resume or not run_missing else None
         if doc is None and not run_missing:
             continue
         if doc is None:
@@ -52,7 +54,7 @@ def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[
     return docs
 
 
-def _read_cell(path: Path, opts: BenchOptions) -> dict[str, Any] | None:
+def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -62,7 +64,7 @@ def _read_cell(path: Path, opts: BenchOptions) -> dict[str, Any] | None:
     # a cell computed by other code is stale (recomputing it reuses the compile cache)
     same = (doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
             and doc.get("source") == ("measured" if opts.measure else "simulated")
-            and doc.get("aoizora_source") == source_fingerprint())
+            and (not same_source or doc.get("aoizora_source") == source_fingerprint()))
     if not same or "metrics" not in doc:
         return None
     doc["metrics"] = cell_metrics(doc)  # recomputed: metrics follow the code, the raw results do not change

@@ -158,9 +158,7 @@ def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
     if lim:
         lo = min(min(p["sim_seconds"], p["q2_seconds"]) for p in lim) * 1e3
         hi = max(max(p["sim_seconds"], p["q2_seconds"]) for p in lim) * 1e3
-        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, label="Q2 = simulator")
     ax.set_xlabel("simulator step time (ms)")
     ax.set_ylabel("Q2 step time (ms)")
     ax.legend(fontsize=6)
