@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/aoizora demo
 
+bench: $(STAMP)
+	$(VENV)/bin/aoizora bench --quick --out bench-out
+
 test: $(STAMP)
 	$(PY) -m pytest -q
 
