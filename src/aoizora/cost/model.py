@@ -2,7 +2,8 @@
 
 Collective time = (bytes on its most loaded directed link) / link bandwidth
                   + steps x (hops of its longest step) x per-hop latency,
-where every group of the collective runs at once and loads the same links (contention). Compute
+where every group of the collective runs at once and loads the same links (contention), and
+collectives in flight at the same time carry their bytes over shared links in turn. Compute
 time comes from the compiler's `estimated_cycles` / clock, else the roofline, and opaque kernels
 from the cost the workload supplies. The schedule walks the program's DAG once per loop body and
 scales the body by its trip count; an async collective overlaps the compute issued between its
@@ -38,6 +39,7 @@ class CollectiveEstimate:
     multiplicity: int
     bidirectional: bool
     reordered: bool
+    latency_seconds: float = 0.0  # the hop-latency part of `seconds`
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -122,12 +124,13 @@ class CostModel:
         )
         hw = self.topology.hardware
         loads = np.zeros(len(self.topology.links))
-        seconds, peak, top, steps, max_hops = 0.0, 0.0, None, 0, 0
+        seconds, peak, top, steps, max_hops, latency = 0.0, 0.0, None, 0, 0, 0.0
         for phase in phases:
             phase_loads = self.inc.link_loads(phase.matrix)
             loads += phase_loads
             phase_top = int(np.argmax(phase_loads)) if phase_loads.size else 0
             phase_peak = float(phase_loads[phase_top]) if phase_loads.size else 0.0
+            latency += phase.steps * phase.max_hops * hw.hop_latency_s
             seconds += phase_peak / hw.link_bandwidth_Bps + phase.steps * phase.max_hops * hw.hop_latency_s
             if phase_peak > peak:
                 peak, top = phase_peak, phase_top
@@ -135,7 +138,7 @@ class CostModel:
             max_hops = max(max_hops, phase.max_hops)
         est = CollectiveEstimate(
             coll.index, coll.name, coll.kind.value, seconds, peak, top, steps, max_hops,
-            coll.multiplicity, bidirectional, reordered,
+            coll.multiplicity, bidirectional, reordered, latency,
         )
         return est, loads
 
@@ -145,14 +148,50 @@ class CostModel:
         `timeline=True` also records the schedule's segments (for reports; slower)."""
         rows = placement_rows(program, self.topology, placement, self.inc)
         estimates: list[CollectiveEstimate] = []
+        per_collective: list[np.ndarray] = []
         link_bytes = np.zeros(len(self.topology.links))
         for coll in program.collectives:
             est, loads = self.collective_estimate(coll, rows)
             estimates.append(est)
+            per_collective.append(loads)
             link_bytes += loads * coll.multiplicity
         segments: list[dict[str, Any]] | None = [] if timeline else None
-        step, compute, uncosted = _schedule(program, self.topology, estimates, segments)
+        links = _LinkQueue(per_collective, [e.latency_seconds for e in estimates], self.topology.hardware.link_bandwidth_Bps)
+        step, compute, uncosted = _schedule(program, self.topology, estimates, segments, links)
         return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted, segments)
+
+
+class _LinkQueue:
+    """When collectives in flight at once share directed links, the links carry their bytes in turn.
+
+    Each directed link is free from `free[link]` on; a collective started at `t` cannot finish
+    before every link it uses has carried what was queued on it plus its own bytes (then its hop
+    latencies), nor before its time alone (phases one after another). Concurrent collectives on disjoint links
+    do not slow each other. This is the work-conserving view of shared links; the simulator's
+    max-min sharing ends the last of two equal collectives at the same time.
+    """
+
+    def __init__(self, loads: list[np.ndarray], latencies: list[float], bandwidth_Bps: float):
+        self.loads = loads
+        self.latencies = latencies
+        self.bandwidth = bandwidth_Bps
+        self.free = np.zeros(loads[0].size if loads else 0)
+
+    def run(self, collective: int | None, start: float, alone_seconds: float) -> float:
+        """Completion time of `collective` started at `start`; its bytes are queued on its links."""
+        if collective is None or not self.free.size:
+            return start + alone_seconds
+        loads = self.loads[collective]
+        used = loads > 0
+        if not used.any():
+            return start + alone_seconds
+        cleared = np.maximum(self.free[used], start) + loads[used] / self.bandwidth
+        self.free[used] = cleared
+        return max(start + alone_seconds, float(cleared.max()) + self.latencies[collective])
+
+    def shift(self, after: float, by: float) -> None:
+        """A loop's remaining iterations were added at `after`: later reservations move with them."""
+        self.free = np.where(self.free > after, self.free + by, self.free)
 
 
 def _schedule(
@@ -160,6 +199,7 @@ def _schedule(
     topology: Topology,
     estimates: list[CollectiveEstimate],
     timeline: list[dict[str, Any]] | None = None,
+    links: _LinkQueue | None = None,
 ) -> tuple[float, float, list[str]]:
     """Walk the schedule once; loop bodies are timed once and scaled by their trip counts.
 
@@ -200,6 +240,8 @@ def _schedule(
                 trips = lp.trip_count or 1
                 body = clock - loop_start_time[lp.index]
                 record("loop", f"{lp.name}: {trips - 1} more iterations", clock, clock + body * (trips - 1))
+                if links is not None:
+                    links.shift(clock, body * (trips - 1))
                 clock += body * (trips - 1)
                 compute_total += (compute_total - loop_compute[lp.index]) * (trips - 1)
             finish[i] = clock
@@ -208,7 +250,8 @@ def _schedule(
             est = estimates[node.collective] if node.collective is not None else None
             if node.kind == NodeKind.COLLECTIVE_START:
                 start = max(clock, ready)
-                pending[node.collective] = start + (est.seconds if est else 0.0)
+                alone = est.seconds if est else 0.0
+                pending[node.collective] = links.run(node.collective, start, alone) if links else start + alone
                 record("async", est.name if est else node.name, start, pending[node.collective])
                 finish[i] = start
             elif node.kind == NodeKind.COLLECTIVE_DONE:
@@ -218,7 +261,8 @@ def _schedule(
                 finish[i] = clock
             else:
                 begin = max(clock, ready)
-                clock = begin + (est.seconds if est else 0.0)
+                alone = est.seconds if est else 0.0
+                clock = links.run(node.collective, begin, alone) if links else begin + alone
                 record("comm", est.name if est else node.name, begin, clock)
                 finish[i] = clock
             continue
