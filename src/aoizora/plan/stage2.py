@@ -225,6 +225,8 @@ def run_stage2(
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
+        if own.from_cache:
+            timings["verify_cached"] = timings.get("verify_cached", 0.0) + own.compile_seconds
         rescored = model.evaluate(own.program, s.placement)
         if abs(rescored.step_seconds - s.q2.step_seconds) > 1e-9 * max(1.0, s.q2.step_seconds):
             notes.append(
