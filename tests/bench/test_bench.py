@@ -101,3 +101,22 @@ def test_bad_cells_are_refused():
         parse_cell("v5e:2x2-480p")
     result = CliRunner().invoke(cli, ["bench", "--cell", "v5e:9x9/480p/21", "--out", "/tmp/unused-bench"])
     assert result.exit_code == 2 and "v5e:9x9" in result.output
+
+
+def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc):
+    import aoizora.bench.harness as harness
+    from aoizora.bench.harness import NoStrategyFits, run_cell_with_fallback
+
+    seen = []
+
+    def fake(cell, opts, cache, **kw):
+        seen.append(cell.model)
+        if cell.model == "wan2.1-t2v-14b":
+            raise NoStrategyFits("no wan2.1-t2v-14b strategy fits on v5e:2x2 (arguments alone need ~27 GiB)")
+        return json.loads(json.dumps(cell_doc))
+
+    monkeypatch.setattr(harness, "run_cell", fake)
+    doc = run_cell_with_fallback(Cell("v5e:2x2", "720p", 81), BenchOptions(top_k=2), CompileCache("/nonexistent"))
+    assert seen == ["wan2.1-t2v-14b", "wan2.1-t2v-1.3b"]
+    assert "27 GiB" in doc["fallback_reason"]
+    assert "(14B does not fit)" in markdown([doc])
