@@ -120,3 +120,22 @@ def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc)
     assert seen == ["wan2.1-t2v-14b", "wan2.1-t2v-1.3b"]
     assert "27 GiB" in doc["fallback_reason"]
     assert "(14B does not fit)" in markdown([doc])
+
+
+def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, monkeypatch, stage1):
+    import aoizora.bench.harness as harness
+
+    first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
+    real = harness.compile_strategy
+
+    def refusing(space, strategy, key, *args, **kw):
+        if key == first:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
+        return real(space, strategy, key, *args, **kw)
+
+    monkeypatch.setattr(harness, "compile_strategy", refusing)
+    doc = run_cell(CELL, BenchOptions(top_k=1, oracle=False), CompileCache(tmp_path), progress=False,
+                   space=TransformerSpace(CFG))
+    assert doc["logical"]["first_choice"] == first and doc["logical"]["strategy"] == second
+    assert doc["strategies"][first]["dropped"].startswith("out of HBM")
+    assert doc["metrics"]["latency_seconds"]["logical"] is not None

@@ -98,6 +98,14 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
     log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(to_score)} strategies")
     strategies, pairs = _score_strategies(space, topo, to_score, options, opts, cache, progress, console)
+    # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
+    logical_key = None
+    for key, _ in logical.ranking:
+        if key not in strategies and key in by_key:
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs)
+        if key in strategies and "dropped" not in strategies[key]:
+            logical_key = key
+            break
 
     # What a user deploys is the program compiled with the pair's own device order: aoizora's
     # choice and the oracle's best pair are simulated on that program (jax-default pairs already are).
@@ -116,7 +124,8 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
                     "own_compile": own.get("aoizora")},
         "oracle_own_compile": own.get("oracle"),
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
-        "logical": {"strategy": logical.key, "placement": JAX_DEFAULT, "alpha_beta_seconds": logical.seconds},
+        "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,
+                    "alpha_beta_seconds": dict(logical.ranking).get(logical_key)},
         "strategies": strategies,
         "pairs": pairs,
         "skipped": skipped,
@@ -157,36 +166,36 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     return {"strategy": entry.key, "placement": placement_name, "sim_seconds": sim.step_seconds}
 
 
+def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]]) -> None:
+    """Compile one strategy (or read it from the cache) and score every distinct placement of it."""
+    spec = space.mesh_spec(e.candidate.strategy)
+    placements = enumerate_placements(topo, spec).placements
+    try:
+        compiled = compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0], opts.compile_timeout_s, cache)
+    except Exception as exc:
+        strategies[e.key] = {"dropped": drop_reason(exc)}
+        return
+    strategies[e.key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
+                         "placements": len(placements)}
+    for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
+        pairs.append({"strategy": e.key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
+                      "q2_compute_seconds": r.q2.compute_seconds,
+                      "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
+
+
 def _score_strategies(space, topo, entries, options, opts, cache, progress, console):
     strategies: dict[str, Any] = {}
     pairs: list[dict[str, Any]] = []
-
-    def score(e: Entry) -> None:
-        spec = space.mesh_spec(e.candidate.strategy)
-        placements = enumerate_placements(topo, spec).placements
-        try:
-            compiled = compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                        opts.compile_timeout_s, cache)
-        except Exception as exc:
-            strategies[e.key] = {"dropped": drop_reason(exc)}
-            return
-        strategies[e.key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
-                             "placements": len(placements)}
-        for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
-            pairs.append({"strategy": e.key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
-                          "q2_compute_seconds": r.q2.compute_seconds,
-                          "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
-
     if not progress:
         for e in entries:
-            score(e)
+            _score_one(space, topo, e, options, opts, cache, strategies, pairs)
         return strategies, pairs
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
         for e in entries:
-            score(e)
+            _score_one(space, topo, e, options, opts, cache, strategies, pairs)
             bar.advance(task)
     return strategies, pairs
 

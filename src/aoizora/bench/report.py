@@ -35,9 +35,15 @@ def row(doc: dict[str, Any]) -> dict[str, str]:
     model = c["model"].replace("wan2.1-t2v-", "")
     if doc.get("fallback_reason"):
         model += " (14B does not fit)"
+    def contender(role: str) -> str:
+        if lat[role] is not None:
+            return _ms(lat[role])
+        key = doc[role]["strategy"]
+        return "does not fit" if key is not None and "dropped" in doc["strategies"].get(key, {}) else "–"
+
     return {
         "cell": f"{c['topology']} {c['resolution']} {c['frames']}f", "model": model,
-        "expert_ms": _ms(lat["expert"]), "logical_ms": _ms(lat["logical"]), "aoizora_ms": _ms(lat["aoizora"]),
+        "expert_ms": contender("expert"), "logical_ms": contender("logical"), "aoizora_ms": _ms(lat["aoizora"]),
         "oracle_ms": _ms(lat["oracle"]) + ("" if doc["oracle_complete"] else "*"),
         "vs_expert": _x(m["speedup_over_expert"]), "vs_logical": _x(m["speedup_over_logical"]),
         "oracle_gap": _x(m["oracle_over_aoizora"]), "spread": _x(m["placement_spread"]), "recall": recall,
