@@ -126,15 +126,18 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     import aoizora.bench.harness as harness
 
     first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
-    real = harness.compile_strategy
+    real = harness.compile_strategy  # the same function as aoizora.plan.stage2.compile_strategy
 
     def refusing(space, strategy, key, *args, **kw):
         if key == first:
             raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
         return real(space, strategy, key, *args, **kw)
 
-    monkeypatch.setattr(harness, "compile_strategy", refusing)
-    doc = run_cell(CELL, BenchOptions(top_k=1, oracle=False), CompileCache(tmp_path), progress=False,
+    import aoizora.plan.stage2 as stage2
+
+    monkeypatch.setattr(stage2, "compile_strategy", refusing)  # the planner's compiles
+    monkeypatch.setattr(harness, "compile_strategy", refusing)  # the bench's own
+    doc = run_cell(CELL, BenchOptions(top_k=2, oracle=False), CompileCache(tmp_path), progress=False,
                    space=TransformerSpace(CFG))
     assert doc["logical"]["first_choice"] == first and doc["logical"]["strategy"] == second
     assert doc["strategies"][first]["dropped"].startswith("out of HBM")

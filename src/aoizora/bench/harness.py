@@ -26,7 +26,7 @@ from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
 from aoizora.plan.planner import plan_space, source_fingerprint
-from aoizora.plan.stage2 import compile_strategy, drop_reason
+from aoizora.plan.stage2 import Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, Entry
 from aoizora.stage1.space import StrategySpace
@@ -89,20 +89,22 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
     by_key = {e.key: e for e in stage1.entries}
     compiled_by_planner = {o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped}
+    skipped = {e.key: why for e in stage1.entries if (why := _not_compilable(e)) is not None}
     if opts.oracle:
-        to_score = [e for e in stage1.entries if _not_compilable(e) is None]
+        to_score = [e for e in stage1.entries if e.key not in skipped]
     else:
         wanted = compiled_by_planner | {logical.key} | ({expert_key} if expert_key else set())
         to_score = [by_key[k] for k in sorted(wanted) if k in by_key]
-    skipped = {e.key: _not_compilable(e) for e in stage1.entries if _not_compilable(e) is not None}
 
     log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(to_score)} strategies")
-    strategies, pairs = _score_strategies(space, topo, to_score, options, opts, cache, progress, console)
+    # the planner's programs (compiled over placements[0], as the oracle compiles) are not compiled again
+    known = {o.key: o.compiled for o in planned.outcomes or [] if o.compiled is not None}
+    strategies, pairs = _score_strategies(space, topo, to_score, options, opts, cache, progress, console, known)
     # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
     logical_key = None
     for key, _ in logical.ranking:
         if key not in strategies and key in by_key:
-            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs)
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known)
         if key in strategies and "dropped" not in strategies[key]:
             logical_key = key
             break
@@ -166,12 +168,14 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     return {"strategy": entry.key, "placement": placement_name, "sim_seconds": sim.step_seconds}
 
 
-def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]]) -> None:
-    """Compile one strategy (or read it from the cache) and score every distinct placement of it."""
+def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
+               known: dict[str, Compiled]) -> None:
+    """Compile one strategy (unless `known` holds it; else from the cache) and score every placement of it."""
     spec = space.mesh_spec(e.candidate.strategy)
     placements = enumerate_placements(topo, spec).placements
     try:
-        compiled = compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0], opts.compile_timeout_s, cache)
+        compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
+                                                        opts.compile_timeout_s, cache)
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return
@@ -183,19 +187,19 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
                       "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
 
 
-def _score_strategies(space, topo, entries, options, opts, cache, progress, console):
+def _score_strategies(space, topo, entries, options, opts, cache, progress, console, known):
     strategies: dict[str, Any] = {}
     pairs: list[dict[str, Any]] = []
     if not progress:
         for e in entries:
-            _score_one(space, topo, e, options, opts, cache, strategies, pairs)
+            _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
         return strategies, pairs
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
         for e in entries:
-            _score_one(space, topo, e, options, opts, cache, strategies, pairs)
+            _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
             bar.advance(task)
     return strategies, pairs
 

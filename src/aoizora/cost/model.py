@@ -130,8 +130,9 @@ class CostModel:
             loads += phase_loads
             phase_top = int(np.argmax(phase_loads)) if phase_loads.size else 0
             phase_peak = float(phase_loads[phase_top]) if phase_loads.size else 0.0
-            latency += phase.steps * phase.max_hops * hw.hop_latency_s
-            seconds += phase_peak / hw.link_bandwidth_Bps + phase.steps * phase.max_hops * hw.hop_latency_s
+            phase_latency = phase.steps * phase.max_hops * hw.hop_latency_s
+            latency += phase_latency
+            seconds += phase_peak / hw.link_bandwidth_Bps + phase_latency
             if phase_peak > peak:
                 peak, top = phase_peak, phase_top
             steps += phase.steps

@@ -18,10 +18,15 @@ from aoizora.errors import PlanFormatError
 from aoizora.plan.plan import Plan, load_plan
 
 
-def cache_dir() -> Path:
-    """`$AOIZORA_CACHE_DIR`, else the user's cache directory (e.g. ~/.cache/aoizora/plans)."""
+def cache_root() -> Path:
+    """`$AOIZORA_CACHE_DIR`, else the user's cache directory (e.g. ~/.cache/aoizora)."""
     env = os.environ.get("AOIZORA_CACHE_DIR")
-    return Path(env) if env else Path(platformdirs.user_cache_dir("aoizora")) / "plans"
+    return Path(env) if env else Path(platformdirs.user_cache_dir("aoizora"))
+
+
+def cache_dir() -> Path:
+    """Where plans are cached: `$AOIZORA_CACHE_DIR` itself, else `plans/` in the user's cache directory."""
+    return cache_root() if "AOIZORA_CACHE_DIR" in os.environ else cache_root() / "plans"
 
 
 def cache_key(request: dict[str, Any]) -> str:

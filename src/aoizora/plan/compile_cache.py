@@ -100,7 +100,6 @@ class CompileCache:
 
 def default_compile_cache() -> CompileCache:
     """The compile cache beside the plan cache (`$AOIZORA_CACHE_DIR/compiled` or the user cache)."""
-    from aoizora.plan.cache import cache_dir
+    from aoizora.plan.cache import cache_root
 
-    return CompileCache(cache_dir().parent / "compiled" if "AOIZORA_CACHE_DIR" not in os.environ
-                        else cache_dir() / "compiled")
+    return CompileCache(cache_root() / "compiled")

@@ -116,9 +116,7 @@ def compile_strategy(
     t0 = time.perf_counter()
     try:
         compiled = compile_with_timeout(lowered, timeout_s)
-    except CompileTimeout:
-        raise
-    except Exception as exc:
+    except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
                                            label=label))
