@@ -121,3 +121,24 @@ def test_bad_names_raise_clear_errors(name, fragment):
 def test_name_aliases():
     assert parse_topology_name("v5:2x2x4") == ("v5p", (2, 2, 4))
     assert get_topology("v5:2x2x2").name == "v5p:2x2x2"
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2"])
+def test_usable_hbm_is_what_the_compiler_allows(topology):
+    """The compiler refuses a program above `hbm_usable_bytes` (below the chip's nominal HBM)."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(compile_only_devices(topology)[:1]), ("x",))
+    huge = jax.jit(lambda x: jnp.sin(jnp.broadcast_to(x, (64, 2**10, 2**10, 2**10))),
+                   in_shardings=NamedSharding(mesh, PartitionSpec()))
+    with pytest.raises(Exception, match="available HBM") as err:
+        huge.lower(jax.ShapeDtypeStruct((2**10,), jnp.float32)).compile()
+    available = re.search(r"available HBM \(([0-9.]+)G\)", str(err.value)).group(1)
+    hw = get_topology(topology).hardware
+    assert f"{hw.hbm_usable_bytes / 2**30:.2f}" == available
+    assert hw.hbm_usable_bytes < hw.hbm_bytes

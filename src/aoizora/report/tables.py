@@ -28,7 +28,7 @@ def print_topology(topo: Topology, console: Console | None = None) -> None:
     table.add_column("value", justify="right")
     for key, value in (
         ("link bandwidth, one way", f"{hw.link_bandwidth_Bps / 1e9:.0f} GB/s"),
-        ("HBM", f"{hw.hbm_bytes / 2**30:.0f} GiB at {hw.hbm_bandwidth_Bps / 1e9:.0f} GB/s"),
+        ("HBM", f"{hw.hbm_bytes / 2**30:.0f} GiB ({hw.hbm_usable_bytes / 2**30:.2f} usable by a program) at {hw.hbm_bandwidth_Bps / 1e9:.0f} GB/s"),
         ("peak bf16", f"{hw.peak_bf16_flops / 1e12:.0f} TFLOP/s"),
         ("clock", f"{hw.clock_hz / 1e9:.2f} GHz"),
         ("per-hop latency", f"{hw.hop_latency_s * 1e6:.1f} us"),

@@ -174,6 +174,12 @@ class Prediction:
 # --- sharding helpers -------------------------------------------------------------------------
 
 
+# Ops that only relabel a buffer's elements: the compiler assigns layouts so that they cost no copy.
+VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
+# Fused ops that compute nothing new from a buffer (a view, or values made from constants).
+NON_COMPUTING = VIEW_OPS | {"stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.iota", "func.call"}
+
+
 def _rep(rank: int) -> Sharding:
     return Sharding("", tuple(() for _ in range(rank)))
 
@@ -234,10 +240,12 @@ class _Walker:
         self.demand: dict[tuple[int, int], list[tuple[tuple[str, ...], ...]]] = {}
         self.desire: dict[tuple[int, int], tuple[tuple[str, ...], ...]] = {}
         # values available before any compute of their region (parameters, loop invariants and
-        # slices of them): the scheduler issues their all-gathers early, so those buffers are
-        # live together (FSDP weights of a whole layer)
+        # slices of them): the scheduler may issue their all-gathers early (prefetchable comm).
+        # Their gathered buffers are counted at their consumer only: compiled Wan programs hold
+        # one layer weight's gather at a time, not the whole layer's (benchmarks/RESULTS.md)
         self.early: set[tuple[int, int]] = set()
-        self.prefetch: list[float] = [0.0]
+        self._kernel_funcs: dict[str, bool] = {}
+        self.trace: Callable[..., None] | None = None  # per-op liveness hook, for debugging estimates
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -301,10 +309,7 @@ class _Walker:
         if removed:
             n = self.sizes.n(removed)
             self.comm("all-gather", removed, cur, cur * (n - 1), mult, False, f"{reason}: gather {'+'.join(removed)}", deps, early)
-            if early:
-                self.prefetch[-1] += cur * n
-            else:
-                transient = max(transient, cur * n)
+            transient = max(transient, cur * n)
         return transient
 
     # -- walking
@@ -337,11 +342,15 @@ class _Walker:
                 last_use[v] = i
         self._demands(region)
         self._desires(region)
+        # A materialized result owns a buffer until its last use. A fused result owns none; a
+        # view of a buffer (transpose, reshape) keeps that buffer live until the view's last use.
         live: dict[int, float] = {}
+        free_at: dict[int, int] = {}
+        backing: dict[int, tuple[int, ...]] = {}
+        computed: set[int] = set()  # fused results that compute something (not a view)
         live_bytes = 0.0
         peak = 0.0
         returned: list[Sharding] = []
-        self.prefetch.append(0.0)
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
@@ -349,6 +358,11 @@ class _Walker:
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
                 break
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
+            if self._is_kernel_call(op):
+                # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
+                # cast) are written out as buffers for the call's duration; views cost nothing
+                inner_peak += sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
+                                  if v in computed)
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
@@ -357,14 +371,27 @@ class _Walker:
             peak = max(peak, live_bytes + inner_peak)
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
+                    backing[r] = (r,)
                     if r in last_use:
                         b = self.sizes.local_bytes(t, s)
                         live[r] = b
+                        free_at[r] = last_use[r]
                         live_bytes += b
+            else:
+                if op.name not in NON_COMPUTING or any(v in computed for v in op.operands):
+                    computed.update(op.results)
+                reads = tuple(sorted({b for v in op.operands for b in backing.get(v, ()) if b in live}))
+                for r in op.results:
+                    backing[r] = reads
+                    if op.name in VIEW_OPS:
+                        for b in reads:
+                            free_at[b] = max(free_at[b], last_use.get(r, i))
             peak = max(peak, live_bytes)
-            for v in [v for v in live if last_use.get(v) == i]:
+            if self.trace is not None:
+                self.trace(region, i, op, live_bytes, inner_peak, {v: (types.get(v), b) for v, b in live.items()})
+            for v in [v for v in live if free_at[v] <= i]:
                 live_bytes -= live.pop(v)
-        return returned, peak + self.prefetch.pop()
+        return returned, peak
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
         """Propagate shardings through one op, emit its nodes; (result shardings, inner peak, materialized)."""
@@ -380,6 +407,17 @@ class _Walker:
         if not op.regions and _same_shape(op):
             return _elementwise(self, op, ins, mult, manual)
         return _other(self, op, ins, mult, manual)
+
+    def _is_kernel_call(self, op: Op) -> bool:
+        """An opaque kernel, or a call of a function that runs one (how Pallas kernels are lowered)."""
+        if op.name == "stablehlo.custom_call":
+            return True
+        if op.name != "func.call":
+            return False
+        callee = op.attrs["callee"]
+        if callee not in self._kernel_funcs:
+            self._kernel_funcs[callee] = _contains(self.module, self.module.funcs[callee].body, "stablehlo.custom_call")
+        return self._kernel_funcs[callee]
 
     def _demands(self, region: Region) -> None:
         """Backward hints: a constraint on a dot's result asks the dot's operands for the same axes.

@@ -5,7 +5,9 @@ compile time; Stage 1 drops it from the lowered IR alone. The estimate mirrors t
 of `compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs,
 and temporaries — the peak of live intermediate buffers found by the prediction DAG's liveness
 walk (results of contractions, reductions, kernels, collectives and loop carries; elementwise
-and layout ops are assumed fused into their consumers; a loop body counts once).
+and layout ops are assumed fused into their consumers, except into an opaque kernel; a view
+keeps its buffer live; a loop body counts once). The limit is the HBM the compiler allows one
+program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class MemoryEstimate:
         return (
             f"needs ~{self.total_bytes / GIB:.2f} GiB per device (arguments {self.argument_bytes / GIB:.2f}, "
             f"outputs {self.output_bytes / GIB:.2f}, temporaries {self.temp_bytes / GIB:.2f}) "
-            f"> {self.hbm_bytes * self.slack / GIB:.2f} GiB HBM"
+            f"> {self.hbm_bytes * self.slack / GIB:.2f} GiB of HBM the compiler allows"
         )
 
     def to_json(self) -> dict:
@@ -58,4 +60,4 @@ class MemoryEstimate:
 
 def estimate_memory(prediction: Prediction, hardware: HardwareProfile, slack: float = 1.0) -> MemoryEstimate:
     """Memory per device. `slack` > 1 keeps borderline strategies (the estimate is approximate)."""
-    return MemoryEstimate(prediction.argument_bytes, prediction.output_bytes, prediction.peak_temp_bytes, hardware.hbm_bytes, slack)
+    return MemoryEstimate(prediction.argument_bytes, prediction.output_bytes, prediction.peak_temp_bytes, hardware.hbm_usable_bytes, slack)

@@ -145,7 +145,7 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     t0 = time.perf_counter()
     inp = _inputs(space, strategy, topology)
     args = argument_bytes(inp)
-    limit = topology.hardware.hbm_bytes * memory_slack
+    limit = topology.hardware.hbm_usable_bytes * memory_slack
     if args > limit:
         raise ArgumentsDoNotFit(
             f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"

@@ -21,6 +21,7 @@ class HardwareProfile:
     ici_ports_per_chip: int
     link_bandwidth_Bps: float  # one direction of one ICI link
     hbm_bytes: int
+    hbm_usable_bytes: int  # what the compiler lets one program use (less than the chip's HBM)
     hbm_bandwidth_Bps: float
     peak_bf16_flops: float
     clock_hz: float
@@ -46,6 +47,7 @@ class HardwareProfile:
             "ici_ports_per_chip": self.ici_ports_per_chip,
             "link_bandwidth_Bps": self.link_bandwidth_Bps,
             "hbm_bytes": self.hbm_bytes,
+            "hbm_usable_bytes": self.hbm_usable_bytes,
             "hbm_bandwidth_Bps": self.hbm_bandwidth_Bps,
             "peak_bf16_flops": self.peak_bf16_flops,
             "clock_hz": self.clock_hz,

@@ -1,0 +1,55 @@
+"""Stage 1's memory estimate against the compiler's, on every strategy an `aoizora bench` run compiled.
+
+    .venv/bin/python benchmarks/memory_estimate.py /work/bench-grid/cells /work/bench-nooracle/cells
+
+Each bench cell records the compiled `memory_analysis()` total per strategy; this lowers the same
+strategies again (no compile) and prints the estimate, the error, and a summary line.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+from pathlib import Path
+
+from aoizora.models.registry import wan_space
+from aoizora.stage1 import search
+from aoizora.stage1.dag import predict
+from aoizora.stage1.ir import read_module
+from aoizora.topology import get_topology
+
+GIB = 2**30
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cell_dirs", nargs="+", help="`cells/` directories of aoizora bench runs")
+    args = ap.parse_args()
+    errors = []
+    for path in sorted(p for d in args.cell_dirs for p in glob.glob(str(Path(d) / "*.json"))):
+        doc = json.loads(Path(path).read_text())
+        cell = doc["cell"]
+        topo = get_topology(cell["topology"])
+        space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]))
+        strategies = {c.key: c.strategy for c in space.candidates(topo.num_devices)}
+        for key, compiled in doc["strategies"].items():
+            if not compiled.get("memory_bytes"):
+                continue  # not compiled, or refused by the compiler
+            st = strategies[key]
+            pred = predict(read_module(search._lower(space, st, topo)), lambda call, st=st: space.kernel_cost(st, call))
+            est = pred.argument_bytes + pred.output_bytes + pred.peak_temp_bytes
+            err = est / compiled["memory_bytes"] - 1
+            errors.append(abs(err))
+            label = f"{cell['topology']} {cell['resolution']} {cell['frames']}f"
+            print(f"{label:18s} {key:64s} estimate {est / GIB:6.2f} GiB  compiled {compiled['memory_bytes'] / GIB:6.2f} GiB"
+                  f"  {err:+.1%}")
+    if not errors:
+        raise SystemExit("no compiled strategy in these cells")
+    within = sum(e <= 0.15 for e in errors)
+    print(f"{len(errors)} compiled strategies: |error| median {statistics.median(errors):.1%}, "
+          f"max {max(errors):.1%}, within 15%: {within}/{len(errors)}")
+
+
+if __name__ == "__main__":
+    main()
