@@ -157,3 +157,20 @@ def test_parallel_workers_give_the_same_result(topo_2x4):
     key = lambda r: [(e.key, e.verdict, e.rank, e.q1.seconds if e.q1 else None) for e in r.entries]  # noqa: E731
     assert key(seq) == key(par)
     assert [e.key for e in par.kept] == [e.key for e in seq.kept]
+
+
+def test_strategies_sharing_lowering_work_are_grouped():
+    """Wan strategies with the same context and tensor sizes build the same splash kernels
+    (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
+    from aoizora.models.wan.config import PRESETS, VideoShape
+    from aoizora.stage1.search import Entry, RANKED, _affinity_groups
+    from aoizora.stage1.wan_space import WanSpace
+
+    space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))
+    legal = [Entry(c, RANKED) for c in space.candidates(8) if c.legal]
+    groups = _affinity_groups(space, legal)
+    assert sorted(e.key for g in groups for e in g) == sorted(e.key for e in legal)
+    assert [len(g) for g in groups] == sorted((len(g) for g in groups), reverse=True)
+    for g in groups:
+        assert len({(e.candidate.strategy.context, e.candidate.strategy.tensor) for e in g}) == 1
+    assert len(groups) < len(legal)

@@ -196,9 +196,18 @@ def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory
                    memory_slack=memory_slack, keep=keep)
 
 
-def _worker_analyse(strategy: Any) -> _Analysed:
+def _worker_analyse(strategies: list[Any]) -> list[_Analysed]:
     w = _WORKER
-    return _analyse_one(w["space"], strategy, w["topology"], w["overlap"], w["memory_slack"], w["keep"])
+    return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"]) for st in strategies]
+
+
+def _affinity_groups(space: StrategySpace, entries: list[Entry]) -> list[list[Entry]]:
+    """Entries grouped by the space's lowering affinity, largest group first (so that the last
+    groups to start, on whichever worker is free, are the short ones)."""
+    groups: dict[Any, list[Entry]] = {}
+    for e in entries:
+        groups.setdefault(space.lowering_affinity(e.candidate.strategy), []).append(e)
+    return sorted(groups.values(), key=len, reverse=True)
 
 
 def _pool_blob(space: StrategySpace, entries: list[Entry]) -> bytes | None:
@@ -250,19 +259,22 @@ def run_stage1(
         timings["lower"] += a.lower_seconds
         timings["analyse"] += a.analyse_seconds
 
+    groups = _affinity_groups(space, legal)
+
     def run_all(advance: Any) -> None:
         if blob is None:
-            for e in legal:
+            for e in (e for g in groups for e in g):
                 apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
                 advance()
             return
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(n_workers, mp_context=context, initializer=_init_worker,
                                  initargs=(blob, topology.name, overlap, memory_slack, keep_predictions)) as pool:
-            futures = {pool.submit(_worker_analyse, e.candidate.strategy): e for e in legal}
+            futures = {pool.submit(_worker_analyse, [e.candidate.strategy for e in g]): g for g in groups}
             for fut in as_completed(futures):
-                apply(futures[fut], fut.result())
-                advance()
+                for e, a in zip(futures[fut], fut.result()):
+                    apply(e, a)
+                    advance()
 
     if progress:
         from rich.progress import Progress

@@ -13,7 +13,7 @@ import abc
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import MeshSpec
@@ -62,6 +62,11 @@ class StrategySpace(abc.ABC):
 
     def kernel_cost(self, strategy: Any, call: KernelCall) -> OpaqueCost | None:
         """Cost of one opaque kernel call (per device); None when unknown."""
+        return None
+
+    def lowering_affinity(self, strategy: Any) -> Hashable:
+        """Strategies with equal affinity share costly lowering work (e.g. a kernel's setup that
+        the toolchain caches): Stage 1 lowers them one after another in the same process."""
         return None
 
     def describe(self, strategy: Any) -> dict[str, Any]:

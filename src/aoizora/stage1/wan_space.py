@@ -61,6 +61,12 @@ class WanSpace(StrategySpace):
                     out.append(Candidate(strategy_key(st), st, tuple(reasons)))
         return out
 
+    def lowering_affinity(self, strategy: Strategy) -> tuple[int, int]:
+        # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
+        # 12; the kernels' shapes depend on the context and tensor sizes only (data and fsdp split
+        # the batch, which the kernel is vmapped over), so those strategies share their masks.
+        return (strategy.context, strategy.tensor)
+
     def mesh_spec(self, strategy: Strategy) -> MeshSpec:
         # the model's meshes always carry all four axes (size-1 ones included)
         return MeshSpec(MESH_AXES, strategy.mesh_shape)
