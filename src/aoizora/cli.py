@@ -334,7 +334,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
-@click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out (run nothing).")
+@click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
 @click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool, measure: bool,
           measure_steps: int, fresh: bool, report_only: bool, compile_timeout: float) -> None:

@@ -88,6 +88,8 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     assert len(calls) == 2  # other options: recomputed
     only = run_bench([CELL, Cell("v5e:2x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
     assert len(calls) == 2 and len(only) == 1  # the unfinished cell is left out, nothing runs
+    # a report takes the finished cell whichever oracle option it was run with; a run does not
+    assert len(run_bench([CELL], BenchOptions(top_k=2, oracle=False), tmp_path, progress=False, run_missing=False)) == 1
     with pytest.raises(BenchError, match="no finished cell"):
         run_bench([Cell("v5e:4x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
     table = markdown(docs)

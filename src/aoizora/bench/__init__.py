@@ -61,8 +61,10 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
         return None
     from aoizora.plan.planner import source_fingerprint
 
-    # a cell computed by other code is stale (recomputing it reuses the compile cache)
-    same = (doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
+    # a cell computed by other code is stale (recomputing it reuses the compile cache); a report
+    # (`same_source=False`) takes finished cells with or without the oracle sweep (the table says which)
+    same = (doc.get("top_k") == opts.top_k
+            and (not same_source or doc.get("oracle_complete") == opts.oracle)
             and doc.get("source") == ("measured" if opts.measure else "simulated")
             and (not same_source or doc.get("aoizora_source") == source_fingerprint()))
     if not same or "metrics" not in doc:
