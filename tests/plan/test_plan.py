@@ -175,3 +175,27 @@ def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(pla
     cache = CompileCache(compiled_dir)
     readable = [e for e in entries if e.exists() and cache.get(e.name[: -len(".json.gz")]) is not None]
     assert len(readable) >= len([o for o in third.outcomes if o.compiled is not None])
+
+
+def test_a_strategy_the_compiler_refuses_gives_its_place_to_the_next(planned, monkeypatch):
+    """Stage 1's memory estimate is approximate: when the compiler refuses a Top-K strategy for
+    HBM, Stage 2 compiles the next one in Stage 1's ranking instead of scoring fewer."""
+    import aoizora.plan.stage2 as stage2
+
+    real = stage2.compile_strategy
+    refused: list[str] = []
+
+    def refusing(space, strategy, key, *args, **kw):
+        if not refused or key == refused[0]:
+            refused[:] = [key]
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
+        return real(space, strategy, key, *args, **kw)
+
+    monkeypatch.setattr(stage2, "compile_strategy", refusing)
+    result = plan_function(mlp, ARGS, STRATEGIES, planned.topo, top_k=1, verify_top=0, progress=False)
+    rows = {a["strategy"]: a for a in result.plan.data["alternatives"]}
+    ranked = [e["key"] for e in sorted((e for e in result.plan.data["stage1"]["entries"] if e["rank"]),
+                                       key=lambda e: e["rank"])]
+    assert refused == [ranked[0]] and rows[ranked[0]]["dropped"].startswith("out of HBM")
+    assert result.plan.strategy["key"] == ranked[1]  # the next strategy was compiled and chosen
+    assert any("in its place" in n for n in result.plan.data["notes"])

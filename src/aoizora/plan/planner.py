@@ -118,8 +118,11 @@ def plan_space(
         kept.append((expert_key, expert))
         extra_notes.append(f"the expert deployment ({expert_key}) joined Stage 2 beside the Top-{len(kept) - 1}")
 
+    # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
+    taken = {k for k, _ in kept}
+    reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
     outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
-                                     compile_cache)
+                                     compile_cache, reserve, [e.key for e in stage1.kept])
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -155,18 +158,23 @@ def plan_space(
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
 
 
-def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache):
+def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
+            reserve, backfill_for):
+    common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
+                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for)
     if not progress:
-        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s,
-                          verify_top=verify_top, compile_cache=compile_cache)
+        return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task(f"Stage 2: compile and score ({topology.name})", total=len(kept))
-        return run_stage2(
-            space, kept, topology, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-            on_compiled=lambda _: bar.advance(task), compile_cache=compile_cache,
-        )
+        total = [len(kept)]
+
+        def grow(_key: str) -> None:
+            total[0] += 1
+            bar.update(task, total=total[0])
+
+        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow, **common)
 
 
 def _pair_json(pair: Scored, best: Scored | None = None) -> dict[str, Any]:

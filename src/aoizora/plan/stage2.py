@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,6 +163,14 @@ def drop_reason(exc: BaseException) -> str:
     return f"compile failed: {type(exc).__name__}: {first}"
 
 
+def _growing(items: list[Any]) -> Iterator[Any]:
+    """Iterate over a list that may grow while it is iterated."""
+    i = 0
+    while i < len(items):
+        yield items[i]
+        i += 1
+
+
 def run_stage2(
     space: StrategySpace,
     kept: list[tuple[str, Any]],
@@ -173,9 +181,15 @@ def run_stage2(
     verify_top: int = 2,
     on_compiled: Callable[[StrategyOutcome], None] | None = None,
     compile_cache: CompileCache | None = None,
+    reserve: list[tuple[str, Any]] | None = None,
+    backfill_for: Collection[str] | None = None,
+    on_backfill: Callable[[str], None] | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
     """Compile each kept strategy, score all its placements; recompile and re-score the best pairs.
 
+    A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
+    its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
+    estimate is approximate, and the planner should still score as many strategies as asked.
     Returns the outcomes, seconds per phase, and notes (e.g. when a recompile changed the program).
     """
     model = CostModel(topology, options)
@@ -183,7 +197,10 @@ def run_stage2(
     timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
     notes: list[str] = []
     cached: list[float] = []  # original compile seconds of programs read from the compile cache
-    for key, strategy in kept:
+    queue = list(kept)
+    spare = list(reserve or [])
+    replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
+    for key, strategy in _growing(queue):
         outcome = StrategyOutcome(key, strategy)
         space_p = enumerate_placements(topology, space.mesh_spec(strategy))
         default = space_p.placements[0]
@@ -203,9 +220,16 @@ def run_stage2(
         outcomes.append(outcome)
         if on_compiled:
             on_compiled(outcome)
+        if outcome.dropped and outcome.dropped.startswith("out of HBM") and key in replaceable and spare:
+            nxt = spare.pop(0)
+            queue.append(nxt)
+            replaceable.add(nxt[0])
+            notes.append(f"{key} does not fit in HBM (compiler); {nxt[0]}, next in Stage 1's ranking, compiled in its place")
+            if on_backfill:
+                on_backfill(nxt[0])
 
     if cached:
-        notes.append(f"{len(cached)} of {len(kept)} compiles read from the compile cache "
+        notes.append(f"{len(cached)} of {len(queue)} compiles read from the compile cache "
                      f"(they took {sum(cached):.1f} s when compiled)")
         timings["compile_cached"] = sum(cached)
 
