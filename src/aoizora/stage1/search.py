@@ -13,7 +13,8 @@ import multiprocessing
 import os
 import pickle
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,14 +268,35 @@ def run_stage1(
                 apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
                 advance()
             return
+        # This process is one of the workers: it lowers while the others start (each imports jax
+        # and libtpu for ~4 s) and keeps them fed, two groups ahead, between its own lowerings.
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(n_workers, mp_context=context, initializer=_init_worker,
-                                 initargs=(blob, topology.name, overlap, memory_slack, keep_predictions)) as pool:
-            futures = {pool.submit(_worker_analyse, [e.candidate.strategy for e in g]): g for g in groups}
-            for fut in as_completed(futures):
-                for e, a in zip(futures[fut], fut.result()):
+        pending = deque(groups)
+        running: dict[Future, list[Entry]] = {}
+
+        def collect(block: bool) -> None:
+            done = [f for f in running if f.done()] if not block else [next(as_completed(running))]
+            for fut in done:
+                for e, a in zip(running.pop(fut), fut.result()):
                     apply(e, a)
                     advance()
+
+        def feed(pool: ProcessPoolExecutor) -> None:
+            while pending and len(running) < 2 * (n_workers - 1):
+                g = pending.popleft()
+                running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
+
+        with ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
+                                 initargs=(blob, topology.name, overlap, memory_slack, keep_predictions)) as pool:
+            feed(pool)
+            while pending:
+                for e in pending.pop():  # the smallest group left: the others may take the large ones
+                    apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
+                    advance()
+                    collect(block=False)
+                    feed(pool)
+            while running:
+                collect(block=True)
 
     if progress:
         from rich.progress import Progress
