@@ -70,3 +70,25 @@ def test_dag_structure(transformer_cases):
         assert any(isinstance(p, OpNode) and p.op == "stablehlo.dot_general" for p in producers), c
     # loop body nodes carry the trip count
     assert {n.multiplicity for n in pred.nodes if isinstance(n, (OpNode, CommNode)) and n.multiplicity > 1} == {3}
+
+
+def test_a_constraint_after_a_pad_shards_the_producer(topo_2x4):
+    """Shardy propagates a constraint back through a pad (and the helper call that wraps it) and
+    elementwise ops: the contraction before it is computed sharded, as the compiler does."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from aoizora.stage1 import predict, read_module
+
+    mesh = Mesh(np.array(topo_2x4.devices).reshape(8), ("a",))
+
+    def f(x, w):
+        y = jnp.pad(x @ w + 1.0, ((0, 8), (0, 0)))
+        return jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P("a", None)))
+
+    args = (jax.ShapeDtypeStruct((1024, 512), jnp.float32), jax.ShapeDtypeStruct((512, 512), jnp.float32))
+    pred = predict(read_module(jax.jit(f).lower(*args)))
+    dot = next(n for n in pred.ops if n.op == "stablehlo.dot_general")
+    assert dot.flops == 2 * 1024 * 512 * 512 / 8

@@ -507,7 +507,9 @@ class _Walker:
                     rw[d] = want[len(lb) + len(lf) + k]
                 self._wish(op.operands[0], tuple(lw))
                 self._wish(op.operands[1], tuple(rw))
-            elif not op.regions and _same_shape(op):
+            elif (not op.regions and _same_shape(op)) or name in ("stablehlo.pad", "func.call"):
+                # a pad is partitioned in place (halo exchange); a called helper (`_pad`, `_where`)
+                # is taken as elementwise: Shardy propagates through its body
                 for v, t in zip(op.operands, op.operand_types):
                     if t is not None and t.rank == ot.rank:
                         self._wish(v, want)
