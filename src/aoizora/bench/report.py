@@ -29,7 +29,10 @@ def row(doc: dict[str, Any]) -> dict[str, str]:
     m, c, t = doc["metrics"], doc["cell"], doc["planning_seconds"]
     lat = m["latency_seconds"]
     if m["top1_recall"] is None:
-        recall = "– (oracle partial)"
+        # no recall without the full oracle; Stage 1's rank of the strategy aoizora chose still tells
+        # how close to the Top-K edge the choice was
+        rank = doc.get("stage1", {}).get("ranks", {}).get(doc["aoizora"]["strategy"])
+        recall = f"– (oracle partial; pick at {rank})" if rank else "– (oracle partial)"
     else:
         recall = f"{'yes' if m['top1_recall'] else 'no'} ({m['oracle']['stage1_rank']})"
     model = c["model"].replace("wan2.1-t2v-", "")
@@ -107,7 +110,8 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                  "cache already held them (the oracle shares that cache).")
     if any(not d["oracle_complete"] for d in docs):
         lines.append("`*` oracle over the strategies compiled anyway (aoizora's Top-K, expert, logical), not every "
-                     "legal strategy: recall is not measured in such cells.")
+                     "legal strategy: recall is not measured in such cells; \"pick at r\" is Stage 1's rank of the "
+                     "strategy aoizora chose.")
     if any(d["source"] == "measured" and not all(m.get("on_planned_slice") for m in d.get("measured", {}).values())
            for d in docs):
         lines.append("**Measured on devices that are not the planned TPU slice (a small CPU stand-in config): "
