@@ -245,7 +245,6 @@ class _Walker:
         # one layer weight's gather at a time, not the whole layer's (benchmarks/RESULTS.md)
         self.early: set[tuple[int, int]] = set()
         self._kernel_funcs: dict[str, bool] = {}
-        self.trace: Callable[..., None] | None = None  # per-op liveness hook, for debugging estimates
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -387,8 +386,6 @@ class _Walker:
                         for b in reads:
                             free_at[b] = max(free_at[b], last_use.get(r, i))
             peak = max(peak, live_bytes)
-            if self.trace is not None:
-                self.trace(region, i, op, live_bytes, inner_peak, {v: (types.get(v), b) for v, b in live.items()})
             for v in [v for v in live if free_at[v] <= i]:
                 live_bytes -= live.pop(v)
         return returned, peak
