@@ -242,8 +242,8 @@ def run_stage1(
 ) -> Stage1Result:
     """Stage 1 over the whole space on `topology` (see the module docstring).
 
-    `workers` processes lower strategies in parallel (default: the cores, for spaces of at least
-    `PARALLEL_MIN_STRATEGIES` legal strategies whose space can be pickled).
+    `workers` processes, this one included, lower strategies in parallel (default: the cores, for
+    spaces of at least `PARALLEL_MIN_STRATEGIES` legal strategies whose space can be pickled).
     """
     t_start = time.perf_counter()
     candidates = list(space.candidates(topology.num_devices))
