@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,24 +151,19 @@ def _memory_bytes(compiled: Any) -> int | None:
     )
 
 
+OUT_OF_HBM = "out of HBM at compile"  # how `drop_reason` starts for the compiler's HBM refusal (cached ones too)
+
+
 def drop_reason(exc: BaseException) -> str:
     if isinstance(exc, CachedCompileError):
         return str(exc)
     text = str(exc)
     first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
     if _is_out_of_memory(exc):
-        return f"out of HBM at compile: {first}"
+        return f"{OUT_OF_HBM}: {first}"
     if isinstance(exc, CompileTimeout):
         return first
     return f"compile failed: {type(exc).__name__}: {first}"
-
-
-def _growing(items: list[Any]) -> Iterator[Any]:
-    """Iterate over a list that may grow while it is iterated."""
-    i = 0
-    while i < len(items):
-        yield items[i]
-        i += 1
 
 
 def run_stage2(
@@ -200,7 +195,7 @@ def run_stage2(
     queue = list(kept)
     spare = list(reserve or [])
     replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
-    for key, strategy in _growing(queue):
+    for key, strategy in queue:  # a list iterator also visits what is appended while it runs
         outcome = StrategyOutcome(key, strategy)
         space_p = enumerate_placements(topology, space.mesh_spec(strategy))
         default = space_p.placements[0]
@@ -220,7 +215,7 @@ def run_stage2(
         outcomes.append(outcome)
         if on_compiled:
             on_compiled(outcome)
-        if outcome.dropped and outcome.dropped.startswith("out of HBM") and key in replaceable and spare:
+        if outcome.dropped and outcome.dropped.startswith(OUT_OF_HBM) and key in replaceable and spare:
             nxt = spare.pop(0)
             queue.append(nxt)
             replaceable.add(nxt[0])

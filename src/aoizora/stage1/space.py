@@ -66,8 +66,9 @@ class StrategySpace(abc.ABC):
 
     def lowering_affinity(self, strategy: Any) -> Hashable:
         """Strategies with equal affinity share costly lowering work (e.g. a kernel's setup that
-        the toolchain caches): Stage 1 lowers them one after another in the same process."""
-        return None
+        the toolchain caches): Stage 1 lowers them one after another in the same process. By
+        default nothing is shared: every strategy is its own group, free to go to any worker."""
+        return self.key_of(strategy)
 
     def describe(self, strategy: Any) -> dict[str, Any]:
         """JSON-ready description of a strategy for reports."""
