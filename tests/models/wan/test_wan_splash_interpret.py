@@ -47,3 +47,26 @@ def test_splash_interpret_matches_xla(variant, shape):
     assert {k.name for k in kernels} == {"splash_ring_step" if variant == "ring" else "splash_self", "splash_cross"}
     cross = [k for k in kernels if k.name == "splash_cross"]
     assert {k.kv_shape[1] for k in cross} == {512, 384}  # text; 257 image tokens padded to 3×128
+
+
+@pytest.mark.parametrize("lq,lk,block", [(512, 1024, (128, 256)), (384, 384, (128, 128))])
+def test_all_visible_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
+
+    from aoizora.models.wan.attention import _all_visible_mask_type
+
+    mask = _all_visible_mask_type()((lq, lk))
+    assert mask == _all_visible_mask_type()((lq, lk))  # one type: Pallas' table cache hits across calls
+    assert hash(mask) == hash(_all_visible_mask_type()((lq, lk)))
+    tile = mask[0:block[0], block[1]:2 * block[1]]
+    assert tile.shape == block and tile.all() and not tile.flags.writeable
+    np.testing.assert_array_equal(mask[1:3, 5:9], sm.FullMask((lq, lk))[1:3, 5:9])
+    ours, _ = mi.process_mask(sm.MultiHeadMask([mask] * 3), block)
+    full, _ = mi.process_mask(sm.MultiHeadMask([sm.FullMask((lq, lk))] * 3), block)
+    for name, a in ours._asdict().items():
+        b = getattr(full, name)
+        if a is None or b is None:
+            assert a is None and b is None, name
+        else:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)

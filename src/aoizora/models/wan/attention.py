@@ -213,6 +213,38 @@ def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
     return n
 
 
+@functools.lru_cache(maxsize=8)
+def _true_block(shape: tuple[int, int]):
+    import numpy as np
+
+    block = np.ones(shape, np.bool_)
+    block.flags.writeable = False
+    return block
+
+
+@functools.cache
+def _all_visible_mask_type():
+    """Splash's `FullMask` (every query sees every key; padded keys are masked by segment ids),
+    with its tiles shared instead of allocated per lookup.
+
+    Pallas turns the mask into block-sparse tables in NumPy at trace time, looking up every
+    (q block, kv block) tile; `FullMask` allocates each one, which at 75k tokens costs ~0.9 s per
+    mask, a fifth of Stage 1 (benchmarks/RESULTS.md). The tables, and so the lowered program,
+    are the same. One class (Pallas caches the tables by mask type and shape).
+    """
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    class AllVisibleMask(sm.FullMask):
+        def __getitem__(self, idx):
+            if len(idx) == 2 and all(isinstance(s, slice) for s in idx):
+                i, j = (range(*s.indices(n)) for s, n in zip(idx, self.shape))
+                if i.step == 1 and j.step == 1:
+                    return _true_block((len(i), len(j)))
+            return super().__getitem__(idx)
+
+    return AllVisibleMask
+
+
 def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
                      interpret: bool = False):
     """Pallas splash attention on local shards (TPU only).
@@ -227,7 +259,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     b, lq, h, d = q.shape
     lk = k.shape[1]
     bq, bkv = _pick_block(lq), _pick_block(lk, (1024, 512, 256, 128))
-    mask = sm.MultiHeadMask([sm.FullMask((lq, lk)) for _ in range(h)])
+    mask = sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * h)
     kernel = sk.make_splash_mha(
         mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
         block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
