@@ -60,7 +60,8 @@ def test_all_visible_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
     assert mask == _all_visible_mask_type()((lq, lk))  # one type: Pallas' table cache hits across calls
     assert hash(mask) == hash(_all_visible_mask_type()((lq, lk)))
     tile = mask[0:block[0], block[1]:2 * block[1]]
-    assert tile.shape == block and tile.all() and not tile.flags.writeable
+    assert tile.shape == block and tile.all() and tile.any() and not tile.flags.writeable
+    assert np.asarray(tile).all() and tile.all(axis=0).shape == (block[1],)
     np.testing.assert_array_equal(mask[1:3, 5:9], sm.FullMask((lq, lk))[1:3, 5:9])
     ours, _ = mi.process_mask(sm.MultiHeadMask([mask] * 3), block)
     full, _ = mi.process_mask(sm.MultiHeadMask([sm.FullMask((lq, lk))] * 3), block)

@@ -213,33 +213,46 @@ def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
     return n
 
 
-@functools.lru_cache(maxsize=8)
-def _true_block(shape: tuple[int, int]):
-    import numpy as np
-
-    block = np.ones(shape, np.bool_)
-    block.flags.writeable = False
-    return block
-
-
 @functools.cache
 def _all_visible_mask_type():
     """Splash's `FullMask` (every query sees every key; padded keys are masked by segment ids),
-    with its tiles shared instead of allocated per lookup.
+    made cheap to read.
 
-    Pallas turns the mask into block-sparse tables in NumPy at trace time, looking up every
-    (q block, kv block) tile; `FullMask` allocates each one, which at 75k tokens costs ~0.9 s per
-    mask, a fifth of Stage 1 (benchmarks/RESULTS.md). The tables, and so the lowered program,
-    are the same. One class (Pallas caches the tables by mask type and shape).
+    Pallas turns the mask into block-sparse tables in NumPy at trace time: for every (q block,
+    kv block) tile of every head it asks whether the tile has any and all entries set. `FullMask`
+    allocates and scans each tile, ~0.9 s per mask at 75k tokens, a fifth of Stage 1
+    (benchmarks/RESULTS.md). Here a tile is a read-only all-true view that answers `any`/`all`
+    without scanning. The tables, and so the lowered program, are the same. One class: Pallas
+    caches the tables by mask type and shape.
     """
+    import numpy as np
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    class AllTrue(np.ndarray):
+        """A constant all-true array (a broadcast view) whose full reductions need no scan."""
+
+        def any(self, axis=None, *args, **kwargs):
+            if axis is None and not args and not kwargs:
+                return np.True_ if self.size else np.False_
+            return np.asarray(self).any(axis, *args, **kwargs)
+
+        def all(self, axis=None, *args, **kwargs):
+            if axis is None and not args and not kwargs:
+                return np.True_
+            return np.asarray(self).all(axis, *args, **kwargs)
+
+    @functools.lru_cache(maxsize=16)
+    def tile(rows: int, cols: int) -> np.ndarray:
+        return np.broadcast_to(np.True_, (rows, cols)).view(AllTrue)  # broadcast views are read-only
 
     class AllVisibleMask(sm.FullMask):
         def __getitem__(self, idx):
-            if len(idx) == 2 and all(isinstance(s, slice) for s in idx):
-                i, j = (range(*s.indices(n)) for s, n in zip(idx, self.shape))
-                if i.step == 1 and j.step == 1:
-                    return _true_block((len(i), len(j)))
+            if len(idx) == 2:
+                i, j = idx
+                if type(i) is slice and type(j) is slice and i.step in (None, 1) and j.step in (None, 1):
+                    i0, i1, _ = i.indices(self.shape[0])
+                    j0, j1, _ = j.indices(self.shape[1])
+                    return tile(max(i1 - i0, 0), max(j1 - j0, 0))
             return super().__getitem__(idx)
 
     return AllVisibleMask
