@@ -15,17 +15,22 @@ placement. Q1 charges each strategy only what no placement can avoid:
   of latency per algorithm step.
 
 How they combine is a switch, `overlap`:
-* `"prefetch"` (default): collectives that move parameters (all-gathers of FSDP weights and
-  slices of them: nothing computed precedes them, so the scheduler can issue them early and
-  hide them) overlap compute; every other collective waits for the compute that produced its
-  input and adds to it: `max(compute, prefetchable) + other communication`. Evidence on
-  libtpu 0.0.42.1: the collectives the partitioner inserts on activations in the programs
-  tested here are synchronous, and Q2 (`aoizora.cost`) serialises them with compute; the
-  tests check Q1 <= Q2 for every placement on compiled programs.
+* `"async"` (default): collectives that move parameters (all-gathers of FSDP weights and
+  slices of them: nothing computed precedes them, so the scheduler can issue them early) overlap
+  all compute; all-gathers and collective-permutes of activations overlap the compute that is
+  independent of them (neither feeds them nor needs their result) in the same loop iteration,
+  each op's time hiding at most one collective, nearest ops first; all-reduces, reduce-scatters
+  and all-to-alls add: `max(compute, prefetchable) + exposed async + other communication`.
+  Evidence on libtpu 0.0.42.1 (benchmarks/RESULTS.md, "Q1 with asynchronous all-gathers"):
+  compiled Wan programs run activation all-gathers as async collective fusions and permutes as
+  start/done pairs around independent fusions, while every all-reduce and all-to-all is a
+  synchronous instruction.
+* `"prefetch"`: as `"async"`, but every collective on activations adds (what Q1 did before).
 * `"none"`: compute + all communication (no overlap at all).
 * `"full"`: max(compute, communication), a bound even if every collective were hidden
-  (collective matmul, async collectives), at the price of ranking power: it hides
-  communication whenever compute is larger. See benchmarks/RESULTS.md for the recall of each.
+  (collective matmul), at the price of ranking power: it hides communication whenever compute
+  is larger. See benchmarks/RESULTS.md for the recall of each. The tests check Q1 <= Q2 for
+  every placement on compiled programs.
 """
 
 from __future__ import annotations
@@ -37,7 +42,11 @@ from typing import Literal
 from aoizora.stage1.dag import CommNode, OpNode, Prediction
 from aoizora.topology import Topology
 
-Overlap = Literal["prefetch", "none", "full"]
+Overlap = Literal["async", "prefetch", "none", "full"]
+
+# libtpu issues these asynchronously (async collective fusions, start/done pairs); the others are
+# single synchronous instructions in compiled programs
+ASYNC_KINDS = frozenset({"all-gather", "collective-permute"})
 
 
 @dataclass(frozen=True)
@@ -88,21 +97,70 @@ def op_seconds(node: OpNode, topology: Topology) -> float:
     return max(node.flops / hw.peak_bf16_flops, node.min_hbm_bytes / hw.hbm_bandwidth_Bps)
 
 
-def q1(prediction: Prediction, topology: Topology, overlap: Overlap = "prefetch") -> Q1Result:
+def q1(prediction: Prediction, topology: Topology, overlap: Overlap = "async") -> Q1Result:
     """Q1 of a prediction on a slice (see the module docstring)."""
-    compute = sum(op_seconds(n, topology) * n.multiplicity for n in prediction.ops)
+    op_time = {n.index: op_seconds(n, topology) for n in prediction.ops}
+    compute = sum(t * prediction.nodes[i].multiplicity for i, t in op_time.items())
     by_axes: dict[tuple[str, ...], float] = {}
     prefetch = 0.0
+    exposed = 0.0
+    hidden_by = _Overlap(prediction, op_time) if overlap == "async" else None
     for c in prediction.comms:
-        t = comm_seconds(c, topology) * c.multiplicity
+        alone = comm_seconds(c, topology)
+        t = alone * c.multiplicity
         by_axes[c.axes] = by_axes.get(c.axes, 0.0) + t
         if c.prefetchable:
             prefetch += t
+        elif hidden_by is not None and c.kind in ASYNC_KINDS:
+            exposed += hidden_by.exposed(c, alone) * c.multiplicity
+        else:
+            exposed += t
     comm = sum(by_axes.values())
     if overlap == "full":
         total = max(compute, comm)
-    elif overlap == "prefetch":
-        total = max(compute, prefetch) + (comm - prefetch)
+    elif overlap in ("prefetch", "async"):
+        total = max(compute, prefetch) + exposed
     else:
         total = compute + comm
     return Q1Result(total, compute, comm, prefetch, by_axes)
+
+
+class _Overlap:
+    """Compute that an asynchronous collective can hide behind: ops of the same loop iteration
+    (same multiplicity) that are neither its ancestors nor its descendants. An implicit
+    collective (resharding a value) has no consumers of its own in the DAG, so everything
+    downstream of the value it reshards counts as dependent. Each op's time is used once."""
+
+    def __init__(self, prediction: Prediction, op_time: dict[int, float]):
+        nodes = prediction.nodes
+        self.nodes = nodes
+        self.ancestors = [0] * len(nodes)  # bitsets over node indices
+        for n in nodes:
+            a = 0
+            for d in n.deps:
+                a |= self.ancestors[d] | (1 << d)
+            self.ancestors[n.index] = a
+        self.descendants = [0] * len(nodes)
+        for n in reversed(nodes):
+            for d in n.deps:
+                self.descendants[d] |= self.descendants[n.index] | (1 << n.index)
+        self.left = dict(op_time)  # compute time not yet used to hide a collective
+        by_mult: dict[int, list[int]] = {}
+        for i in op_time:
+            by_mult.setdefault(nodes[i].multiplicity, []).append(i)
+        self.by_mult = by_mult
+
+    def exposed(self, c: CommNode, seconds: float) -> float:
+        """The part of one execution of `c` (`seconds` alone) that independent compute cannot hide."""
+        dependent = self.ancestors[c.index] | self.descendants[c.index]
+        for d in c.deps:
+            dependent |= self.descendants[d]
+        candidates = [i for i in self.by_mult.get(c.multiplicity, ()) if not (dependent >> i) & 1 and self.left[i] > 0]
+        need = seconds
+        for i in sorted(candidates, key=lambda i: abs(i - c.index)):
+            take = min(need, self.left[i])
+            self.left[i] -= take
+            need -= take
+            if need <= 0:
+                return 0.0
+        return need

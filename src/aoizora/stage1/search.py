@@ -137,7 +137,7 @@ class ArgumentsDoNotFit(Exception):
     """The arguments alone exceed HBM: no need to lower (the compiler would refuse too)."""
 
 
-def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "prefetch",
+def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap: Overlap = "async",
             memory_slack: float = 1.0) -> tuple[Prediction, Q1Result, MemoryEstimate, float, float]:
     """Lower one strategy and predict it: (prediction, Q1, memory, lowering seconds, analysis seconds).
 
@@ -233,7 +233,7 @@ def run_stage1(
     topology: Topology,
     *,
     top_k: int = DEFAULT_TOP_K,
-    overlap: Overlap = "prefetch",
+    overlap: Overlap = "async",
     memory_slack: float = 1.0,
     progress: bool = True,
     console: Any = None,
