@@ -82,3 +82,14 @@ def test_real_errors_are_not_filtered():
     assert is_noise("learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327")
     assert not is_noise("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
     assert not is_noise("aoizora: error: something real")
+
+
+@pytest.mark.parametrize("command", ["plan", "bench"])
+def test_top_k_help_states_the_default(command):
+    from click.testing import CliRunner
+
+    from aoizora.cli import cli
+    from aoizora.stage1 import DEFAULT_TOP_K
+
+    result = CliRunner().invoke(cli, [command, "--help"])
+    assert result.exit_code == 0 and f"default {DEFAULT_TOP_K}" in " ".join(result.output.split())

@@ -223,7 +223,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
 @click.option("--resolution", default="720p", show_default=True, help="480p, 720p or WIDTHxHEIGHT.")
 @click.option("--frames", type=int, default=81, show_default=True, help="Video frames (4n+1).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Strategies Stage 1 passes to Stage 2 (default 6).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Strategies Stage 1 passes to Stage 2 (default 8).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan here.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None, help="Also write the HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
@@ -329,7 +329,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
               help="Run only these cells, e.g. v5e:2x4/720p/81 (repeatable). Default: the whole grid.")
 @click.option("--out", "out_dir", default="bench-out", show_default=True, type=click.Path(file_okay=False),
               help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="aoizora's Top-K (default 6; 2 with --quick).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="aoizora's Top-K (default 8; 2 with --quick).")
 @click.option("--no-oracle", is_flag=True, help="Do not compile every legal strategy (no recall, partial oracle).")
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)

@@ -27,7 +27,7 @@ from aoizora.stage1.q1 import Overlap, Q1Result, q1
 from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
-DEFAULT_TOP_K = 6
+DEFAULT_TOP_K = 8  # the smallest K with full top-1 recall on the full-oracle grid cells (benchmarks/RESULTS.md)
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 
 ILLEGAL = "illegal"
