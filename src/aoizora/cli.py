@@ -331,13 +331,16 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
               help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
 @click.option("--top-k", type=click.IntRange(min=1), default=None, help="aoizora's Top-K (default 8; 2 with --quick).")
 @click.option("--no-oracle", is_flag=True, help="Do not compile every legal strategy (no recall, partial oracle).")
+@click.option("--exhaustive-oracle", is_flag=True,
+              help="Compile every legal strategy, also those whose Q1 (a lower bound) proves they cannot win.")
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
 @click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
 @click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
-def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool, measure: bool,
-          measure_steps: int, fresh: bool, report_only: bool, compile_timeout: float) -> None:
+def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
+          exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
+          compile_timeout: float) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -350,7 +353,8 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
 
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
-                        measure=measure, measure_steps=measure_steps, compile_timeout_s=compile_timeout)
+                        oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
+                        compile_timeout_s=compile_timeout)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
                      run_missing=not report_only)

@@ -36,9 +36,19 @@ def test_logical_search_minimises_alpha_beta_cost(stage1):
 
 
 @pytest.fixture(scope="module")
-def cell_doc(tmp_path_factory):
-    cache = CompileCache(tmp_path_factory.mktemp("compiled"))
-    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), cache, progress=False, space=TransformerSpace(CFG))
+def compile_cache(tmp_path_factory):
+    return CompileCache(tmp_path_factory.mktemp("compiled"))
+
+
+@pytest.fixture(scope="module")
+def cell_doc(compile_cache):
+    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False, space=TransformerSpace(CFG))
+
+
+@pytest.fixture(scope="module")
+def exhaustive_doc(compile_cache, cell_doc):
+    opts = BenchOptions(top_k=2, oracle=True, oracle_bound=False)
+    return run_cell(CELL, opts, compile_cache, progress=False, space=TransformerSpace(CFG))
 
 
 def test_oracle_cell_is_consistent(cell_doc):
@@ -59,12 +69,55 @@ def test_oracle_cell_is_consistent(cell_doc):
     assert m["pairs_scored"] == sum(s["placements"] for s in compiled) == len(cell_doc["pairs"])
     # every strategy Stage 1 could lower was given to the compiler
     lowered = [k for k, v in cell_doc["stage1"]["verdicts"].items() if v not in ("illegal", "lowering-failed")]
-    assert set(cell_doc["strategies"]) == set(lowered) - set(cell_doc["skipped"])
+    assert set(cell_doc["strategies"]) | set(cell_doc["pruned_by_q1"]) == set(lowered) - set(cell_doc["skipped"])
     assert isinstance(m["top1_recall"], bool)
     assert m["k_for_full_recall"] == cell_doc["stage1"]["ranks"][m["oracle"]["strategy"]]
     assert -1.0 <= m["spearman_q2_sim"] <= 1.0
     assert m["placement_spread"] >= 1.0
     assert set(cell_doc["planning_seconds"]) >= {"stage1", "compile", "score", "total"}
+
+
+def test_the_q1_bound_prunes_only_strategies_that_cannot_win(cell_doc, exhaustive_doc):
+    """The bounded oracle finds the exhaustive oracle's best pair without compiling what Q1 rules out."""
+    bounded, full = cell_doc["metrics"], exhaustive_doc["metrics"]
+    assert cell_doc["oracle_bounded"] and not exhaustive_doc["oracle_bounded"]
+    assert not exhaustive_doc["pruned_by_q1"] and not cell_doc["q1_bound_violations"]
+    pruned = cell_doc["pruned_by_q1"]
+    assert pruned and bounded["strategies_pruned_by_q1"] == len(pruned)
+    assert bounded["oracle"] == full["oracle"]
+    assert bounded["latency_seconds"]["oracle"] == full["latency_seconds"]["oracle"]
+    best = {}
+    for p in exhaustive_doc["pairs"]:
+        best[p["strategy"]] = min(best.get(p["strategy"], float("inf")), p["sim_seconds"])
+    q1 = cell_doc["stage1"]["q1_seconds"]
+    oracle = min(best.values())
+    for key, why in pruned.items():
+        assert why["q1_seconds"] == q1[key] >= why["best_sim_seconds"] >= oracle
+        assert best[key] >= q1[key]  # the bound held for the strategy that was not compiled
+    # everything with a lower Q1 than the first pruned strategy was compiled
+    cut = min(why["q1_seconds"] for why in pruned.values())
+    assert all(k in cell_doc["strategies"] for k, v in q1.items() if v < cut and k not in cell_doc["skipped"])
+
+
+def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
+    """Should Q1 exceed a compiled strategy's simulated latency, the bound is not trusted."""
+    import dataclasses
+
+    from aoizora.bench import harness
+
+    real = harness.run_stage1
+
+    def inflated(*args, **kwargs):
+        result = real(*args, **kwargs)
+        top = result.kept[0]  # compiled by the planner, so scored before any pruning
+        top.q1 = dataclasses.replace(top.q1, seconds=top.q1.seconds * 100)
+        return result
+
+    monkeypatch.setattr(harness, "run_stage1", inflated)
+    doc = run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False, space=TransformerSpace(CFG))
+    assert doc["q1_bound_violations"] and not doc["pruned_by_q1"]
+    lowered = [k for k, v in doc["stage1"]["verdicts"].items() if v not in ("illegal", "lowering-failed")]
+    assert set(doc["strategies"]) == set(lowered) - set(doc["skipped"])
 
 
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
@@ -86,10 +139,14 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     run_bench([CELL], BenchOptions(top_k=3, oracle=True), tmp_path, compile_cache=CompileCache(tmp_path / "c"),
               progress=False)
     assert len(calls) == 2  # other options: recomputed
+    run_bench([CELL], BenchOptions(top_k=2, oracle=True, oracle_bound=False), tmp_path,
+              compile_cache=CompileCache(tmp_path / "c"), progress=False)
+    assert len(calls) == 3  # a bounded oracle does not answer an exhaustive one
     only = run_bench([CELL, Cell("v5e:2x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
-    assert len(calls) == 2 and len(only) == 1  # the unfinished cell is left out, nothing runs
+    assert len(calls) == 3 and len(only) == 1  # the unfinished cell is left out, nothing runs
     # a report takes the finished cell whichever oracle option it was run with; a run does not
     assert len(run_bench([CELL], BenchOptions(top_k=2, oracle=False), tmp_path, progress=False, run_missing=False)) == 1
+    assert len(run_bench([CELL], BenchOptions(top_k=5, oracle=True), tmp_path, progress=False, run_missing=False)) == 1
     with pytest.raises(BenchError, match="no finished cell"):
         run_bench([Cell("v5e:4x4", "720p", 81)], opts, tmp_path, progress=False, run_missing=False)
     table = markdown(docs)

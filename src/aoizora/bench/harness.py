@@ -6,9 +6,16 @@ devices present. aoizora is run through its public planner (`plan_space`), exact
 it; the harness knows the grid, the planner does not.
 
 The oracle compiles every legal strategy (those whose arguments alone exceed HBM cannot fit and
-are not compiled) and simulates every distinct placement of each. Without it (`oracle=False`,
-`--quick`) the "oracle" column is the best pair among the strategies that were compiled anyway
-(the planner's Top-K, the expert's and the logical search's), and the table says so.
+are not compiled) and simulates every distinct placement of each — except, with `oracle_bound`
+(the default), strategies that provably cannot win: Q1 bounds a strategy's step time from below
+for every placement, so once a simulated pair is faster than a strategy's Q1, that strategy is
+not compiled. The sweep goes in Q1 order (after the strategies the baselines and the planner
+need, and those Stage 1 dropped for memory, whose compiles check the memory estimate), so the
+first strategy whose Q1 reaches the best simulated latency ends it. The bound is checked on every
+compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
+the oracle (`oracle=False`, `--quick`) the "oracle" column is the best pair among the strategies
+that were compiled anyway (the planner's Top-K, the expert's and the logical search's), and the
+table says so.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from aoizora.plan.compile_cache import CompileCache
 from aoizora.plan.planner import plan_space, source_fingerprint
 from aoizora.plan.stage2 import Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
-from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, Entry
+from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.stage1.space import StrategySpace
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
@@ -42,6 +49,7 @@ class NoStrategyFits(BenchError):
 class BenchOptions:
     top_k: int
     oracle: bool = True
+    oracle_bound: bool = True  # skip strategies whose Q1 proves they cannot beat the best simulated pair
     measure: bool = False
     measure_steps: int = 5
     compile_timeout_s: float | None = 900.0
@@ -90,16 +98,21 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     by_key = {e.key: e for e in stage1.entries}
     compiled_by_planner = {o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped}
     skipped = {e.key: why for e in stage1.entries if (why := _not_compilable(e)) is not None}
+    wanted = compiled_by_planner | {logical.key} | ({expert_key} if expert_key else set())
+    first = [by_key[k] for k in sorted(wanted) if k in by_key]
+    rest: list[Entry] = []
     if opts.oracle:
-        to_score = [e for e in stage1.entries if e.key not in skipped]
-    else:
-        wanted = compiled_by_planner | {logical.key} | ({expert_key} if expert_key else set())
-        to_score = [by_key[k] for k in sorted(wanted) if k in by_key]
+        first += [e for e in stage1.entries if e.key not in skipped and e.key not in wanted
+                  and (e.q1 is None or e.verdict == OUT_OF_MEMORY)]
+        taken = {e.key for e in first}
+        rest = sorted((e for e in stage1.entries if e.key not in skipped and e.key not in taken),
+                      key=lambda e: e.q1.seconds)
 
-    log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(to_score)} strategies")
+    log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(first) + len(rest)} strategies")
     # the planner's programs (compiled over placements[0], as the oracle compiles) are not compiled again
     known = {o.key: o.compiled for o in planned.outcomes or [] if o.compiled is not None}
-    strategies, pairs = _score_strategies(space, topo, to_score, options, opts, cache, progress, console, known)
+    strategies, pairs, pruned, violations = _score_strategies(
+        space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known)
     # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
     logical_key = None
     for key, _ in logical.ranking:
@@ -120,6 +133,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
         "top_k": opts.top_k,
         "oracle_complete": opts.oracle,
+        "oracle_bounded": opts.oracle and opts.oracle_bound,
         "aoizora_source": source_fingerprint(),
         "source": "measured" if opts.measure else "simulated",
         "aoizora": {"strategy": chosen[0], "placement": chosen[1], "q2_seconds": plan.predicted_step_seconds,
@@ -131,6 +145,9 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         "strategies": strategies,
         "pairs": pairs,
         "skipped": skipped,
+        # not compiled: Q1 (a lower bound for every placement) >= the best simulated pair
+        "pruned_by_q1": pruned,
+        "q1_bound_violations": violations,
         "stage1": {
             "counts": stage1.counts(), "seconds": stage1.seconds,
             "ranks": {e.key: e.rank for e in stage1.entries if e.rank is not None},
@@ -187,21 +204,44 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
                       "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
 
 
-def _score_strategies(space, topo, entries, options, opts, cache, progress, console, known):
+def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound: bool, options, opts, cache,
+                      progress, console, known):
+    """Score `first`, then `rest` (in ascending Q1) until, with `bound`, a strategy's Q1 reaches the
+    best simulated latency so far: it and every later one are pruned (their Q1 is no lower).
+    Returns (strategies, pairs, pruned {key: why}, bound violations [keys whose Q1 > their best])."""
     strategies: dict[str, Any] = {}
     pairs: list[dict[str, Any]] = []
+    pruned: dict[str, dict[str, float]] = {}
+    violations: list[str] = []
+
+    def score(e: Entry) -> None:
+        n = len(pairs)
+        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
+        mine = [p["sim_seconds"] for p in pairs[n:]]
+        if e.q1 is not None and mine and e.q1.seconds > min(mine) * (1 + 1e-9):
+            violations.append(e.key)
+
+    def sweep(advance: Callable[[], None]) -> None:
+        for e in first:
+            score(e)
+            advance()
+        for i, e in enumerate(rest):
+            best = min((p["sim_seconds"] for p in pairs), default=math.inf)
+            if bound and not violations and e.q1.seconds >= best:
+                pruned.update({r.key: {"q1_seconds": r.q1.seconds, "best_sim_seconds": best} for r in rest[i:]})
+                return
+            score(e)
+            advance()
+
     if not progress:
-        for e in entries:
-            _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
-        return strategies, pairs
+        sweep(lambda: None)
+        return strategies, pairs, pruned, violations
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
-        for e in entries:
-            _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
-            bar.advance(task)
-    return strategies, pairs
+        task = bar.add_task(f"compile + simulate ({topo.name})", total=len(first) + len(rest))
+        sweep(lambda: bar.advance(task))
+    return strategies, pairs, pruned, violations
 
 
 def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:
@@ -312,6 +352,8 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         "strategies_refused_by_compiler": sum(1 for s in doc["strategies"].values() if "dropped" in s),
         "memory_estimate_max_rel_error": max(mem_err) if mem_err else None,
         "dropped_by_stage1_but_compiled": accepted_but_dropped,
+        "strategies_pruned_by_q1": len(doc.get("pruned_by_q1", {})),
+        "q1_bound_violations": list(doc.get("q1_bound_violations", [])),
     }
 
 

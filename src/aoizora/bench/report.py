@@ -11,7 +11,7 @@ from typing import Any
 COLUMNS = [
     ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),
     ("aoizora_ms", "aoizora ms"), ("oracle_ms", "oracle ms"), ("vs_expert", "× expert"), ("vs_logical", "× logical"),
-    ("oracle_gap", "aoizora/oracle"), ("spread", "placement spread"), ("recall", "top-1 recall (rank)"),
+    ("oracle_gap", "aoizora/oracle"), ("spread", "placement spread"), ("recall", "top-1 recall (rank, K)"),
     ("rho", "ρ Q2~sim"), ("pairs", "pairs"), ("stage1_s", "stage 1 s"), ("compile_s", "compile s"),
     ("score_s", "score s"), ("verify_s", "verify s"),
 ]
@@ -32,9 +32,9 @@ def row(doc: dict[str, Any]) -> dict[str, str]:
         # no recall without the full oracle; Stage 1's rank of the strategy aoizora chose still tells
         # how close to the Top-K edge the choice was
         rank = doc.get("stage1", {}).get("ranks", {}).get(doc["aoizora"]["strategy"])
-        recall = f"– (oracle partial; pick at {rank})" if rank else "– (oracle partial)"
+        recall = f"– (oracle partial; pick at {rank}, K {doc['top_k']})" if rank else "– (oracle partial)"
     else:
-        recall = f"{'yes' if m['top1_recall'] else 'no'} ({m['oracle']['stage1_rank']})"
+        recall = f"{'yes' if m['top1_recall'] else 'no'} (rank {m['oracle']['stage1_rank']}, K {doc['top_k']})"
     model = c["model"].replace("wan2.1-t2v-", "")
     if doc.get("fallback_reason"):
         model += " (14B does not fit)"
@@ -108,6 +108,11 @@ def markdown(docs: list[dict[str, Any]]) -> str:
     lines.append("Planning time: stage 1 and score are wall seconds of this run; compile and verify are libtpu's "
                  "seconds for the programs the planner compiled, counted at their original cost when the compile "
                  "cache already held them (the oracle shares that cache).")
+    pruned = sum(len(d.get("pruned_by_q1", {})) for d in docs)
+    if pruned:
+        lines.append(f"The oracle did not compile {pruned} strategies whose Q1 (a lower bound on their step time "
+                     "for every placement) was already above the best simulated pair of their cell; in those cells Q1 "
+                     "stayed below the simulated latency of every compiled strategy (else nothing is pruned).")
     if any(not d["oracle_complete"] for d in docs):
         lines.append("`*` oracle over the strategies compiled anyway (aoizora's Top-K, expert, logical), not every "
                      "legal strategy: recall is not measured in such cells; \"pick at r\" is Stage 1's rank of the "
