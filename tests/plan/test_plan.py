@@ -4,7 +4,6 @@ from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from aoizora.errors import AoizoraError, SimulationError
-from aoizora.placement import MeshSpec, Placement, enumerate_placements
+from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import max_min_rates, simulate
 from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology

@@ -1,8 +1,5 @@
 """The IR reader on real lowered programs: a scan, a shard_map body, a Pallas custom call."""
 
-import jax.numpy as jnp
-import numpy as np
-import pytest
 from jax.sharding import PartitionSpec as P
 
 from aoizora.stage1.ir import Sharding, group_axes, read_module

@@ -91,7 +91,6 @@ def _gather_beside_matmul(topology, collective: str, dependent: bool):
     """shard_map: a collective on an activation and a 4096x4096x4096 matmul, independent of each
     other or (dependent) the matmul consuming the collective's result."""
     import jax
-    import jax.numpy as jnp
     from jax.sharding import PartitionSpec as P
 
     from micro import case, mesh_2x4, sds
