@@ -63,12 +63,12 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
 
     # a cell computed by other code is stale (recomputing it reuses the compile cache); a report
     # (`same_source=False`) takes finished cells whatever their oracle sweep and K (the table says which)
-    same = ((not same_source or doc.get("top_k") == opts.top_k)
-            and (not same_source or doc.get("oracle_complete") == opts.oracle)
-            # an exhaustive oracle answers a bounded request, not the other way round
-            and (not same_source or not opts.oracle or opts.oracle_bound or not doc.get("oracle_bounded", False))
-            and doc.get("source") == ("measured" if opts.measure else "simulated")
-            and (not same_source or doc.get("aoizora_source") == source_fingerprint()))
+    same = doc.get("source") == ("measured" if opts.measure else "simulated")
+    if same_source:
+        same = (same and doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
+                # an exhaustive oracle answers a bounded request, not the other way round
+                and (not opts.oracle or opts.oracle_bound or not doc.get("oracle_bounded", False))
+                and doc.get("aoizora_source") == source_fingerprint())
     if not same or "metrics" not in doc:
         return None
     doc["metrics"] = cell_metrics(doc)  # recomputed: metrics follow the code, the raw results do not change

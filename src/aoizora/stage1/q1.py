@@ -133,7 +133,6 @@ class _Overlap:
 
     def __init__(self, prediction: Prediction, op_time: dict[int, float]):
         nodes = prediction.nodes
-        self.nodes = nodes
         self.ancestors = [0] * len(nodes)  # bitsets over node indices
         for n in nodes:
             a = 0
