@@ -2,8 +2,11 @@
 
     .venv/bin/python benchmarks/memory_estimate.py /work/bench-grid/cells /work/bench-nooracle/cells
 
-Each bench cell records the compiled `memory_analysis()` total per strategy; this lowers the same
-strategies again (no compile) and prints the estimate, the error, and a summary line.
+Each bench cell records the compiled `memory_analysis()` total per strategy, or the compiler's
+out-of-HBM refusal; this lowers the same strategies again (no compile) and prints the estimate, the
+error, and summary lines: the error against `memory_analysis()` for every compiled strategy, and
+Stage 1's fit (which leaves out the async collective copies the compiler does not check) against
+the compiler's verdict.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from pathlib import Path
 
 from aoizora.models.registry import wan_space
 from aoizora.stage1 import search
+from aoizora.plan.stage2 import OUT_OF_HBM
 from aoizora.stage1.dag import predict
+from aoizora.stage1.memory import estimate_memory
 from aoizora.stage1.ir import read_module
 from aoizora.topology import get_topology
 
@@ -27,6 +32,7 @@ def main() -> None:
     ap.add_argument("cell_dirs", nargs="+", help="`cells/` directories of aoizora bench runs")
     args = ap.parse_args()
     errors = []
+    verdicts = []  # (refused by the compiler, fits by Stage 1, label) where either says no
     for path in sorted(p for d in args.cell_dirs for p in glob.glob(str(Path(d) / "*.json"))):
         doc = json.loads(Path(path).read_text())
         cell = doc["cell"]
@@ -34,11 +40,17 @@ def main() -> None:
         space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]))
         strategies = {c.key: c.strategy for c in space.candidates(topo.num_devices)}
         for key, compiled in doc["strategies"].items():
-            if not compiled.get("memory_bytes"):
-                continue  # not compiled, or refused by the compiler
+            refused = (compiled.get("dropped") or "").startswith(OUT_OF_HBM)
+            if not compiled.get("memory_bytes") and not refused:
+                continue  # not compiled, or failed for another reason
             st = strategies[key]
             pred = predict(read_module(search._lower(space, st, topo)), lambda call, st=st: space.kernel_cost(st, call))
-            est = pred.argument_bytes + pred.output_bytes + pred.peak_temp_bytes
+            mem = estimate_memory(pred, topo.hardware)
+            if refused or not mem.fits:
+                verdicts.append((refused, mem.fits, f"{cell['topology']} {cell['resolution']} {cell['frames']}f {key}"))
+            if refused:
+                continue
+            est = mem.total_bytes
             err = est / compiled["memory_bytes"] - 1
             errors.append(abs(err))
             label = f"{cell['topology']} {cell['resolution']} {cell['frames']}f"
@@ -49,6 +61,13 @@ def main() -> None:
     within = sum(e <= 0.15 for e in errors)
     print(f"{len(errors)} compiled strategies: |error| median {statistics.median(errors):.1%}, "
           f"max {max(errors):.1%}, within 15%: {within}/{len(errors)}")
+    wrong_drops = [label for refused, fits, label in verdicts if not refused and not fits]
+    missed = [label for refused, fits, label in verdicts if refused and fits]
+    print(f"refused by the compiler: {sum(r for r, _, _ in verdicts)}; Stage 1 drops "
+          f"{sum(r and not f for r, f, _ in verdicts)} of them, keeps {len(missed)} (Stage 2 backfills)")
+    print(f"accepted by the compiler but dropped by Stage 1: {len(wrong_drops)}")
+    for label in wrong_drops:
+        print(f"  {label}")
 
 
 if __name__ == "__main__":

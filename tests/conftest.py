@@ -12,6 +12,9 @@ if _flag not in os.environ.get("XLA_FLAGS", ""):
 
 # Plans and compiled programs are cached on disk; tests must neither reuse nor fill the user's cache.
 if "AOIZORA_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
-    os.environ["AOIZORA_CACHE_DIR"] = tempfile.mkdtemp(prefix="aoizora-test-cache-")
+    os.environ["AOIZORA_CACHE_DIR"] = _cache_dir = tempfile.mkdtemp(prefix="aoizora-test-cache-")
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)

@@ -121,8 +121,11 @@ class Prediction:
     nodes: list[Node]
     argument_bytes: float
     output_bytes: float
-    peak_temp_bytes: float
+    peak_temp_bytes: float  # includes `async_copy_bytes`
     notes: list[str] = field(default_factory=list)
+    # part of the peak held by async collective fusions outside libtpu's buffer assignment: in
+    # memory_analysis(), not in the compiler's HBM check
+    async_copy_bytes: float = 0.0
 
     @property
     def ops(self) -> list[OpNode]:
@@ -168,6 +171,7 @@ class Prediction:
             "argument_bytes": self.argument_bytes,
             "output_bytes": self.output_bytes,
             "peak_temp_bytes": self.peak_temp_bytes,
+            "async_copy_bytes": self.async_copy_bytes,
         }
 
 
@@ -244,6 +248,12 @@ class _Walker:
         # Their gathered buffers are counted at their consumer only: compiled Wan programs hold
         # one layer weight's gather at a time, not the whole layer's (benchmarks/RESULTS.md)
         self.early: set[tuple[int, int]] = set()
+        # results of all-gathers of computed values (activations) written in the program: libtpu
+        # runs them as async collective fusions, which hold a second buffer of the result outside
+        # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
+        # `async_copy_peak` is the most such bytes live at once.
+        self.async_gathered: set[tuple[int, int]] = set()
+        self.async_copy_peak = 0.0
         self._kernel_funcs: dict[str, bool] = {}
 
     # -- node emission
@@ -329,7 +339,7 @@ class _Walker:
             if t is not None:
                 self.reshard(ret.operands[k] if ret else -1, t, have, target, 1, "result")
                 out_bytes += self.sizes.local_bytes(t, target)
-        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, peak, self.notes)
+        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, peak, self.notes, self.async_copy_peak)
 
     def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float]:
         """Walk a region; returns the shardings of its returned values and its peak temporary bytes."""
@@ -348,6 +358,7 @@ class _Walker:
         backing: dict[int, tuple[int, ...]] = {}
         computed: set[int] = set()  # fused results that compute something (not a view)
         live_bytes = 0.0
+        copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
         peak = 0.0
         returned: list[Sharding] = []
         for i, op in enumerate(region.ops):
@@ -373,6 +384,10 @@ class _Walker:
                     backing[r] = (r,)
                     if r in last_use:
                         b = self.sizes.local_bytes(t, s)
+                        if (self.frame, r) in self.async_gathered:
+                            copies[r] = b
+                            self.async_copy_peak = max(self.async_copy_peak, sum(copies.values()))
+                            b *= 2
                         live[r] = b
                         free_at[r] = last_use[r]
                         live_bytes += b
@@ -388,6 +403,7 @@ class _Walker:
             peak = max(peak, live_bytes)
             for v in [v for v in live if free_at[v] <= i]:
                 live_bytes -= live.pop(v)
+                copies.pop(v, None)
         return returned, peak
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
@@ -912,6 +928,8 @@ def _manual(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     for v, t, s, want in zip(op.operands, op.operand_types, ins, in_sh):
         if t is not None:
             transient = max(transient, w.reshard(v, t, s, _fit(want, t, w.sizes), mult, reason))
+    # the body's arguments are the operands' shards: a parameter stays a parameter inside
+    w.early.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.early)
     _, peak = w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True)
     outs = [_fit(s, t, w.sizes) if t is not None else _rep(0) for s, t in zip(out_sh, op.result_types)]
     return outs, max(transient, peak), True
@@ -946,6 +964,8 @@ def _collective(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool
     i = w.comm(c.kind, axes, payload, recv, mult, True, "written in the program", w._deps(op.operands))
     for r in op.results:
         w.producer[r] = i
+    if c.kind == "all-gather" and (w.frame, op.operands[0]) not in w.early:
+        w.async_gathered.update((w.frame, r) for r in op.results)
     outs = [_rep(t.rank if t else 0) if manual else _with(s, s.dims) for t in op.result_types]
     if not manual and c.kind in ("all-gather", "reduce-scatter", "all-to-all"):
         outs = [_rep(t.rank if t else 0) for t in op.result_types]
