@@ -201,3 +201,28 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     assert doc["logical"]["first_choice"] == first and doc["logical"]["strategy"] == second
     assert doc["strategies"][first]["dropped"].startswith("out of HBM")
     assert doc["metrics"]["latency_seconds"]["logical"] is not None
+
+
+def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
+    """A refusal for HBM is a verdict (that strategy cannot run); a timeout is a hole in the oracle:
+    no recall is claimed, and the contender it hits reads "did not compile", not "does not fit"."""
+    import copy
+
+    from aoizora.bench.harness import cell_metrics
+    from aoizora.bench.report import row
+
+    doc = copy.deepcopy(cell_doc)
+    assert doc["metrics"]["top1_recall"] is not None
+    victim = doc["logical"]["strategy"]
+    if victim == doc["aoizora"]["strategy"]:  # keep aoizora's own pairs: time out another strategy
+        victim = next(k for k, s in doc["strategies"].items() if "dropped" not in s and k != victim)
+    doc["strategies"][victim] = {"dropped": "compile did not finish within 900 s"}
+    doc["pairs"] = [p for p in doc["pairs"] if p["strategy"] != victim]
+    doc["metrics"] = m = cell_metrics(doc)
+    assert m["strategies_failed_to_compile"] == [victim] and m["strategies_refused_by_compiler"] == 0
+    assert m["top1_recall"] is None and m["k_for_full_recall"] is None and not m["oracle"]["complete"]
+    r = row(doc)
+    assert r["oracle_ms"].endswith("*") and r["recall"].startswith("– (oracle partial")
+    if victim == doc["logical"]["strategy"]:
+        assert r["logical_ms"] == "did not compile"
+    assert "1 strategy did not compile" in markdown([doc])

@@ -33,7 +33,7 @@ from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
 from aoizora.plan.planner import plan_space, source_fingerprint
-from aoizora.plan.stage2 import Compiled, compile_strategy, drop_reason
+from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.stage1.space import StrategySpace
@@ -315,6 +315,10 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         return x / y if x is not None and y else None
 
     chosen = [p["sim_seconds"] for p in pairs if p["strategy"] == a["strategy"]]
+    # a compile that timed out or failed leaves a hole in the oracle (a refusal for HBM does not:
+    # that strategy cannot run), so recall is not claimed for such a cell
+    failed = sorted(k for k, s in doc["strategies"].items() if "dropped" in s and not s["dropped"].startswith(OUT_OF_HBM))
+    complete = doc["oracle_complete"] and not failed
     ranks = doc["stage1"]["ranks"]
     oracle_key = oracle_pair["strategy"] if oracle_pair else None
     oracle_rank = ranks.get(oracle_key) if oracle_key else None
@@ -341,15 +345,17 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         "speedup_over_logical": ratio(lat["logical"], lat["aoizora"]),
         "oracle_over_aoizora": ratio(lat["aoizora"], lat["oracle"]),
         "oracle": {"strategy": oracle_key, "placement": oracle_pair["placement"] if oracle_pair else None,
-                   "stage1_rank": oracle_rank, "complete": doc["oracle_complete"]},
+                   "stage1_rank": oracle_rank, "complete": complete},
         "placement_spread": (max(chosen) / min(chosen)) if chosen else None,
-        "top1_recall": (oracle_rank is not None and oracle_rank <= doc["top_k"]) if doc["oracle_complete"] else None,
-        "k_for_full_recall": oracle_rank if doc["oracle_complete"] else None,
+        "top1_recall": (oracle_rank is not None and oracle_rank <= doc["top_k"]) if complete else None,
+        "k_for_full_recall": oracle_rank if complete else None,
         "spearman_q2_sim": rho,
         "spearman_q1_best_sim": rho_q1,
         "pairs_scored": len(pairs),
         "strategies_compiled": sum(1 for s in doc["strategies"].values() if "dropped" not in s),
-        "strategies_refused_by_compiler": sum(1 for s in doc["strategies"].values() if "dropped" in s),
+        "strategies_refused_by_compiler": sum(1 for s in doc["strategies"].values()
+                                              if s.get("dropped", "").startswith(OUT_OF_HBM)),
+        "strategies_failed_to_compile": failed,
         "memory_estimate_max_rel_error": max(mem_err) if mem_err else None,
         "dropped_by_stage1_but_compiled": accepted_but_dropped,
         "strategies_pruned_by_q1": len(doc.get("pruned_by_q1", {})),

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from aoizora.plan.stage2 import OUT_OF_HBM
+
 COLUMNS = [
     ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),
     ("aoizora_ms", "aoizora ms"), ("oracle_ms", "oracle ms"), ("vs_expert", "× expert"), ("vs_logical", "× logical"),
@@ -41,13 +43,15 @@ def row(doc: dict[str, Any]) -> dict[str, str]:
     def contender(role: str) -> str:
         if lat[role] is not None:
             return _ms(lat[role])
-        key = doc[role]["strategy"]
-        return "does not fit" if key is not None and "dropped" in doc["strategies"].get(key, {}) else "–"
+        dropped = doc["strategies"].get(doc[role]["strategy"] or "", {}).get("dropped")
+        if dropped is None:
+            return "–"
+        return "does not fit" if dropped.startswith(OUT_OF_HBM) else "did not compile"
 
     return {
         "cell": f"{c['topology']} {c['resolution']} {c['frames']}f", "model": model,
         "expert_ms": contender("expert"), "logical_ms": contender("logical"), "aoizora_ms": _ms(lat["aoizora"]),
-        "oracle_ms": _ms(lat["oracle"]) + ("" if doc["oracle_complete"] else "*"),
+        "oracle_ms": _ms(lat["oracle"]) + ("" if m["oracle"]["complete"] else "*"),
         "vs_expert": _x(m["speedup_over_expert"]), "vs_logical": _x(m["speedup_over_logical"]),
         "oracle_gap": _x(m["oracle_over_aoizora"]), "spread": _x(m["placement_spread"]), "recall": recall,
         "rho": _x(m["spearman_q2_sim"]), "pairs": str(m["pairs_scored"]),
@@ -113,6 +117,11 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         lines.append(f"The oracle did not compile {pruned} strategies whose Q1 (a lower bound on their step time "
                      "for every placement) was already above the best simulated pair of their cell; in those cells Q1 "
                      "stayed below the simulated latency of every compiled strategy (else nothing is pruned).")
+    failed = sum(len(d["metrics"].get("strategies_failed_to_compile", [])) for d in docs)
+    if failed:
+        lines.append(f"{failed} {'strategy' if failed == 1 else 'strategies'} did not compile (timeout or compiler "
+                     "error, not HBM): the oracle of their "
+                     "cells is marked partial (`*`) and no recall is claimed there.")
     if any(not d["oracle_complete"] for d in docs):
         lines.append("`*` oracle over the strategies compiled anyway (aoizora's Top-K, expert, logical), not every "
                      "legal strategy: recall is not measured in such cells; \"pick at r\" is Stage 1's rank of the "
