@@ -123,8 +123,8 @@ class Prediction:
     output_bytes: float
     peak_temp_bytes: float  # includes `async_copy_bytes`
     notes: list[str] = field(default_factory=list)
-    # part of the peak held by async collective fusions outside libtpu's buffer assignment: in
-    # memory_analysis(), not in the compiler's HBM check
+    # how much async collective fusion copies (outside libtpu's buffer assignment) add to the
+    # peak: in memory_analysis(), not in the compiler's HBM check
     async_copy_bytes: float = 0.0
 
     @property
@@ -251,9 +251,10 @@ class _Walker:
         # results of all-gathers of computed values (activations) written in the program: libtpu
         # runs them as async collective fusions, which hold a second buffer of the result outside
         # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
-        # `async_copy_peak` is the most such bytes live at once.
+        # The compiler's HBM check does not count these copies: each region's walk also tracks its
+        # peak without them, handed to the enclosing op through `nested_checked_peak`.
         self.async_gathered: set[tuple[int, int]] = set()
-        self.async_copy_peak = 0.0
+        self.nested_checked_peak: float | None = None
         self._kernel_funcs: dict[str, bool] = {}
 
     # -- node emission
@@ -331,6 +332,7 @@ class _Walker:
         self.early.update((self.frame, a) for a in f.body.args)
         arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings))
         results, peak = self.region(f.body, shardings, 1, manual=False)
+        checked_peak = self.nested_checked_peak
         out_bytes = 0.0
         ret = f.body.ops[-1] if f.body.ops else None
         for k, (t, want) in enumerate(zip(f.result_types, f.result_shardings)):
@@ -339,7 +341,7 @@ class _Walker:
             if t is not None:
                 self.reshard(ret.operands[k] if ret else -1, t, have, target, 1, "result")
                 out_bytes += self.sizes.local_bytes(t, target)
-        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, peak, self.notes, self.async_copy_peak)
+        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, peak, self.notes, peak - checked_peak)
 
     def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float]:
         """Walk a region; returns the shardings of its returned values and its peak temporary bytes."""
@@ -359,7 +361,7 @@ class _Walker:
         computed: set[int] = set()  # fused results that compute something (not a view)
         live_bytes = 0.0
         copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
-        peak = 0.0
+        peak = checked_peak = 0.0
         returned: list[Sharding] = []
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
@@ -367,18 +369,23 @@ class _Walker:
             if op.name in ("func.return", "stablehlo.return", "sdy.return"):
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
                 break
+            self.nested_checked_peak = None
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
+            inner_checked = inner_peak if self.nested_checked_peak is None else self.nested_checked_peak
             if self._is_kernel_call(op):
                 # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
                 # cast) are written out as buffers for the call's duration; views cost nothing
-                inner_peak += sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
-                                  if v in computed)
+                written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
+                              if v in computed)
+                inner_peak += written
+                inner_checked += written
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
             if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
                 self.early.update((self.frame, r) for r in op.results)
             peak = max(peak, live_bytes + inner_peak)
+            checked_peak = max(checked_peak, live_bytes - sum(copies.values()) + inner_checked)
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
@@ -386,7 +393,6 @@ class _Walker:
                         b = self.sizes.local_bytes(t, s)
                         if (self.frame, r) in self.async_gathered:
                             copies[r] = b
-                            self.async_copy_peak = max(self.async_copy_peak, sum(copies.values()))
                             b *= 2
                         live[r] = b
                         free_at[r] = last_use[r]
@@ -401,9 +407,11 @@ class _Walker:
                         for b in reads:
                             free_at[b] = max(free_at[b], last_use.get(r, i))
             peak = max(peak, live_bytes)
+            checked_peak = max(checked_peak, live_bytes - sum(copies.values()))
             for v in [v for v in live if free_at[v] <= i]:
                 live_bytes -= live.pop(v)
                 copies.pop(v, None)
+        self.nested_checked_peak = checked_peak
         return returned, peak
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
@@ -931,6 +939,7 @@ def _manual(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
     w.early.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.early)
     _, peak = w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True)
+    w.nested_checked_peak = max(transient, w.nested_checked_peak)
     outs = [_fit(s, t, w.sizes) if t is not None else _rep(0) for s, t in zip(out_sh, op.result_types)]
     return outs, max(transient, peak), True
 
@@ -984,10 +993,12 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
         if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
             w.early.add((w.frame, a))
     returned, peak = w.region(body, carried, mult * trips, manual)
+    checked = w.nested_checked_peak
     ret = body.ops[-1] if body.ops else None
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
         if k < len(returned) and t is not None and ret is not None:
             w.reshard(ret.operands[k], t, returned[k], want, mult * trips, "loop carry")
+    w.nested_checked_peak = checked
     return carried, peak, True
 
 
@@ -999,6 +1010,7 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     w.frame = w.frames
     w.early.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
     returned, peak = w.region(f.body, ins, mult, manual)
+    checked = w.nested_checked_peak
     ret_early = [(w.frame, v) in w.early for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
     w.early.update((saved, r) for r, e in zip(op.results, ret_early) if e)
@@ -1008,16 +1020,18 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
             if v in w.producer:
                 w.producer[r] = w.producer[v]
     outs = [returned[k] if k < len(returned) else _rep(t.rank if t else 0) for k, t in enumerate(op.result_types)]
+    w.nested_checked_peak = checked
     return outs, peak, False
 
 
 def _case(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     outs: list[Sharding] = []
-    peak = 0.0
+    peak = checked = 0.0
     for r in op.regions:
         ret, p = w.region(r, [], mult, manual)
-        peak = max(peak, p)
+        peak, checked = max(peak, p), max(checked, w.nested_checked_peak)
         outs = outs or ret
+    w.nested_checked_peak = checked
     outs = outs or [_rep(t.rank if t else 0) for t in op.result_types]
     return outs, peak, True
 

@@ -33,7 +33,7 @@ class MemoryEstimate:
     temp_bytes: float
     hbm_bytes: int
     slack: float
-    async_copy_bytes: float = 0.0  # part of temp_bytes the compiler's HBM check does not count
+    async_copy_bytes: float = 0.0  # peak with the async copies minus the peak without them
 
     @property
     def total_bytes(self) -> float:
@@ -42,13 +42,7 @@ class MemoryEstimate:
 
     @property
     def checked_bytes(self) -> float:
-        """What the compiler compares with its HBM limit.
-
-        The copies' own peak is subtracted; where it falls before or after the overall peak this
-        is lower than the true figure (an optimistic fit: Stage 2 backfills a refused compile).
-        On v5e:2x2 720p/41f and 81f and v5e:2x4 720p/81f every verdict equals that of an estimate
-        without the copies.
-        """
+        """What the compiler compares with its HBM limit: the peak walked without the copies."""
         return self.total_bytes - self.async_copy_bytes
 
     @property
