@@ -17,11 +17,11 @@ import statistics
 from pathlib import Path
 
 from aoizora.models.registry import wan_space
-from aoizora.stage1 import search
 from aoizora.plan.stage2 import OUT_OF_HBM
+from aoizora.stage1 import search
 from aoizora.stage1.dag import predict
-from aoizora.stage1.memory import estimate_memory
 from aoizora.stage1.ir import read_module
+from aoizora.stage1.memory import estimate_memory
 from aoizora.topology import get_topology
 
 GIB = 2**30

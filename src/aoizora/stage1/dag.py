@@ -361,6 +361,7 @@ class _Walker:
         computed: set[int] = set()  # fused results that compute something (not a view)
         live_bytes = 0.0
         copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
+        copy_bytes = 0.0  # their sum
         peak = checked_peak = 0.0
         returned: list[Sharding] = []
         for i, op in enumerate(region.ops):
@@ -385,7 +386,7 @@ class _Walker:
             if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
                 self.early.update((self.frame, r) for r in op.results)
             peak = max(peak, live_bytes + inner_peak)
-            checked_peak = max(checked_peak, live_bytes - sum(copies.values()) + inner_checked)
+            checked_peak = max(checked_peak, live_bytes - copy_bytes + inner_checked)
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
@@ -393,6 +394,7 @@ class _Walker:
                         b = self.sizes.local_bytes(t, s)
                         if (self.frame, r) in self.async_gathered:
                             copies[r] = b
+                            copy_bytes += b
                             b *= 2
                         live[r] = b
                         free_at[r] = last_use[r]
@@ -407,10 +409,10 @@ class _Walker:
                         for b in reads:
                             free_at[b] = max(free_at[b], last_use.get(r, i))
             peak = max(peak, live_bytes)
-            checked_peak = max(checked_peak, live_bytes - sum(copies.values()))
+            checked_peak = max(checked_peak, live_bytes - copy_bytes)
             for v in [v for v in live if free_at[v] <= i]:
                 live_bytes -= live.pop(v)
-                copies.pop(v, None)
+                copy_bytes -= copies.pop(v, 0.0)
         self.nested_checked_peak = checked_peak
         return returned, peak
 
@@ -992,13 +994,11 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     for k, a in enumerate(body.args):  # loop invariants (the stacked weights of a scan)
         if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
             w.early.add((w.frame, a))
-    returned, peak = w.region(body, carried, mult * trips, manual)
-    checked = w.nested_checked_peak
+    returned, peak = w.region(body, carried, mult * trips, manual)  # leaves the body's checked peak
     ret = body.ops[-1] if body.ops else None
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
         if k < len(returned) and t is not None and ret is not None:
             w.reshard(ret.operands[k], t, returned[k], want, mult * trips, "loop carry")
-    w.nested_checked_peak = checked
     return carried, peak, True
 
 
@@ -1009,8 +1009,7 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     w.frames += 1
     w.frame = w.frames
     w.early.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
-    returned, peak = w.region(f.body, ins, mult, manual)
-    checked = w.nested_checked_peak
+    returned, peak = w.region(f.body, ins, mult, manual)  # leaves the callee's checked peak
     ret_early = [(w.frame, v) in w.early for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
     w.early.update((saved, r) for r, e in zip(op.results, ret_early) if e)
@@ -1020,7 +1019,6 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
             if v in w.producer:
                 w.producer[r] = w.producer[v]
     outs = [returned[k] if k < len(returned) else _rep(t.rank if t else 0) for k, t in enumerate(op.result_types)]
-    w.nested_checked_peak = checked
     return outs, peak, False
 
 
