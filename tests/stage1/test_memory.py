@@ -96,3 +96,36 @@ def test_an_all_gather_of_an_activation_holds_a_second_buffer():
     est = estimate_memory(activation, hw)
     assert est.checked_bytes == est.total_bytes - gathered
     assert estimate_memory(activation, hw, slack=est.checked_bytes / hw.hbm_usable_bytes).fits
+
+
+def test_a_chain_of_permutes_holds_every_shard_at_once(topo_2x4):
+    """Ring attention's K/V rotation: libtpu starts each permute as soon as its operand exists, so
+    the whole chain runs before the first step's compute and every rotated shard is live at once
+    (7 of 128 MiB here, as in the compiled Wan 14B ring programs), not one or two at a time."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    c, n, d = 8, 16384, 4096
+    mesh = Mesh(np.array(topo_2x4.devices[:c]), ("c",))
+    shard = n * d * 2  # one bf16 K shard per device
+
+    def body(q, k):
+        k = jnp.tanh(k)
+        acc = None
+        for step in range(c):
+            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)  # small: 256 x n
+            acc = part if acc is None else acc + part
+            if step + 1 < c:
+                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
+        return acc
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None), P("c", None)), out_specs=P("c", None))
+    lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((c * 256, d), jnp.bfloat16),
+                               jax.ShapeDtypeStruct((c * n, d), jnp.bfloat16))
+    pred = predict(read_module(lowered))
+    compiled = lowered.compile().memory_analysis().temp_size_in_bytes
+    assert compiled >= (c - 1) * shard  # the compiler really holds the whole chain
+    assert pred.peak_temp_bytes >= (c - 1) * shard
+    assert pred.peak_temp_bytes == pytest.approx(compiled, rel=0.1)

@@ -353,6 +353,18 @@ class _Walker:
                 last_use[v] = i
         self._demands(region)
         self._desires(region)
+        # collective permutes start as soon as their operand exists (see `_permute_issue_points`)
+        issued_at = _permute_issue_points(region)
+
+        def issue(at: int) -> float:
+            added = 0.0
+            for r, t, operand in issued_at.get(at, ()):
+                if r in last_use:
+                    live[r] = self.sizes.local_bytes(t, env.get(operand))
+                    free_at[r] = last_use[r]
+                    added += live[r]
+            return added
+
         # A materialized result owns a buffer until its last use. A fused result owns none; a
         # view of a buffer (transpose, reshape) keeps that buffer live until the view's last use.
         live: dict[int, float] = {}
@@ -364,6 +376,7 @@ class _Walker:
         copy_bytes = 0.0  # their sum
         peak = checked_peak = 0.0
         returned: list[Sharding] = []
+        live_bytes += issue(-1)  # permutes of the region's arguments
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
@@ -373,6 +386,8 @@ class _Walker:
             self.nested_checked_peak = None
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
             inner_checked = inner_peak if self.nested_checked_peak is None else self.nested_checked_peak
+            if op.results and all(r in live for r in op.results):
+                inner_peak = inner_checked = 0.0  # an issued permute: its buffer is already live
             if self._is_kernel_call(op):
                 # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
                 # cast) are written out as buffers for the call's duration; views cost nothing
@@ -390,7 +405,7 @@ class _Walker:
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
-                    if r in last_use:
+                    if r in last_use and r not in live:
                         b = self.sizes.local_bytes(t, s)
                         if (self.frame, r) in self.async_gathered:
                             copies[r] = b
@@ -408,6 +423,7 @@ class _Walker:
                     if op.name in VIEW_OPS:
                         for b in reads:
                             free_at[b] = max(free_at[b], last_use.get(r, i))
+            live_bytes += issue(i)
             peak = max(peak, live_bytes)
             checked_peak = max(checked_peak, live_bytes - copy_bytes)
             for v in [v for v in live if free_at[v] <= i]:
@@ -598,6 +614,29 @@ def _add_axes(src: Sharding, dst: Sharding, axes: tuple[str, ...]) -> Sharding:
             if a in axes:
                 dims[i].append(a)
     return _with(src, dims, src.unreduced)
+
+
+def _permute_issue_points(region: Region) -> dict[int, list[tuple[int, TensorType | None, int]]]:
+    """Where each collective permute of `region` starts: right after its operand is defined.
+
+    Why: libtpu's scheduler starts a permute as soon as its operand exists, so a chain of
+    permutes (ring attention's K/V rotation, which needs no compute between steps) runs back to
+    back before the first step's kernel and every step's K/V shard is live at once (Wan 14B
+    720p/81f on v5e:2x4, context = 8: all 14 permuted shards hold their own buffer;
+    benchmarks/RESULTS.md). Maps the index of the op after which a permute is issued (-1: before
+    the first op) to (result, result type, the chain's first operand, whose sharding it has).
+    """
+    defined = {r: i for i, op in enumerate(region.ops) for r in op.results}
+    root: dict[int, tuple[int, int]] = {}  # permute result -> (issue index, first operand)
+    points: dict[int, list[tuple[int, TensorType | None, int]]] = {}
+    for op in region.ops:
+        if op.name != "stablehlo.collective_permute" or not op.operands or not op.results:
+            continue
+        v = op.operands[0]
+        at, first = root.get(v, (defined.get(v, -1), v))
+        root[op.results[0]] = (at, first)
+        points.setdefault(at, []).append((op.results[0], op.result_types[0], first))
+    return points
 
 
 def _uses(op: Op) -> list[int]:
