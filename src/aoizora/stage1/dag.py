@@ -255,6 +255,12 @@ class _Walker:
         # peak without them, handed to the enclosing op through `nested_checked_peak`.
         self.async_gathered: set[tuple[int, int]] = set()
         self.nested_checked_peak: float | None = None
+        # the result buffers of the partial-sum reductions (all-reduce, reduce-scatter) the
+        # current op needs: libtpu writes a reduction's result beside its input, not over it
+        self.reduced_bytes = 0.0
+        # the walk's current region: its arguments and live buffers (for `_while`'s loop state)
+        self.region_args: set[int] = set()
+        self.live_now: dict[int, float] = {}
         self._kernel_funcs: dict[str, bool] = {}
 
     # -- node emission
@@ -307,6 +313,7 @@ class _Walker:
             if reduce:
                 n = self.sizes.n(reduce)
                 self.comm("all-reduce", reduce, cur, 2 * cur * (n - 1) / n, mult, False, f"{reason}: partial sums", deps)
+            self.reduced_bytes = max(self.reduced_bytes, cur)
             src = _with(src, src.dims)
         where_src = {a: i for i, d in enumerate(src.dims) for a in d}
         where_dst = {a: i for i, d in enumerate(dst.dims) for a in d}
@@ -376,6 +383,8 @@ class _Walker:
         copy_bytes = 0.0  # their sum
         peak = checked_peak = 0.0
         returned: list[Sharding] = []
+        enclosing = (self.reduced_bytes, self.region_args, self.live_now)
+        self.region_args, self.live_now = set(region.args), live
         live_bytes += issue(-1)  # permutes of the region's arguments
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
@@ -384,8 +393,10 @@ class _Walker:
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
                 break
             self.nested_checked_peak = None
+            self.reduced_bytes = 0.0
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
             inner_checked = inner_peak if self.nested_checked_peak is None else self.nested_checked_peak
+            inner_peak, inner_checked = max(inner_peak, self.reduced_bytes), max(inner_checked, self.reduced_bytes)
             if op.results and all(r in live for r in op.results):
                 inner_peak = inner_checked = 0.0  # an issued permute: its buffer is already live
             if self._is_kernel_call(op):
@@ -430,6 +441,7 @@ class _Walker:
                 live_bytes -= live.pop(v)
                 copy_bytes -= copies.pop(v, 0.0)
         self.nested_checked_peak = checked_peak
+        self.reduced_bytes, self.region_args, self.live_now = enclosing
         return returned, peak
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
@@ -1033,7 +1045,21 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     for k, a in enumerate(body.args):  # loop invariants (the stacked weights of a scan)
         if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
             w.early.add((w.frame, a))
+    # The loop state has buffers for the whole loop (the body updates them in place). A carried
+    # value already owns a buffer when the enclosing region materialized it, or when it is an
+    # argument there (a parameter, or an outer loop's state); a loop invariant that is early
+    # (stacked weights) is read where it is. Otherwise (a fused producer) the state is new.
+    state = 0.0
+    outer_args, outer_live = w.region_args, w.live_now
+    for k, (v, t, s) in enumerate(zip(op.operands, op.operand_types, carried)):
+        invariant = ret is not None and k < len(ret.operands) and k < len(body.args) and ret.operands[k] == body.args[k]
+        if v in outer_args or v in outer_live or (invariant and (w.frame, v) in w.early):
+            continue
+        state += w.sizes.local_bytes(t, s)
     returned, peak = w.region(body, carried, mult * trips, manual)  # leaves the body's checked peak
+    peak += state
+    if w.nested_checked_peak is not None:
+        w.nested_checked_peak += state
     ret = body.ops[-1] if body.ops else None
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
         if k < len(returned) and t is not None and ret is not None:

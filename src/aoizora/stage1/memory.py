@@ -8,7 +8,8 @@ walk (results of contractions, reductions, kernels, collectives and loop carries
 and layout ops are assumed fused into their consumers, except into an opaque kernel; a view
 keeps its buffer live; a loop body counts once; an all-gather of an activation holds a second
 copy of its result, libtpu's async collective fusion buffer; a collective permute's result is
-live from its operand's definition, as libtpu issues it then). The limit is the HBM the compiler
+live from its operand's definition, as libtpu issues it then; a loop's state owns buffers for the
+whole loop; a partial-sum all-reduce writes its result beside its input). The limit is the HBM the compiler
 allows one program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 
 The async collective copies are outside libtpu's buffer assignment: `memory_analysis()` reports
