@@ -360,6 +360,15 @@ class _Walker:
                 last_use[v] = i
         self._demands(region)
         self._desires(region)
+        # A materialized result owns a buffer until its last use. A fused result owns none; a
+        # view of a buffer (transpose, reshape) keeps that buffer live until the view's last use.
+        live: dict[int, float] = {}
+        free_at: dict[int, int] = {}
+        backing: dict[int, tuple[int, ...]] = {}
+        computed: set[int] = set()  # fused results that compute something (not a view)
+        live_bytes = 0.0
+        copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
+        copy_bytes = 0.0  # their sum
         # collective permutes start as soon as their operand exists (see `_permute_issue_points`)
         issued_at = _permute_issue_points(region)
 
@@ -372,15 +381,6 @@ class _Walker:
                     added += live[r]
             return added
 
-        # A materialized result owns a buffer until its last use. A fused result owns none; a
-        # view of a buffer (transpose, reshape) keeps that buffer live until the view's last use.
-        live: dict[int, float] = {}
-        free_at: dict[int, int] = {}
-        backing: dict[int, tuple[int, ...]] = {}
-        computed: set[int] = set()  # fused results that compute something (not a view)
-        live_bytes = 0.0
-        copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
-        copy_bytes = 0.0  # their sum
         peak = checked_peak = 0.0
         returned: list[Sharding] = []
         enclosing = (self.reduced_bytes, self.region_args, self.live_now)
