@@ -43,3 +43,43 @@ def test_corrupt_entries_are_discarded(tmp_path, content):
     (tmp_path / "k.json.gz").write_bytes(content)
     assert cache.get("k") is None
     assert not (tmp_path / "k.json.gz").exists()
+
+
+def test_key_ignores_where_the_code_is_installed(tmp_path, monkeypatch):
+    """A Pallas kernel's Mosaic body carries debug locations naming its source files: the same
+    kernel traced from a copy of its module elsewhere (as in another clone's virtualenv) must share
+    the key; a different kernel must not."""
+    import importlib.util
+    import shutil
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+    from jax.sharding import SingleDeviceSharding
+
+    from aoizora.topology import get_topology
+
+    copy = tmp_path / "elsewhere" / "splash_attention_kernel.py"
+    copy.parent.mkdir()
+    shutil.copy(splash_attention_kernel.__file__, copy)
+    spec = importlib.util.spec_from_file_location("splash_attention_kernel_elsewhere", copy)
+    moved_module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, moved_module)  # its dataclasses look themselves up
+    spec.loader.exec_module(moved_module)
+    tpu = SingleDeviceSharding(get_topology("v5e:2x2").devices[0])
+
+    def lowered_text(splash, block: int) -> str:
+        mask = masks.MultiHeadMask([masks.FullMask((256, 256))] * 2)
+        sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block)
+        kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes)
+        q = jax.ShapeDtypeStruct((2, 256, 128), jnp.bfloat16, sharding=tpu)
+        return jax.jit(kernel).lower(q, q, q).as_text()
+
+    here, there = lowered_text(splash_attention_kernel, 128), lowered_text(moved_module, 128)
+    assert here != there  # the kernel bodies name their source files
+    cache = CompileCache(tmp_path / "cache")
+    key = cache.key(here, "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN)
+    assert cache.key(there, "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN) == key
+    assert cache.key(lowered_text(splash_attention_kernel, 256), "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN) != key

@@ -4,7 +4,10 @@ A 14B Wan step takes libtpu 40-130 s to compile on a small host, and the same pr
 again by every tool that looks at it (the planner with another Top-K, the benchmark's baselines and
 its oracle). The key is everything the compiled program depends on: the lowered module's text, the
 device order of the mesh (the compiler's algorithm choice can depend on it), the slice, the
-toolchain versions and the compiler flags in the environment. The value is the compiled HLO text,
+toolchain versions and the compiler flags in the environment — but not where the code is
+installed: a Pallas kernel's serialized Mosaic body carries debug locations naming its source files
+(`.../site-packages/jax/...`), which differ between two clones' virtualenvs and would otherwise
+make every such program a miss; the key reads each body without them. The value is the compiled HLO text,
 the memory the compiler reported, how long the compile took, or the compiler's refusal (out of
 HBM), which is just as deterministic. Entries that do not read back cleanly are deleted, never
 trusted.
@@ -12,10 +15,12 @@ trusted.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +39,37 @@ class CompileRecord:
     label: str = ""  # what was compiled (strategy / placement / slice), for people reading the cache
 
 
+# the Mosaic body of a `tpu_custom_call`: base64 MLIR bytecode in its backend config (quotes print as \22)
+_KERNEL_BODY = re.compile(r"(\\22body\\22: \\22)([A-Za-z0-9+/=]+)(\\22)")
+
+
+def _kernel_without_locations(body_b64: str) -> str:
+    """A Mosaic kernel body printed without its debug locations (which name source files)."""
+    from jax._src.interpreters import mlir as jax_mlir  # Mosaic's dialects, as jax registers them
+    from jax._src.lib import tpu
+    from jaxlib.mlir import ir
+
+    ctx = jax_mlir.make_ir_context()
+    tpu.register_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(base64.b64decode(body_b64, validate=True))
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def _without_source_paths(lowered_text: str) -> str:
+    """The lowered text with each kernel body replaced by the hash of its location-free text."""
+
+    def normalize(m: re.Match[str]) -> str:
+        try:
+            kernel = _kernel_without_locations(m.group(2))
+        except Exception:  # not a kernel this jax can read: keep the body as it is
+            return m.group(0)
+        return m.group(1) + hashlib.sha256(kernel.encode()).hexdigest() + m.group(3)
+
+    return _KERNEL_BODY.sub(normalize, lowered_text)
+
+
 def _env_flags() -> dict[str, str]:
     return {k: os.environ.get(k, "") for k in ("LIBTPU_INIT_ARGS", "XLA_FLAGS")}
 
@@ -50,7 +86,7 @@ class CompileCache:
         digest = hashlib.sha256()
         header = {"topology": topology_name, "devices": list(device_ids), "toolchain": toolchain, "env": _env_flags()}
         digest.update(json.dumps(header, sort_keys=True).encode())
-        digest.update(lowered_text.encode())
+        digest.update(_without_source_paths(lowered_text).encode())
         return digest.hexdigest()[:40]
 
     def _path(self, key: str) -> Path:
