@@ -16,6 +16,7 @@ trusted.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import json
@@ -43,8 +44,9 @@ class CompileRecord:
 _KERNEL_BODY = re.compile(r"(\\22body\\22: \\22)([A-Za-z0-9+/=]+)(\\22)")
 
 
-def _kernel_without_locations(body_b64: str) -> str:
-    """A Mosaic kernel body printed without its debug locations (which name source files)."""
+@functools.lru_cache(maxsize=64)  # a program's kernels recur across its placements' keys
+def _kernel_digest(body_b64: str) -> str:
+    """The hash of a Mosaic kernel body printed without its debug locations (which name source files)."""
     from jax._src.interpreters import mlir as jax_mlir  # Mosaic's dialects, as jax registers them
     from jax._src.lib import tpu
     from jaxlib.mlir import ir
@@ -54,7 +56,7 @@ def _kernel_without_locations(body_b64: str) -> str:
     with ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(base64.b64decode(body_b64, validate=True))
-        return module.operation.get_asm(enable_debug_info=False)
+        return hashlib.sha256(module.operation.get_asm(enable_debug_info=False).encode()).hexdigest()
 
 
 def _without_source_paths(lowered_text: str) -> str:
@@ -62,10 +64,9 @@ def _without_source_paths(lowered_text: str) -> str:
 
     def normalize(m: re.Match[str]) -> str:
         try:
-            kernel = _kernel_without_locations(m.group(2))
+            return m.group(1) + _kernel_digest(m.group(2)) + m.group(3)
         except Exception:  # not a kernel this jax can read: keep the body as it is
             return m.group(0)
-        return m.group(1) + hashlib.sha256(kernel.encode()).hexdigest() + m.group(3)
 
     return _KERNEL_BODY.sub(normalize, lowered_text)
 

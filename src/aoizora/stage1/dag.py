@@ -371,6 +371,7 @@ class _Walker:
         copy_bytes = 0.0  # their sum
         # collective permutes start as soon as their operand exists (see `_permute_issue_points`)
         issued_at = _permute_issue_points(region)
+        issued = {r for points in issued_at.values() for r, _, _ in points}
 
         def issue(at: int) -> float:
             added = 0.0
@@ -397,7 +398,7 @@ class _Walker:
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
             inner_checked = inner_peak if self.nested_checked_peak is None else self.nested_checked_peak
             inner_peak, inner_checked = max(inner_peak, self.reduced_bytes), max(inner_checked, self.reduced_bytes)
-            if op.results and all(r in live for r in op.results):
+            if op.results and op.results[0] in issued:
                 inner_peak = inner_checked = 0.0  # an issued permute: its buffer is already live
             if self._is_kernel_call(op):
                 # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
@@ -1042,25 +1043,20 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     carried = [_resolve_partial(w, v, t, s, mult, "loop carry") for v, t, s in zip(op.operands, op.operand_types, ins)]
     body = op.regions[1]
     ret = body.ops[-1] if body.ops else None
-    for k, a in enumerate(body.args):  # loop invariants (the stacked weights of a scan)
-        if ret is not None and k < len(ret.operands) and ret.operands[k] == a and (w.frame, op.operands[k]) in w.early:
-            w.early.add((w.frame, a))
+    # loop invariants that are early (the stacked weights of a scan): passed through unchanged
+    early_invariant = {k for k, a in enumerate(body.args)
+                       if ret is not None and k < len(ret.operands) and ret.operands[k] == a
+                       and (w.frame, op.operands[k]) in w.early}
+    w.early.update((w.frame, body.args[k]) for k in early_invariant)
     # The loop state has buffers for the whole loop (the body updates them in place). A carried
     # value already owns a buffer when the enclosing region materialized it, or when it is an
-    # argument there (a parameter, or an outer loop's state); a loop invariant that is early
-    # (stacked weights) is read where it is. Otherwise (a fused producer) the state is new.
-    state = 0.0
-    outer_args, outer_live = w.region_args, w.live_now
-    for k, (v, t, s) in enumerate(zip(op.operands, op.operand_types, carried)):
-        invariant = ret is not None and k < len(ret.operands) and k < len(body.args) and ret.operands[k] == body.args[k]
-        if v in outer_args or v in outer_live or (invariant and (w.frame, v) in w.early):
-            continue
-        state += w.sizes.local_bytes(t, s)
+    # argument there (a parameter, or an outer loop's state); an early invariant is read where it
+    # is. Otherwise (a fused producer) the state is new.
+    state = sum(w.sizes.local_bytes(t, s) for k, (v, t, s) in enumerate(zip(op.operands, op.operand_types, carried))
+                if v not in w.region_args and v not in w.live_now and k not in early_invariant)
     returned, peak = w.region(body, carried, mult * trips, manual)  # leaves the body's checked peak
     peak += state
-    if w.nested_checked_peak is not None:
-        w.nested_checked_peak += state
-    ret = body.ops[-1] if body.ops else None
+    w.nested_checked_peak += state
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
         if k < len(returned) and t is not None and ret is not None:
             w.reshard(ret.operands[k], t, returned[k], want, mult * trips, "loop carry")
