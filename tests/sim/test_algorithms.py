@@ -84,6 +84,30 @@ def test_best_ring_order_turns_a_zigzag_into_the_square():
     assert best_ring_order(topo, square, bidirectional=True) == square  # already optimal: kept
 
 
+@pytest.mark.parametrize("slice_name, size, bidirectional", [
+    ("v5e:4x4", 8, True), ("v5e:4x4", 8, False), ("v5e:4x4", 6, True), ("v5e:2x4", 5, False), ("v4:2x2x2", 8, True),
+])
+def test_exact_ring_search_matches_the_plain_search_over_every_order(slice_name, size, bidirectional):
+    import itertools
+    import random
+
+    from aoizora.sim.algorithms import _exact_ring_order, _ring_cost
+
+    topo = get_topology(slice_name)
+    rng = random.Random(size * 2 + bidirectional)
+    for _ in range(3):
+        group = tuple(rng.sample(sorted(topo.positions), size))
+        # the definition: the first order (listed first) of least (bottleneck, longest hop, total hops)
+        best, best_cost = group, _ring_cost(topo, group, bidirectional)
+        for rest in itertools.permutations(group[1:]):
+            cost = _ring_cost(topo, (group[0], *rest), bidirectional)
+            if cost < best_cost:
+                best, best_cost = (group[0], *rest), cost
+        assert _exact_ring_order(topo, group, bidirectional) == best
+        assert best_ring_order(topo, group, bidirectional) == best  # memoised: the same answer again
+        assert best_ring_order(topo, group, bidirectional) == best
+
+
 def test_ring_order_switch_changes_the_simulated_time():
     topo = get_topology("v5e:2x4")
     # groups listed as zigzags over the two 2x2 squares
