@@ -31,6 +31,7 @@ phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirection
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping
 import math
@@ -174,10 +175,10 @@ def _search_ring_order(topology: Topology, group: tuple[int, ...], bidirectional
     n = len(group)
     if n <= 3:
         return group
-    best = group
-    best_cost = _ring_cost(topology, group, bidirectional)
     if n <= 8:
         return _exact_ring_order(topology, group, bidirectional)
+    best = group
+    best_cost = _ring_cost(topology, group, bidirectional)
     for seed in (group, *_seed_orders(topology, group)):
         cand, cost = _two_opt(topology, seed, bidirectional)
         if cost < best_cost:
@@ -200,8 +201,7 @@ def _exact_ring_order(topology: Topology, group: tuple[int, ...], bidirectional:
         for l in route:
             incidence[a, b, links[l]] += 1
         hops[a, b] = len(route)
-    perms = np.array([(0, *rest) for rest in itertools.permutations(range(1, n))], dtype=np.intp)
-    nxt = np.roll(perms, -1, axis=1)
+    perms, nxt = _cyclic_orders(n)
     loads = incidence[perms, nxt].sum(axis=1)
     if bidirectional:
         loads += incidence[nxt, perms].sum(axis=1)
@@ -209,6 +209,16 @@ def _exact_ring_order(topology: Topology, group: tuple[int, ...], bidirectional:
     # lexicographic (bottleneck load, longest hop, total hops); each part < 10^4 on any slice
     key = (loads.max(axis=1) * 10**4 + step_hops.max(axis=1)) * 10**4 + step_hops.sum(axis=1)
     return tuple(group[i] for i in perms[int(np.argmin(key))])
+
+
+@functools.lru_cache(maxsize=8)
+def _cyclic_orders(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every order of positions 0..n-1 starting at 0, in `itertools.permutations` order, and each
+    position's successor on the ring (the same for every group of n devices)."""
+    perms = np.array([(0, *rest) for rest in itertools.permutations(range(1, n))], dtype=np.intp)
+    nxt = np.roll(perms, -1, axis=1)
+    perms.flags.writeable = nxt.flags.writeable = False  # shared by every caller
+    return perms, nxt
 
 
 def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
