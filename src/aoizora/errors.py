@@ -41,6 +41,10 @@ class SimulationError(AoizoraError):
     """A program, placement and topology that the reference simulator cannot run together."""
 
 
+class BufferDumpError(AoizoraError):
+    """A compile dump without a readable buffer assignment."""
+
+
 class PlanFormatError(AoizoraError):
     """A plan file that is missing, not JSON, or not a valid plan of this schema version."""
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.hlo.program import OpaqueCost
+from aoizora.stage1.heap import Timeline
 from aoizora.stage1.ir import COLLECTIVE_OPS, IRModule, Op, Region, Sharding, TensorType, axis_size, group_axes
 
 # Ops that are pure plumbing (no compute, no HBM traffic of their own).
@@ -121,11 +122,15 @@ class Prediction:
     nodes: list[Node]
     argument_bytes: float
     output_bytes: float
-    peak_temp_bytes: float  # includes `async_copy_bytes`
+    # temporaries as memory_analysis() reports them: libtpu's temp allocation, packed from the
+    # walk's buffers as the compiler packs them (`heap.Timeline.packed_bytes`), plus `outside_bytes`
+    peak_temp_bytes: float
     notes: list[str] = field(default_factory=list)
-    # how much async collective fusion copies (outside libtpu's buffer assignment) add to the
-    # peak: in memory_analysis(), not in the compiler's HBM check
-    async_copy_bytes: float = 0.0
+    # the peak of what libtpu holds outside its buffer assignment (async collective fusion copies,
+    # all-reduce scratch): in memory_analysis(), not in the compiler's HBM check
+    outside_bytes: float = 0.0
+    # the most temporary bytes live at once, outside ones included (perfect packing would need this)
+    live_peak_temp_bytes: float = 0.0
 
     @property
     def ops(self) -> list[OpNode]:
@@ -171,7 +176,8 @@ class Prediction:
             "argument_bytes": self.argument_bytes,
             "output_bytes": self.output_bytes,
             "peak_temp_bytes": self.peak_temp_bytes,
-            "async_copy_bytes": self.async_copy_bytes,
+            "outside_bytes": self.outside_bytes,
+            "live_peak_temp_bytes": self.live_peak_temp_bytes,
         }
 
 
@@ -251,10 +257,8 @@ class _Walker:
         # results of all-gathers of computed values (activations) written in the program: libtpu
         # runs them as async collective fusions, which hold a second buffer of the result outside
         # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
-        # The compiler's HBM check does not count these copies: each region's walk also tracks its
-        # peak without them, handed to the enclosing op through `nested_checked_peak`.
+        # The compiler's HBM check does not count these copies (they go on the timeline as `outside`).
         self.async_gathered: set[tuple[int, int]] = set()
-        self.nested_checked_peak: float | None = None
         # the result buffers of the partial-sum reductions (all-reduce, reduce-scatter) the
         # current op needs: libtpu writes a reduction's result beside its input, not over it
         self.reduced_bytes = 0.0
@@ -262,6 +266,11 @@ class _Walker:
         self.region_args: set[int] = set()
         self.live_now: dict[int, float] = {}
         self._kernel_funcs: dict[str, bool] = {}
+        # every buffer the walk holds, with the ticks it is live in: libtpu's temp allocation is
+        # packed from these (`heap.py`); `walked` says an op's handler walked a region, which
+        # then recorded its own buffers
+        self.timeline = Timeline()
+        self.walked = False
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -313,7 +322,9 @@ class _Walker:
             if reduce:
                 n = self.sizes.n(reduce)
                 self.comm("all-reduce", reduce, cur, 2 * cur * (n - 1) / n, mult, False, f"{reason}: partial sums", deps)
-            self.reduced_bytes = max(self.reduced_bytes, cur)
+                # libtpu's all-reduce also takes a scratch buffer of its payload, outside the assignment
+                self.timeline.momentary(cur, outside=True, label=f"all-reduce scratch ({reason})")
+            self.reduced_bytes = max(self.reduced_bytes, cur)  # the result is written beside its input
             src = _with(src, src.dims)
         where_src = {a: i for i, d in enumerate(src.dims) for a in d}
         where_dst = {a: i for i, d in enumerate(dst.dims) for a in d}
@@ -338,8 +349,7 @@ class _Walker:
         ]
         self.early.update((self.frame, a) for a in f.body.args)
         arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings))
-        results, peak = self.region(f.body, shardings, 1, manual=False)
-        checked_peak = self.nested_checked_peak
+        results = self.region(f.body, shardings, 1, manual=False)
         out_bytes = 0.0
         ret = f.body.ops[-1] if f.body.ops else None
         for k, (t, want) in enumerate(zip(f.result_types, f.result_shardings)):
@@ -348,10 +358,12 @@ class _Walker:
             if t is not None:
                 self.reshard(ret.operands[k] if ret else -1, t, have, target, 1, "result")
                 out_bytes += self.sizes.local_bytes(t, target)
-        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, peak, self.notes, peak - checked_peak)
+        outside = self.timeline.live_peak(outside=True)
+        return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, self.timeline.packed_bytes() + outside,
+                          self.notes, outside, self.timeline.live_peak())
 
-    def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float]:
-        """Walk a region; returns the shardings of its returned values and its peak temporary bytes."""
+    def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+        """Walk a region, recording its buffers on the timeline; returns the shardings it returns."""
         env: dict[int, Sharding] = dict(zip(region.args, arg_shardings))
         types: dict[int, TensorType | None] = dict(zip(region.args, region.arg_types))
         last_use: dict[int, int] = {}
@@ -366,66 +378,63 @@ class _Walker:
         free_at: dict[int, int] = {}
         backing: dict[int, tuple[int, ...]] = {}
         computed: set[int] = set()  # fused results that compute something (not a view)
-        live_bytes = 0.0
-        copies: dict[int, float] = {}  # async collective copies of live results (in live_bytes too)
-        copy_bytes = 0.0  # their sum
         # collective permutes start as soon as their operand exists (see `_permute_issue_points`)
         issued_at = _permute_issue_points(region)
         issued = {r for points in issued_at.values() for r, _, _ in points}
 
-        def issue(at: int) -> float:
-            added = 0.0
+        handles: dict[int, list[int]] = {}  # a live buffer's timeline entries
+        tl = self.timeline
+
+        def issue(at: int) -> None:
             for r, t, operand in issued_at.get(at, ()):
                 if r in last_use:
                     live[r] = self.sizes.local_bytes(t, env.get(operand))
                     free_at[r] = last_use[r]
-                    added += live[r]
-            return added
+                    handles[r] = [tl.open(live[r], label=f"permute {t}")]
 
-        peak = checked_peak = 0.0
         returned: list[Sharding] = []
         enclosing = (self.reduced_bytes, self.region_args, self.live_now)
         self.region_args, self.live_now = set(region.args), live
-        live_bytes += issue(-1)  # permutes of the region's arguments
+        issue(-1)  # permutes of the region's arguments
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
             if op.name in ("func.return", "stablehlo.return", "sdy.return"):
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
                 break
-            self.nested_checked_peak = None
             self.reduced_bytes = 0.0
+            self.walked = False
+            op_tick = tl.tick()
             outs, inner_peak, materialize = self.op(op, env, mult, manual)
-            inner_checked = inner_peak if self.nested_checked_peak is None else self.nested_checked_peak
-            inner_peak, inner_checked = max(inner_peak, self.reduced_bytes), max(inner_checked, self.reduced_bytes)
+            walked = self.walked
+            inner_peak = max(inner_peak, self.reduced_bytes)
             if op.results and op.results[0] in issued:
-                inner_peak = inner_checked = 0.0  # an issued permute: its buffer is already live
+                inner_peak = 0.0  # an issued permute: its buffer is already live
+            written = 0.0
             if self._is_kernel_call(op):
                 # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
                 # cast) are written out as buffers for the call's duration; views cost nothing
                 written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
                               if v in computed)
                 inner_peak += written
-                inner_checked += written
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
             if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
                 self.early.update((self.frame, r) for r in op.results)
-            peak = max(peak, live_bytes + inner_peak)
-            checked_peak = max(checked_peak, live_bytes - copy_bytes + inner_checked)
+            opened = 0.0
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
                     if r in last_use and r not in live:
                         b = self.sizes.local_bytes(t, s)
+                        handles[r] = [tl.open(b, label=f"{op.name} {t}")]
+                        opened += b
                         if (self.frame, r) in self.async_gathered:
-                            copies[r] = b
-                            copy_bytes += b
-                            b *= 2
+                            handles[r].append(tl.open(b, outside=True, label=f"async copy {t}"))
+                            opened += b
                         live[r] = b
                         free_at[r] = last_use[r]
-                        live_bytes += b
             else:
                 if op.name not in NON_COMPUTING or any(v in computed for v in op.operands):
                     computed.update(op.results)
@@ -435,18 +444,28 @@ class _Walker:
                     if op.name in VIEW_OPS:
                         for b in reads:
                             free_at[b] = max(free_at[b], last_use.get(r, i))
-            live_bytes += issue(i)
-            peak = max(peak, live_bytes)
-            checked_peak = max(checked_peak, live_bytes - copy_bytes)
+            # the op's transients beside its results: a walked region recorded its own buffers
+            if walked:
+                tl.momentary(self.reduced_bytes, at=op_tick, label=f"reduced partial sums at {op.name}")
+                if written:
+                    tl.close(tl.open(written, start=op_tick, label=f"kernel operands written out for {op.name}"))
+            else:
+                tl.momentary(inner_peak - opened, at=op_tick, label=f"transient of {op.name}")
+            issue(i)
             for v in [v for v in live if free_at[v] <= i]:
-                live_bytes -= live.pop(v)
-                copy_bytes -= copies.pop(v, 0.0)
-        self.nested_checked_peak = checked_peak
+                live.pop(v)
+                for h in handles.pop(v, ()):
+                    tl.close(h)
         self.reduced_bytes, self.region_args, self.live_now = enclosing
-        return returned, peak
+        self.walked = True
+        return returned
 
     def op(self, op: Op, env: dict[int, Sharding], mult: int, manual: bool) -> tuple[list[Sharding], float, bool]:
-        """Propagate shardings through one op, emit its nodes; (result shardings, inner peak, materialized)."""
+        """Propagate shardings through one op, emit its nodes; (result shardings, transient bytes, materialized).
+
+        The transient bytes are what the op needs beside its live operands while it runs (gathered
+        operands, its results); an op that walks a region records that region's buffers itself.
+        """
         name = op.name
         ins = [env.get(v, _rep(t.rank if t else 0)) if t is not None else _rep(0) for v, t in zip(op.operands, op.operand_types)]
         if manual:
@@ -990,12 +1009,12 @@ def _manual(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     for v, t, s, want in zip(op.operands, op.operand_types, ins, in_sh):
         if t is not None:
             transient = max(transient, w.reshard(v, t, s, _fit(want, t, w.sizes), mult, reason))
+    w.timeline.momentary(transient, label="shard_map operands resharded")
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
     w.early.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.early)
-    _, peak = w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True)
-    w.nested_checked_peak = max(transient, w.nested_checked_peak)
+    w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True)
     outs = [_fit(s, t, w.sizes) if t is not None else _rep(0) for s, t in zip(out_sh, op.result_types)]
-    return outs, max(transient, peak), True
+    return outs, 0.0, True
 
 
 def _contains(module: IRModule, region: Region, name: str) -> bool:
@@ -1025,6 +1044,8 @@ def _collective(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool
         "all-to-all": payload * (n - 1) / n,
     }.get(c.kind, payload)
     i = w.comm(c.kind, axes, payload, recv, mult, True, "written in the program", w._deps(op.operands))
+    if c.kind == "all-reduce":
+        w.timeline.momentary(payload, outside=True, label="all-reduce scratch")
     for r in op.results:
         w.producer[r] = i
     if c.kind == "all-gather" and (w.frame, op.operands[0]) not in w.early:
@@ -1054,13 +1075,14 @@ def _while(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     # is. Otherwise (a fused producer) the state is new.
     state = sum(w.sizes.local_bytes(t, s) for k, (v, t, s) in enumerate(zip(op.operands, op.operand_types, carried))
                 if v not in w.region_args and v not in w.live_now and k not in early_invariant)
-    returned, peak = w.region(body, carried, mult * trips, manual)  # leaves the body's checked peak
-    peak += state
-    w.nested_checked_peak += state
+    held = w.timeline.open(state, label="loop state")
+    returned = w.region(body, carried, mult * trips, manual)
+    w.timeline.close(held)
+    w.timeline.tick()  # the results take the state's buffers over
     for k, (t, want) in enumerate(zip(op.result_types, carried)):
         if k < len(returned) and t is not None and ret is not None:
             w.reshard(ret.operands[k], t, returned[k], want, mult * trips, "loop carry")
-    return carried, peak, True
+    return carried, 0.0, True
 
 
 def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
@@ -1070,7 +1092,7 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     w.frames += 1
     w.frame = w.frames
     w.early.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
-    returned, peak = w.region(f.body, ins, mult, manual)  # leaves the callee's checked peak
+    returned = w.region(f.body, ins, mult, manual)
     ret_early = [(w.frame, v) in w.early for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
     w.early.update((saved, r) for r, e in zip(op.results, ret_early) if e)
@@ -1080,19 +1102,15 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
             if v in w.producer:
                 w.producer[r] = w.producer[v]
     outs = [returned[k] if k < len(returned) else _rep(t.rank if t else 0) for k, t in enumerate(op.result_types)]
-    return outs, peak, False
+    return outs, 0.0, False
 
 
 def _case(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     outs: list[Sharding] = []
-    peak = checked = 0.0
-    for r in op.regions:
-        ret, p = w.region(r, [], mult, manual)
-        peak, checked = max(peak, p), max(checked, w.nested_checked_peak)
-        outs = outs or ret
-    w.nested_checked_peak = checked
+    for r in op.regions:  # one branch runs; walked one after the other, each holds its own buffers
+        outs = outs or w.region(r, [], mult, manual)
     outs = outs or [_rep(t.rank if t else 0) for t in op.result_types]
-    return outs, peak, True
+    return outs, 0.0, True
 
 
 def _other(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):

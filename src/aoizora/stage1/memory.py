@@ -3,8 +3,9 @@
 Why: a strategy that does not fit fails to compile (`RESOURCE_EXHAUSTED`) after seconds of
 compile time; Stage 1 drops it from the lowered IR alone. The estimate mirrors the three figures
 of `compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs,
-and temporaries — the peak of live intermediate buffers found by the prediction DAG's liveness
-walk (results of contractions, reductions, kernels, collectives and loop carries; elementwise
+and temporaries — the intermediate buffers found by the prediction DAG's liveness walk, packed
+into one allocation the way libtpu packs them (best fit, in the order buffers are born; see
+`heap.py`), which takes more than their live peak (results of contractions, reductions, kernels, collectives and loop carries; elementwise
 and layout ops are assumed fused into their consumers, except into an opaque kernel; a view
 keeps its buffer live; a loop body counts once; an all-gather of an activation holds a second
 copy of its result, libtpu's async collective fusion buffer; a collective permute's result is
@@ -12,10 +13,11 @@ live from its operand's definition, as libtpu issues it then; a loop's state own
 whole loop; a partial-sum all-reduce writes its result beside its input). The limit is the HBM the compiler
 allows one program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 
-The async collective copies are outside libtpu's buffer assignment: `memory_analysis()` reports
-them, but the compiler's out-of-HBM check does not count them (programs reported at up to 15.99
-GiB compiled under v5e's 15.75 GiB limit). So the estimate includes them and the fit leaves them
-out (benchmarks/RESULTS.md, "Async collective fusion buffers").
+The async collective copies and an all-reduce's scratch (a buffer of its payload) are outside
+libtpu's buffer assignment: `memory_analysis()` reports them, but the compiler's out-of-HBM check
+does not count them (programs reported at up to 15.99 GiB compiled under v5e's 15.75 GiB limit).
+So the estimate includes them and the fit leaves them out (benchmarks/RESULTS.md, "Async
+collective fusion buffers", "The compiler's temp allocation is a linear scan").
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class MemoryEstimate:
     temp_bytes: float
     hbm_bytes: int
     slack: float
-    async_copy_bytes: float = 0.0  # peak with the async copies minus the peak without them
+    outside_bytes: float = 0.0  # held outside libtpu's buffer assignment (not in its HBM check)
 
     @property
     def total_bytes(self) -> float:
@@ -44,8 +46,8 @@ class MemoryEstimate:
 
     @property
     def checked_bytes(self) -> float:
-        """What the compiler compares with its HBM limit: the peak walked without the copies."""
-        return self.total_bytes - self.async_copy_bytes
+        """What the compiler compares with its HBM limit: everything but `outside_bytes`."""
+        return self.total_bytes - self.outside_bytes
 
     @property
     def fits(self) -> bool:
@@ -58,7 +60,7 @@ class MemoryEstimate:
             return ""
         return (
             f"needs ~{self.checked_bytes / GIB:.2f} GiB per device (arguments {self.argument_bytes / GIB:.2f}, "
-            f"outputs {self.output_bytes / GIB:.2f}, temporaries {(self.temp_bytes - self.async_copy_bytes) / GIB:.2f}) "
+            f"outputs {self.output_bytes / GIB:.2f}, temporaries {(self.temp_bytes - self.outside_bytes) / GIB:.2f}) "
             f"> {self.hbm_bytes * self.slack / GIB:.2f} GiB of HBM the compiler allows"
         )
 
@@ -67,7 +69,7 @@ class MemoryEstimate:
             "argument_bytes": self.argument_bytes,
             "output_bytes": self.output_bytes,
             "temp_bytes": self.temp_bytes,
-            "async_copy_bytes": self.async_copy_bytes,
+            "outside_bytes": self.outside_bytes,
             "total_bytes": self.total_bytes,
             "hbm_bytes": self.hbm_bytes,
             "fits": self.fits,
@@ -77,4 +79,4 @@ class MemoryEstimate:
 def estimate_memory(prediction: Prediction, hardware: HardwareProfile, slack: float = 1.0) -> MemoryEstimate:
     """Memory per device. `slack` > 1 keeps borderline strategies (the estimate is approximate)."""
     return MemoryEstimate(prediction.argument_bytes, prediction.output_bytes, prediction.peak_temp_bytes,
-                          hardware.hbm_usable_bytes, slack, prediction.async_copy_bytes)
+                          hardware.hbm_usable_bytes, slack, prediction.outside_bytes)

@@ -1,0 +1,186 @@
+"""Stage 1's HBM check against libtpu's buffer assignment, on every legal strategy of the grid.
+
+    .venv/bin/python benchmarks/memory_assignment.py --out /tmp/assign.jsonl            # 18 cells
+    .venv/bin/python benchmarks/memory_assignment.py --topologies v5e:2x2 --frames 21 --out F
+
+libtpu writes its buffer assignment (`xla_dump_to`) a few seconds into a compile whose back end
+then runs for a minute or more; each strategy is compiled in a child process that exits as soon as
+the assignment is on disk (~2 s per strategy here instead of ~40 s). The compiler refuses a
+program when parameters + outputs + preallocated temp exceed the HBM it allows (`hbm_usable_bytes`);
+memory it holds outside the assignment (async collective copies, all-reduce scratch) is not
+checked. Stage 1's counterpart is `MemoryEstimate.checked_bytes`. Printed: the error of the
+checked estimate on every strategy the compiler accepts, and the verdicts — strategies Stage 1
+drops that the compiler accepts (must be none), and refusals Stage 1 keeps (Stage 2 then compiles
+the next-ranked strategy instead). Results go to `--out` (JSON lines; a rerun skips what is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+GIB = 2**30
+MODEL = "wan2.1-t2v-14b"
+
+
+def child(topology: str, resolution: str, frames: int, key: str) -> None:
+    """Compile one strategy until libtpu has written its buffer assignment; print it as JSON."""
+    import jax
+
+    from aoizora.hlo.buffer_dump import dump_ready, read_buffer_assignment
+    from aoizora.models.registry import wan_space
+    from aoizora.stage1.search import _lower
+    from aoizora.topology import get_topology
+
+    space = wan_space(MODEL, resolution, frames)
+    topo = get_topology(topology)
+    strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
+    lowered = _lower(space, strategy, topo)
+    dump = tempfile.mkdtemp(prefix="aoizora-assign-")
+    record = {"topology": topology, "resolution": resolution, "frames": frames, "key": key}
+
+    def report() -> None:
+        while not dump_ready(dump):
+            time.sleep(0.1)
+        time.sleep(0.3)  # the files are written one after the other; let the last one finish
+        a = read_buffer_assignment(dump)
+        record.update(temp_bytes=a.temp_bytes, parameter_bytes=a.parameter_bytes, output_bytes=a.output_bytes)
+        print("RESULT " + json.dumps(record), flush=True)
+        shutil.rmtree(dump, ignore_errors=True)
+        os._exit(0)  # the back end would run for another minute: the assignment is all we need
+
+    threading.Thread(target=report, daemon=True).start()
+    try:
+        lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True})
+    except Exception as e:  # noqa: BLE001 - reported, the parent decides
+        time.sleep(1.0)
+        if not dump_ready(dump):
+            record["error"] = str(e).splitlines()[0][:300]
+            print("RESULT " + json.dumps(record), flush=True)
+            shutil.rmtree(dump, ignore_errors=True)
+            os._exit(0)
+    time.sleep(30)  # compiled before the watcher fired (tiny programs): let it report
+
+
+def collect(jobs: list[tuple[str, str, int, str]], out: Path, parallel: int) -> None:
+    running: list[subprocess.Popen] = []
+
+    def reap(block: bool) -> None:
+        for p in list(running):
+            if block or p.poll() is not None:
+                stdout, _ = p.communicate()
+                running.remove(p)
+                for line in stdout.splitlines():
+                    if line.startswith("RESULT "):
+                        with out.open("a") as f:
+                            f.write(line[7:] + "\n")
+
+    t0 = time.perf_counter()
+    for n, (topology, resolution, frames, key) in enumerate(jobs, 1):
+        while len(running) >= parallel:
+            reap(False)
+            time.sleep(0.1)
+        running.append(subprocess.Popen(
+            [sys.executable, __file__, "--child", topology, resolution, str(frames), key],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        if n % 25 == 0:
+            print(f"  {n}/{len(jobs)} strategies, {time.perf_counter() - t0:.0f} s", flush=True)
+    while running:
+        reap(True)
+    print(f"  {len(jobs)} strategies in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def evaluate(records: list[dict]) -> None:
+    from aoizora.models.registry import wan_space
+    from aoizora.stage1 import search
+    from aoizora.stage1.dag import predict
+    from aoizora.stage1.ir import read_module
+    from aoizora.stage1.memory import estimate_memory
+    from aoizora.topology import get_topology
+
+    spaces: dict[tuple[str, int], object] = {}
+    errors, false_drops, kept_refusals, refusals = [], [], [], 0
+    for r in records:
+        if "temp_bytes" not in r:
+            print(f"  no assignment: {r['topology']} {r['resolution']} {r['frames']}f {r['key']}: {r.get('error')}")
+            continue
+        space = spaces.setdefault((r["resolution"], r["frames"]), wan_space(MODEL, r["resolution"], r["frames"]))
+        topo = get_topology(r["topology"])
+        strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == r["key"])
+        pred = predict(read_module(search._lower(space, strategy, topo)), lambda call, s=strategy: space.kernel_cost(s, call))
+        est = estimate_memory(pred, topo.hardware)
+        libtpu = r["temp_bytes"] + r["parameter_bytes"] + r["output_bytes"]
+        accepted = libtpu <= topo.hardware.hbm_usable_bytes
+        label = f"{r['topology']} {r['resolution']} {r['frames']}f {r['key']}"
+        if accepted:
+            errors.append((est.checked_bytes / libtpu - 1, label))
+            if not est.fits:
+                false_drops.append(label)
+        else:
+            refusals += 1
+            if est.fits:
+                kept_refusals.append(label)
+    if not errors:
+        raise SystemExit("no strategy with a buffer assignment in these records")
+    abs_err = [abs(e) for e, _ in errors]
+    print(f"\nchecked bytes (parameters + outputs + temp) on the {len(errors)} strategies the compiler accepts:")
+    print(f"  within 15 %: {sum(e <= 0.15 for e in abs_err)}/{len(errors)}, median |error| {statistics.median(abs_err):.1%}, "
+          f"mean {statistics.mean(abs_err):.1%}, max {max(abs_err):.1%}; "
+          f"under by > 15 %: {sum(e < -0.15 for e, _ in errors)}, over by > 15 %: {sum(e > 0.15 for e, _ in errors)}")
+    for e, label in sorted(errors, key=lambda x: -abs(x[0]))[:10]:
+        print(f"    {e:+6.1%}  {label}")
+    print(f"verdicts on {len(errors) + refusals} strategies: the compiler accepts {len(errors)}, Stage 1 drops "
+          f"{len(false_drops)} of them; it refuses {refusals}, Stage 1 keeps {len(kept_refusals)} of them")
+    for label in false_drops:
+        print(f"    accepted, dropped: {label}")
+    for label in kept_refusals:
+        print(f"    refused, kept: {label}")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="JSON lines of buffer assignments (appended; reruns resume)")
+    ap.add_argument("--topologies", default="v5e:2x2,v5e:2x4,v5e:4x4")
+    ap.add_argument("--resolutions", default="480p,720p")
+    ap.add_argument("--frames", default="21,41,81")
+    ap.add_argument("--parallel", type=int, default=2, help="child compiles at once")
+    ap.add_argument("--report-only", action="store_true", help="evaluate what --out holds, compile nothing")
+    args = ap.parse_args()
+
+    from aoizora.models.registry import wan_space
+    from aoizora.topology import get_topology
+
+    out = Path(args.out)
+    cells = [(t, r, int(f)) for t in args.topologies.split(",") for r in args.resolutions.split(",")
+             for f in args.frames.split(",")]
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            rec = json.loads(line)
+            done.add((rec["topology"], rec["resolution"], rec["frames"], rec["key"]))
+    jobs = [(t, r, f, c.key) for t, r, f in cells
+            for c in wan_space(MODEL, r, f).candidates(get_topology(t).num_devices)
+            if c.legal and (t, r, f, c.key) not in done]
+    if jobs and not args.report_only:
+        print(f"{len(jobs)} legal strategies to compile up to the buffer assignment", flush=True)
+        collect(jobs, out, args.parallel)
+    wanted = {(t, r, f) for t, r, f in cells}
+    records = [rec for rec in map(json.loads, out.read_text().splitlines())
+               if (rec["topology"], rec["resolution"], rec["frames"]) in wanted] if out.exists() else []
+    evaluate(records)
+
+
+if __name__ == "__main__":
+    main()
