@@ -24,6 +24,10 @@ dot_general, reshape, transpose, reduce, broadcast, concatenate, slices and pads
 resolved by keeping the most sharded operand), reset by every sharding constraint. Shardy also
 propagates backwards; this forward pass is cheaper and is checked against compiled HLO in the
 tests. Loop bodies (scans) are walked once and scaled by their trip count.
+
+The same walk is a liveness walk: every buffer it holds (materialized results, loop state,
+transients of one op, what libtpu keeps outside its buffer assignment) goes on a
+`heap.Timeline`, which packs them as libtpu packs its temp (`memory.py` has the rules).
 """
 
 from __future__ import annotations
