@@ -24,6 +24,7 @@ def test_a_buffer_born_into_a_fragmented_heap_goes_on_top():
     tl = _timeline([(0, 1, 60), (0, 3, 50), (2, 3, 100)])
     assert tl.live_peak() == 150
     assert tl.packed_bytes() == 210
+    assert tl.peak_tick() == 2 and tl.live_at(2) == [1, 2]  # B and C: what the peak is made of
 
 
 def test_best_fit_takes_the_smallest_hole_that_fits():
