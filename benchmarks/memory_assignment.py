@@ -101,10 +101,7 @@ def collect(jobs: list[tuple[str, str, int, str]], out: Path, parallel: int) -> 
 
 def evaluate(records: list[dict]) -> None:
     from aoizora.models.registry import wan_space
-    from aoizora.stage1 import search
-    from aoizora.stage1.dag import predict
-    from aoizora.stage1.ir import read_module
-    from aoizora.stage1.memory import estimate_memory
+    from aoizora.stage1.search import ArgumentsDoNotFit, analyse
     from aoizora.topology import get_topology
 
     spaces: dict[tuple[str, int], object] = {}
@@ -116,18 +113,21 @@ def evaluate(records: list[dict]) -> None:
         space = spaces.setdefault((r["resolution"], r["frames"]), wan_space(MODEL, r["resolution"], r["frames"]))
         topo = get_topology(r["topology"])
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == r["key"])
-        pred = predict(read_module(search._lower(space, strategy, topo)), lambda call, s=strategy: space.kernel_cost(s, call))
-        est = estimate_memory(pred, topo.hardware)
+        try:
+            est = analyse(space, strategy, topo)[2]
+        except ArgumentsDoNotFit:  # Stage 1 drops it before lowering
+            est = None
         libtpu = r["temp_bytes"] + r["parameter_bytes"] + r["output_bytes"]
         accepted = libtpu <= topo.hardware.hbm_usable_bytes
         label = f"{r['topology']} {r['resolution']} {r['frames']}f {r['key']}"
         if accepted:
-            errors.append((est.checked_bytes / libtpu - 1, label))
-            if not est.fits:
+            if est is None or not est.fits:
                 false_drops.append(label)
+            if est is not None:
+                errors.append((est.checked_bytes / libtpu - 1, label))
         else:
             refusals += 1
-            if est.fits:
+            if est is not None and est.fits:
                 kept_refusals.append(label)
     if not errors:
         raise SystemExit("no strategy with a buffer assignment in these records")

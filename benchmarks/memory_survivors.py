@@ -62,10 +62,7 @@ def _records(out: Path) -> list[dict]:
 
 def evaluate(records: list[dict]) -> None:
     from aoizora.models.registry import wan_space
-    from aoizora.stage1 import search
-    from aoizora.stage1.dag import predict
-    from aoizora.stage1.ir import read_module
-    from aoizora.stage1.memory import estimate_memory
+    from aoizora.stage1.search import ArgumentsDoNotFit, analyse
     from aoizora.topology import get_topology
 
     errors = []
@@ -77,8 +74,7 @@ def evaluate(records: list[dict]) -> None:
         space = wan_space(MODEL, r["resolution"], r["frames"])
         topo = get_topology(r["topology"])
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == r["key"])
-        pred = predict(read_module(search._lower(space, strategy, topo)), lambda call, s=strategy: space.kernel_cost(s, call))
-        est = estimate_memory(pred, topo.hardware)
+        est = analyse(space, strategy, topo)[2]
         errors.append((est.total_bytes / r["memory_bytes"] - 1, label, est.total_bytes, r["memory_bytes"]))
     if not errors:
         raise SystemExit("no compiled survivor in these records")

@@ -103,12 +103,12 @@ def read_buffer_assignment(directory: str | Path, with_buffers: bool = False) ->
             by_offset.setdefault(offset, []).append((*ranges[name], size, name))
     for offset, values in by_offset.items():
         values.sort()
-        group: list[tuple[int, int, int, str]] = []
-        for v in values + [(-1, -1, 0, "")]:  # a sentinel closes the last group
-            if group and (v[0] < 0 or v[0] > max(g[1] for g in group)):
-                out.temp_buffers.append(TempBuffer(offset, max(g[2] for g in group), group[0][0],
-                                                   max(g[1] for g in group), tuple(g[3] for g in group)))
-                group = []
-            if v[0] >= 0:
-                group.append(v)
+        start, end, size, names = values[0][0], values[0][1], 0, []
+        for v_start, v_end, v_size, name in values:
+            if v_start > end:  # a gap: the slot was reused by another buffer
+                out.temp_buffers.append(TempBuffer(offset, size, start, end, tuple(names)))
+                start, end, size, names = v_start, v_end, 0, []
+            end, size = max(end, v_end), max(size, v_size)
+            names.append(name)
+        out.temp_buffers.append(TempBuffer(offset, size, start, end, tuple(names)))
     return out

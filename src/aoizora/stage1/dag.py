@@ -409,18 +409,18 @@ class _Walker:
             self.reduced_bytes = 0.0
             self.walked = False
             op_tick = tl.tick()
-            outs, inner_peak, materialize = self.op(op, env, mult, manual)
+            outs, transient, materialize = self.op(op, env, mult, manual)
             walked = self.walked
-            inner_peak = max(inner_peak, self.reduced_bytes)
+            transient = max(transient, self.reduced_bytes)
             if op.results and op.results[0] in issued:
-                inner_peak = 0.0  # an issued permute: its buffer is already live
+                transient = 0.0  # an issued permute: its buffer is already live
             written = 0.0
             if self._is_kernel_call(op):
                 # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
                 # cast) are written out as buffers for the call's duration; views cost nothing
                 written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
                               if v in computed)
-                inner_peak += written
+                transient += written
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
@@ -454,7 +454,7 @@ class _Walker:
                 if written:
                     tl.close(tl.open(written, start=op_tick, label=f"kernel operands written out for {op.name}"))
             else:
-                tl.momentary(inner_peak - opened, at=op_tick, label=f"transient of {op.name}")
+                tl.momentary(transient - opened, at=op_tick, label=f"transient of {op.name}")
             issue(i)
             for v in [v for v in live if free_at[v] <= i]:
                 live.pop(v)

@@ -5,13 +5,14 @@ compile time; Stage 1 drops it from the lowered IR alone. The estimate mirrors t
 of `compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs,
 and temporaries — the intermediate buffers found by the prediction DAG's liveness walk, packed
 into one allocation the way libtpu packs them (best fit, in the order buffers are born; see
-`heap.py`), which takes more than their live peak (results of contractions, reductions, kernels, collectives and loop carries; elementwise
-and layout ops are assumed fused into their consumers, except into an opaque kernel; a view
-keeps its buffer live; a loop body counts once; an all-gather of an activation holds a second
-copy of its result, libtpu's async collective fusion buffer; a collective permute's result is
-live from its operand's definition, as libtpu issues it then; a loop's state owns buffers for the
-whole loop; a partial-sum all-reduce writes its result beside its input). The limit is the HBM the compiler
-allows one program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
+`heap.py`), which takes more than their live peak. The buffers: results of contractions,
+reductions, kernels, collectives and loop carries; elementwise and layout ops are assumed fused
+into their consumers, except into an opaque kernel; a view keeps its buffer live; a loop body
+counts once; an all-gather of an activation holds a second copy of its result, libtpu's async
+collective fusion buffer; a collective permute's result is live from its operand's definition,
+as libtpu issues it then; a loop's state owns buffers for the whole loop; a partial-sum
+all-reduce writes its result beside its input. The limit is the HBM the compiler allows one
+program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 
 The async collective copies and an all-reduce's scratch (a buffer of its payload) are outside
 libtpu's buffer assignment: `memory_analysis()` reports them, but the compiler's out-of-HBM check
