@@ -190,6 +190,13 @@ class Prediction:
 
 # Ops that only relabel a buffer's elements: the compiler assigns layouts so that they cost no copy.
 VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
+
+# How far ahead of its first use a gathered weight is fetched, in buffer-writing ops. libtpu's
+# depth varies (probes on v5e:2x4, scanned layers of FSDP weights gathered up front: 3 of 6
+# 32 MiB weights live at once, 4 of 6 72 MiB ones, all 4 of 4 128 MiB ones); 3 fits best the
+# buffer assignments of all 741 Wan 14B programs of the grid it accepts (benchmarks/RESULTS.md,
+# "Weights fetched ahead of use, lane relayouts").
+WEIGHT_PREFETCH_OPS = 3
 # Fused ops that compute nothing new from a buffer (a view, or values made from constants).
 NON_COMPUTING = VIEW_OPS | {"stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.iota", "func.call"}
 
@@ -387,6 +394,12 @@ class _Walker:
         issued = {r for points in issued_at.values() for r, _, _ in points}
 
         handles: dict[int, list[int]] = {}  # a live buffer's timeline entries
+        # A weight gathered by a sharding constraint (an early value: a parameter or a slice of
+        # one) is not held from the constraint on: libtpu's scheduler issues each weight's
+        # all-gather a few ops ahead of its first use (`WEIGHT_PREFETCH_OPS`).
+        prefetched: dict[int, tuple[float, str]] = {}  # gathered weights not yet fetched
+        compute_ticks: list[int] = []  # ticks of the ops that wrote a buffer, in order
+        region_start = self.timeline.now
         tl = self.timeline
 
         def issue(at: int) -> None:
@@ -427,18 +440,27 @@ class _Walker:
             if op.name in EARLY_PASS and op.operands and (self.frame, op.operands[0]) in self.early:
                 self.early.update((self.frame, r) for r in op.results)
             opened = 0.0
+            for v in {v for v in op.operands if v in prefetched}:
+                b, label = prefetched.pop(v)
+                ahead = compute_ticks[-WEIGHT_PREFETCH_OPS] if len(compute_ticks) >= WEIGHT_PREFETCH_OPS else region_start
+                handles[v] = [tl.open(b, start=ahead, label=label)]
             if materialize:
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
                     if r in last_use and r not in live:
                         b = self.sizes.local_bytes(t, s)
-                        handles[r] = [tl.open(b, label=f"{op.name} {t}")]
-                        opened += b
-                        if (self.frame, r) in self.async_gathered:
-                            handles[r].append(tl.open(b, outside=True, label=f"async copy {t}"))
+                        if op.name == "sdy.sharding_constraint" and (self.frame, r) in self.early:
+                            prefetched[r] = (b, f"gathered weight {t}")  # born when fetched, below
+                        else:
+                            handles[r] = [tl.open(b, label=f"{op.name} {t}")]
                             opened += b
+                            if (self.frame, r) in self.async_gathered:
+                                handles[r].append(tl.open(b, outside=True, label=f"async copy {t}"))
+                                opened += b
                         live[r] = b
                         free_at[r] = last_use[r]
+                if op.name != "sdy.sharding_constraint" and not walked:
+                    compute_ticks.append(op_tick)
             else:
                 if op.name not in NON_COMPUTING or any(v in computed for v in op.operands):
                     computed.update(op.results)
@@ -883,7 +905,25 @@ def _reshape(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
         kept = _with(s, [tuple(a for a in d if a not in lost) for d in s.dims], s.unreduced)
         transient = w.reshard(op.operands[0], src_t, s, kept, mult, "reshape")
     out = _with(s, out_dims, s.unreduced)
+    if _relayout(src_t.shape, dst_t.shape):
+        # not a bitcast on TPU: libtpu writes the operand out, reshapes it into a new buffer and
+        # copies that into a tiled layout (two buffers of the result's size at a time)
+        return [out], transient + w.sizes.local_bytes(dst_t, out), True
     return [out], transient, False
+
+
+LANES = 128  # TPU tiles the two minor dimensions of an array (8, 128): the minor one in 128 lanes
+
+
+def _relayout(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether a reshape moves elements between lanes: it changes the minor (non-unit) dimension
+    and one side's minor dimension is not a whole number of lane tiles (e.g. (..., 128) ->
+    (..., 64, 2), the interleaved pairs of rotary embeddings)."""
+    a = [d for d in src if d != 1]
+    b = [d for d in dst if d != 1]
+    if not a or not b or a[-1] == b[-1]:
+        return False
+    return a[-1] % LANES != 0 or b[-1] % LANES != 0
 
 
 def _reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[tuple[int, int], tuple[int, int]]]:

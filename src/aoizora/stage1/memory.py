@@ -7,11 +7,13 @@ and temporaries — the intermediate buffers found by the prediction DAG's liven
 into one allocation the way libtpu packs them (best fit, in the order buffers are born; see
 `heap.py`), which takes more than their live peak. The buffers: results of contractions,
 reductions, kernels, collectives and loop carries; elementwise and layout ops are assumed fused
-into their consumers, except into an opaque kernel; a view keeps its buffer live; a loop body
-counts once; an all-gather of an activation holds a second copy of its result, libtpu's async
-collective fusion buffer; a collective permute's result is live from its operand's definition,
-as libtpu issues it then; a loop's state owns buffers for the whole loop; a partial-sum
-all-reduce writes its result beside its input. The limit is the HBM the compiler allows one
+into their consumers, except into an opaque kernel, and except a reshape that moves elements
+across the 128 TPU lanes (a relayout copy); a view keeps its buffer live; a loop body counts
+once; a weight gathered by a sharding constraint is fetched a few ops ahead of its first use;
+an all-gather of an activation holds a second copy of its result, libtpu's async collective
+fusion buffer; a collective permute's result is live from its operand's definition, as libtpu
+issues it then; a loop's state owns buffers for the whole loop; a partial-sum all-reduce writes
+its result beside its input. The limit is the HBM the compiler allows one
 program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 
 The async collective copies and an all-reduce's scratch (a buffer of its payload) are outside
