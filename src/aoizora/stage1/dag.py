@@ -192,10 +192,11 @@ class Prediction:
 VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
 
 # How far ahead of its first use a gathered weight is fetched, in buffer-writing ops. libtpu's
-# depth varies (probes on v5e:2x4, scanned layers of FSDP weights gathered up front: 3 of 6
-# 32 MiB weights live at once, 4 of 6 72 MiB ones, all 4 of 4 128 MiB ones); 3 fits best the
-# buffer assignments of all 741 Wan 14B programs of the grid it accepts (benchmarks/RESULTS.md,
-# "Weights fetched ahead of use, lane relayouts").
+# depth varies with the program (probes on v5e:2x4, scanned layers of FSDP weights gathered up
+# front: 3 of 6 32 MiB weights live at once, 4 of 6 72 MiB ones, all 4 of 4 128 MiB ones); 3
+# reproduces the two probes where it holds back. On the 741 Wan 14B programs of the grid the
+# compiler accepts, depths 3 to 8 fit its buffer assignments about equally (benchmarks/RESULTS.md,
+# "Weights fetched ahead of use, and lane relayouts").
 WEIGHT_PREFETCH_OPS = 3
 # Fused ops that compute nothing new from a buffer (a view, or values made from constants).
 NON_COMPUTING = VIEW_OPS | {"stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.iota", "func.call"}
