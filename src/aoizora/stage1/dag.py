@@ -188,7 +188,8 @@ class Prediction:
 # --- sharding helpers -------------------------------------------------------------------------
 
 
-# Ops that only relabel a buffer's elements: the compiler assigns layouts so that they cost no copy.
+# Ops that only relabel a buffer's elements: the compiler assigns layouts so that they cost no copy
+# (except a reshape that moves elements across lanes, see `_relayout`).
 VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
 
 # How far ahead of its first use a gathered weight is fetched, in buffer-writing ops. libtpu's
@@ -198,6 +199,7 @@ VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
 # compiler accepts, depths 3 to 8 fit its buffer assignments about equally (benchmarks/RESULTS.md,
 # "Weights fetched ahead of use, and lane relayouts").
 WEIGHT_PREFETCH_OPS = 3
+
 # Fused ops that compute nothing new from a buffer (a view, or values made from constants).
 NON_COMPUTING = VIEW_OPS | {"stablehlo.broadcast_in_dim", "stablehlo.constant", "stablehlo.iota", "func.call"}
 
