@@ -453,7 +453,7 @@ class _Walker:
                     if r in last_use and r not in live:
                         b = self.sizes.local_bytes(t, s)
                         if op.name == "sdy.sharding_constraint" and (self.frame, r) in self.early:
-                            prefetched[r] = (b, f"gathered weight {t}")  # born when fetched, below
+                            prefetched[r] = (b, f"gathered weight {t}")  # opened at its first use (above)
                         else:
                             handles[r] = [tl.open(b, label=f"{op.name} {t}")]
                             opened += b

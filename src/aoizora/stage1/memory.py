@@ -13,8 +13,8 @@ once; a weight gathered by a sharding constraint is fetched a few ops ahead of i
 an all-gather of an activation holds a second copy of its result, libtpu's async collective
 fusion buffer; a collective permute's result is live from its operand's definition, as libtpu
 issues it then; a loop's state owns buffers for the whole loop; a partial-sum all-reduce writes
-its result beside its input. The limit is the HBM the compiler allows one
-program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
+its result beside its input. The limit is the HBM the compiler allows one program
+(`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
 
 The async collective copies and an all-reduce's scratch (a buffer of its payload) are outside
 libtpu's buffer assignment: `memory_analysis()` reports them, but the compiler's out-of-HBM check
