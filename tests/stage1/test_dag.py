@@ -92,3 +92,36 @@ def test_a_constraint_after_a_pad_shards_the_producer(topo_2x4):
     pred = predict(read_module(jax.jit(f).lower(*args)))
     dot = next(n for n in pred.ops if n.op == "stablehlo.dot_general")
     assert dot.flops == 2 * 1024 * 512 * 512 / 8
+
+
+def test_a_constraint_reaches_back_through_reshape_slices_and_concatenate():
+    """A head-sharding constraint after q's normalization and a rotation written with slices and a
+    concatenate (Wan's q path, where `weights=gathered` leaves the projection weight unsharded
+    over `tensor`): Shardy carries it back through the reshape that splits the heads, so libtpu
+    computes the projection already split over both axes, f32[n/2, d/2] per device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from aoizora.stage1 import predict, read_module
+    from aoizora.topology import get_topology
+
+    mesh = Mesh(np.array(get_topology("v5e:2x2").devices).reshape(2, 2), ("c", "t"))
+    seq, heads, hd = 8192, 16, 128
+    d = heads * hd
+
+    def f(x, w):
+        q = (x @ w).reshape(seq, heads, hd).astype(jnp.float32)
+        q = q * jax.lax.rsqrt(jnp.mean(q * q, axis=-1, keepdims=True))
+        q = jnp.concatenate([q[..., :64], -q[..., 64:]], axis=-1)
+        q = jax.lax.with_sharding_constraint(q.astype(jnp.bfloat16), NamedSharding(mesh, P("c", "t", None)))
+        return jnp.sum(q.astype(jnp.float32), axis=(1, 2))
+
+    def arg(shape, spec):
+        return jax.ShapeDtypeStruct(shape, jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+
+    lowered = jax.jit(f).lower(arg((seq, d), P("c")), arg((d, d), P()))
+    assert f"f32[{seq // 2},{d // 2}]" in lowered.compile().as_text()  # the compiler's projection
+    dot = next(n for n in predict(read_module(lowered)).ops if n.op == "stablehlo.dot_general")
+    assert dot.flops == 2 * seq * d * d / 4  # before: split over c only, twice the FLOPs

@@ -15,9 +15,12 @@ def test_arguments_and_outputs_exact(micro, transformer_cases):
         assert case.prediction.output_bytes == ma.output_size_in_bytes, case.name
 
 
-# Long sequences make the attention scores the largest temporary (hundreds of MiB, beyond what
-# the compiler keeps in on-chip memory), so the estimate's liveness and sharding are exercised.
-LONG = TransformerConfig(layers=2, dim=512, heads=8, head_dim=64, mlp=1024, seq=8192, batch=2)
+# Long sequences make the attention scores the largest temporary (GiBs), and a wide model makes
+# q, k and v too large for on-chip memory (libtpu keeps buffers of up to ~100 MiB in v5e's VMEM,
+# which Stage 1 does not model): the estimate's liveness and sharding are exercised. The fused
+# scaling of q and k is computed inside the scores' contraction, which reads q and k then: an
+# estimate that lets them die at the scaling is 16.5 % under here (benchmarks/RESULTS.md).
+LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, seq=8192, batch=2)
 
 
 @pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense", "fsdp=2,context=4 | weights=fsdp | attn=dense"])
@@ -61,9 +64,10 @@ def test_views_keep_their_buffer_live_and_kernel_operands_are_written_out():
 
     lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((n, n), jnp.float32))
     pred = predict(read_module(lowered))
-    # live at the kernel call: y (through its view) and the written-out s; before these rules
-    # y was freed at the transpose and s cost nothing, a peak of one buffer
-    assert pred.peak_temp_bytes == 2 * mib4
+    # live at the kernel call: y (through its view), the written-out s and z, which the fusion
+    # writing s reads; before these rules y was freed at the transpose and s cost nothing, a peak
+    # of one buffer (then two, while z was let go at the fused scaling)
+    assert pred.peak_temp_bytes == 3 * mib4
 
 
 def test_an_all_gather_of_an_activation_holds_a_second_buffer():
@@ -131,11 +135,14 @@ def test_a_chain_of_permutes_holds_every_shard_at_once(topo_2x4):
     assert pred.peak_temp_bytes == pytest.approx(compiled, rel=0.1)
 
 
-def test_loop_state_and_reduced_partial_sums_own_buffers():
+def test_loop_state_owns_a_buffer_and_the_all_reduce_is_in_place():
     """A scanned tensor-parallel MLP: the carried activation has a buffer for the whole loop (the
-    compiler updates it in place), and the all-reduce of the partial sums takes a scratch buffer of
-    its payload outside the buffer assignment. Compiled for v5e:2x2, libtpu's temp is 3.5
-    activations (2.5 assigned, 1 outside); without the loop-state and all-reduce rules Stage 1 saw one."""
+    compiler updates it in place); the GELU is fused into the second matmul, which reads the first
+    one's result while writing its own; the all-reduce of the partial sums writes over them (same
+    offset in libtpu's assignment) and takes a scratch buffer of its payload outside the
+    assignment. Compiled for v5e:2x2, libtpu's temp is 3.5 activations (2.5 assigned, 1 outside).
+    Without the loop-state and all-reduce rules Stage 1 saw one; with the all-reduce's result
+    beside its input and the GELU's input let go early (stops 14-17), four."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -163,7 +170,7 @@ def test_loop_state_and_reduced_partial_sums_own_buffers():
     assert compiled >= 3 * act
     assert pred.peak_temp_bytes >= 3 * act
     assert pred.outside_bytes == act  # the all-reduce's scratch
-    assert pred.peak_temp_bytes == pytest.approx(compiled, rel=0.15)
+    assert pred.peak_temp_bytes == pytest.approx(compiled, rel=0.02)
 
 
 def test_a_reshape_across_lanes_is_a_relayout_copy():

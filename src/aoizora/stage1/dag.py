@@ -273,9 +273,6 @@ class _Walker:
         # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
         # The compiler's HBM check does not count these copies (they go on the timeline as `outside`).
         self.async_gathered: set[tuple[int, int]] = set()
-        # the result buffers of the partial-sum reductions (all-reduce, reduce-scatter) the
-        # current op needs: libtpu writes a reduction's result beside its input, not over it
-        self.reduced_bytes = 0.0
         # the walk's current region: its arguments and live buffers (for `_while`'s loop state)
         self.region_args: set[int] = set()
         self.live_now: dict[int, float] = {}
@@ -338,7 +335,6 @@ class _Walker:
                 self.comm("all-reduce", reduce, cur, 2 * cur * (n - 1) / n, mult, False, f"{reason}: partial sums", deps)
                 # libtpu's all-reduce also takes a scratch buffer of its payload, outside the assignment
                 self.timeline.momentary(cur, outside=True, label=f"all-reduce scratch ({reason})")
-            self.reduced_bytes = max(self.reduced_bytes, cur)  # the result is written beside its input
             src = _with(src, src.dims)
         where_src = {a: i for i, d in enumerate(src.dims) for a in d}
         where_dst = {a: i for i, d in enumerate(dst.dims) for a in d}
@@ -384,10 +380,13 @@ class _Walker:
         for i, op in enumerate(region.ops):
             for v in _uses(op):
                 last_use[v] = i
+        ends, written_out = _fusion_ends(region)
         self._demands(region)
         self._desires(region)
-        # A materialized result owns a buffer until its last use. A fused result owns none; a
-        # view of a buffer (transpose, reshape) keeps that buffer live until the view's last use.
+        # A materialized result owns a buffer until its last use. A fused result owns none: the
+        # ops its computation ends at (`_fusion_ends`) compute it, and read the buffers it is made
+        # of then. A view of a buffer (transpose, reshape) keeps that buffer live until the view's
+        # last use.
         live: dict[int, float] = {}
         free_at: dict[int, int] = {}
         backing: dict[int, tuple[int, ...]] = {}
@@ -413,7 +412,7 @@ class _Walker:
                     handles[r] = [tl.open(live[r], label=f"permute {t}")]
 
         returned: list[Sharding] = []
-        enclosing = (self.reduced_bytes, self.region_args, self.live_now)
+        enclosing = (self.region_args, self.live_now)
         self.region_args, self.live_now = set(region.args), live
         issue(-1)  # permutes of the region's arguments
         for i, op in enumerate(region.ops):
@@ -421,13 +420,14 @@ class _Walker:
                 types.setdefault(v, t)
             if op.name in ("func.return", "stablehlo.return", "sdy.return"):
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
+                for held in handles.values():  # what is still live ends with the region
+                    for h in held:
+                        tl.close(h)
                 break
-            self.reduced_bytes = 0.0
             self.walked = False
             op_tick = tl.tick()
             outs, transient, materialize = self.op(op, env, mult, manual)
             walked = self.walked
-            transient = max(transient, self.reduced_bytes)
             if op.results and op.results[0] in issued:
                 transient = 0.0  # an issued permute: its buffer is already live
             written = 0.0
@@ -471,11 +471,25 @@ class _Walker:
                 for r in op.results:
                     backing[r] = reads
                     if op.name in VIEW_OPS:
-                        for b in reads:
-                            free_at[b] = max(free_at[b], last_use.get(r, i))
+                        free_at.update((b, max(free_at[b], last_use.get(r, i))) for b in reads)
+                    elif r in written_out and r in computed and reads:
+                        # read by several fusions: XLA writes it out once (a residual sum, a
+                        # normalized activation feeding q, k and v) rather than recompute it
+                        b = self.sizes.local_bytes(types.get(r), env.get(r))
+                        # written over an operand buffer of its size that dies here, as XLA's
+                        # buffer assignment shares an elementwise fusion's output with such an input
+                        dying = [v for v in reads if free_at[v] <= i and live[v] == b and len(handles.get(v, ())) == 1]
+                        if dying:
+                            handles[r] = handles.pop(dying[0])
+                            live.pop(dying[0])
+                        else:
+                            handles[r] = [tl.open(b, label=f"fused {op.name} read by {len(ends[r])} ops {types.get(r)}")]
+                        live[r], free_at[r], backing[r] = b, last_use[r], (r,)
+                    elif ends.get(r):
+                        until = max(e - 1 if _takes_written_operand(region.ops[e]) else e for e in ends[r])
+                        free_at.update((b, max(free_at[b], until)) for b in reads)
             # the op's transients beside its results: a walked region recorded its own buffers
             if walked:
-                tl.momentary(self.reduced_bytes, at=op_tick, label=f"reduced partial sums at {op.name}")
                 if written:
                     tl.close(tl.open(written, start=op_tick, label=f"kernel operands written out for {op.name}"))
             else:
@@ -485,7 +499,7 @@ class _Walker:
                 live.pop(v)
                 for h in handles.pop(v, ()):
                     tl.close(h)
-        self.reduced_bytes, self.region_args, self.live_now = enclosing
+        self.region_args, self.live_now = enclosing
         self.walked = True
         return returned
 
@@ -607,6 +621,26 @@ class _Walker:
                     rw[d] = want[len(lb) + len(lf) + k]
                 self._wish(op.operands[0], tuple(lw))
                 self._wish(op.operands[1], tuple(rw))
+            elif name == "stablehlo.reshape":
+                it = op.operand_types[0]
+                if it is not None:
+                    # a split or merged group of dimensions hands the wish between its major
+                    # non-unit dimensions (how the forward rule in `_reshape` moves axes)
+                    wish = [()] * it.rank
+                    for (i0, i1), (o0, o1) in _reshape_groups(it.shape, ot.shape):
+                        ins = [d for d in range(i0, i1) if it.shape[d] != 1]
+                        outs = [d for d in range(o0, o1) if ot.shape[d] != 1]
+                        if ins and outs and not any(want[d] for d in outs[1:]):
+                            wish[ins[0]] = want[outs[0]]
+                    self._wish(op.operands[0], tuple(wish))
+            elif name == "stablehlo.concatenate":
+                wish = tuple(() if d == op.attrs["dimension"] else want[d] for d in range(ot.rank))
+                for v in op.operands:
+                    self._wish(v, wish)
+            elif name == "stablehlo.slice":
+                it = op.operand_types[0]
+                if it is not None and it.rank == ot.rank:
+                    self._wish(op.operands[0], tuple(want[d] if it.shape[d] == ot.shape[d] else () for d in range(ot.rank)))
             elif (not op.regions and _same_shape(op)) or name in ("stablehlo.pad", "func.call"):
                 # a pad is partitioned in place (halo exchange); a called helper (`_pad`, `_where`)
                 # is taken as elementwise: Shardy propagates through its body
@@ -698,6 +732,74 @@ def _permute_issue_points(region: Region) -> dict[int, list[tuple[int, TensorTyp
         root[op.results[0]] = (at, first)
         points.setdefault(at, []).append((op.results[0], op.result_types[0], first))
     return points
+
+
+# Ops that take their operands as a region's arguments: a value they read is computed before the
+# region starts, not inside it.
+REGION_ENTRY_OPS = {"sdy.manual_computation", "stablehlo.while", "func.return", "stablehlo.return", "sdy.return"}
+
+
+def _takes_written_operand(op: Op) -> bool:
+    """Whether a fused computation ending at `op` is written out before `op` runs (a region's
+    argument, or the operand a relayout reshape copies), so its inputs are free by then."""
+    if op.name in REGION_ENTRY_OPS:
+        return True
+    return op.name == "stablehlo.reshape" and not _continues_fusion(op)
+
+
+def _fusion_ends(region: Region) -> tuple[dict[int, set[int]], set[int]]:
+    """Where each fused value's computation ends (op indices), and which fused values are written out.
+
+    XLA fuses elementwise and data-movement ops into their consumers; a computation ends at the
+    ops that take buffers (contractions, reductions, concatenates, collectives, kernels, loops,
+    returns), which read the fused value's inputs when they run, so the inputs stay live until
+    then: libtpu holds a rotary embedding's float32 operand until the attention consumes q and k,
+    and a GELU's input until the second MLP matmul. A computed value that several such ops read
+    is written out once instead (a residual sum, the normalized activation feeding q, k and v),
+    unless it is larger than the buffers it is computed from: a float32 cast of an activation, or
+    the float32 exponentials of bf16 attention scores, are recomputed by each reader.
+    benchmarks/RESULTS.md, "Fused values".
+    """
+    # the largest buffer each value is computed from (its own size when it is a buffer)
+    source_bytes: dict[int, float] = {}
+    for op in region.ops:
+        for r, t in zip(op.results, op.result_types):
+            own = t.bytes if t is not None else 0.0
+            source_bytes[r] = max((source_bytes.get(v, 0.0) for v in op.operands), default=own) \
+                if _continues_fusion(op) else own
+    ends: dict[int, set[int]] = {}
+    written: set[int] = set()
+    for i in range(len(region.ops) - 1, -1, -1):
+        op = region.ops[i]
+        through = _continues_fusion(op)
+        if through and op.name not in NON_COMPUTING:
+            written.update(r for r, t in zip(op.results, op.result_types) if len(ends.get(r, ())) > 1
+                           and t is not None and t.bytes <= max((source_bytes.get(v, 0.0) for v in op.operands), default=0.0))
+        for v in set(_uses(op)):
+            got = ends.setdefault(v, set())
+            if through and not any(r in written for r in op.results):
+                for r in op.results:
+                    got.update(ends.get(r, ()))
+            else:
+                got.add(i)
+    return ends, written
+
+
+# Data-movement ops XLA fuses like elementwise ones (but a reshape across lanes is a copy, `_relayout`)
+FUSED_MOVES = {"stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.slice",
+               "stablehlo.convert", "sdy.sharding_constraint", "stablehlo.pad", "stablehlo.reverse",
+               "stablehlo.dynamic_slice"}
+
+
+def _continues_fusion(op: Op) -> bool:
+    """Whether XLA fuses `op` into the computation of its operands (elementwise ops and data
+    movement) instead of taking them as buffers."""
+    if op.name == "stablehlo.reshape" and op.operand_types[0] is not None and op.result_types[0] is not None:
+        return not _relayout(op.operand_types[0].shape, op.result_types[0].shape)
+    if op.name in FUSED_MOVES:
+        return True
+    return (not op.regions and op.name not in COLLECTIVE_OPS and op.name != "stablehlo.custom_call"
+            and _same_shape(op))
 
 
 def _uses(op: Op) -> list[int]:
