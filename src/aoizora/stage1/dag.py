@@ -380,12 +380,12 @@ class _Walker:
         for i, op in enumerate(region.ops):
             for v in _uses(op):
                 last_use[v] = i
-        ends, written_out = _fusion_ends(region)
+        fused_until, written_out = _fusion_ends(region)
         self._demands(region)
         self._desires(region)
         # A materialized result owns a buffer until its last use. A fused result owns none: the
-        # ops its computation ends at (`_fusion_ends`) compute it, and read the buffers it is made
-        # of then. A view of a buffer (transpose, reshape) keeps that buffer live until the view's
+        # ops its computation ends at compute it, and read the buffers it is made of then
+        # (`_fusion_ends`). A view of a buffer (transpose, reshape) keeps that buffer live until the view's
         # last use.
         live: dict[int, float] = {}
         free_at: dict[int, int] = {}
@@ -418,7 +418,7 @@ class _Walker:
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
                 types.setdefault(v, t)
-            if op.name in ("func.return", "stablehlo.return", "sdy.return"):
+            if op.name in RETURN_OPS:
                 returned = [env.get(v, _rep(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
                 for held in handles.values():  # what is still live ends with the region
                     for h in held:
@@ -483,11 +483,10 @@ class _Walker:
                             handles[r] = handles.pop(dying[0])
                             live.pop(dying[0])
                         else:
-                            handles[r] = [tl.open(b, label=f"fused {op.name} read by {len(ends[r])} ops {types.get(r)}")]
+                            handles[r] = [tl.open(b, label=f"fused {op.name} written out {types.get(r)}")]
                         live[r], free_at[r], backing[r] = b, last_use[r], (r,)
-                    elif ends.get(r):
-                        until = max(e - 1 if _takes_written_operand(region.ops[e]) else e for e in ends[r])
-                        free_at.update((b, max(free_at[b], until)) for b in reads)
+                    elif r in fused_until:
+                        free_at.update((b, max(free_at[b], fused_until[r])) for b in reads)
             # the op's transients beside its results: a walked region recorded its own buffers
             if walked:
                 if written:
@@ -734,9 +733,10 @@ def _permute_issue_points(region: Region) -> dict[int, list[tuple[int, TensorTyp
     return points
 
 
+RETURN_OPS = {"func.return", "stablehlo.return", "sdy.return"}
 # Ops that take their operands as a region's arguments: a value they read is computed before the
 # region starts, not inside it.
-REGION_ENTRY_OPS = {"sdy.manual_computation", "stablehlo.while", "func.return", "stablehlo.return", "sdy.return"}
+REGION_ENTRY_OPS = {"sdy.manual_computation", "stablehlo.while"} | RETURN_OPS
 
 
 def _takes_written_operand(op: Op) -> bool:
@@ -747,8 +747,8 @@ def _takes_written_operand(op: Op) -> bool:
     return op.name == "stablehlo.reshape" and not _continues_fusion(op)
 
 
-def _fusion_ends(region: Region) -> tuple[dict[int, set[int]], set[int]]:
-    """Where each fused value's computation ends (op indices), and which fused values are written out.
+def _fusion_ends(region: Region) -> tuple[dict[int, int], set[int]]:
+    """Up to which op (index) each fused value's inputs stay live, and which fused values are written out.
 
     XLA fuses elementwise and data-movement ops into their consumers; a computation ends at the
     ops that take buffers (contractions, reductions, concatenates, collectives, kernels, loops,
@@ -760,21 +760,22 @@ def _fusion_ends(region: Region) -> tuple[dict[int, set[int]], set[int]]:
     the float32 exponentials of bf16 attention scores, are recomputed by each reader.
     benchmarks/RESULTS.md, "Fused values".
     """
+    ops = region.ops
+    fused = [_continues_fusion(op) for op in ops]
     # the largest buffer each value is computed from (its own size when it is a buffer)
     source_bytes: dict[int, float] = {}
-    for op in region.ops:
+    for op, through in zip(ops, fused):
         for r, t in zip(op.results, op.result_types):
             own = t.bytes if t is not None else 0.0
-            source_bytes[r] = max((source_bytes.get(v, 0.0) for v in op.operands), default=own) \
-                if _continues_fusion(op) else own
+            source_bytes[r] = max((source_bytes.get(v, 0.0) for v in op.operands), default=own) if through else own
     ends: dict[int, set[int]] = {}
     written: set[int] = set()
-    for i in range(len(region.ops) - 1, -1, -1):
-        op = region.ops[i]
-        through = _continues_fusion(op)
+    for i in range(len(ops) - 1, -1, -1):
+        op, through = ops[i], fused[i]
         if through and op.name not in NON_COMPUTING:
-            written.update(r for r, t in zip(op.results, op.result_types) if len(ends.get(r, ())) > 1
-                           and t is not None and t.bytes <= max((source_bytes.get(v, 0.0) for v in op.operands), default=0.0))
+            sources = max((source_bytes.get(v, 0.0) for v in op.operands), default=0.0)
+            written.update(r for r, t in zip(op.results, op.result_types)
+                           if len(ends.get(r, ())) > 1 and t is not None and t.bytes <= sources)
         for v in set(_uses(op)):
             got = ends.setdefault(v, set())
             if through and not any(r in written for r in op.results):
@@ -782,7 +783,8 @@ def _fusion_ends(region: Region) -> tuple[dict[int, set[int]], set[int]]:
                     got.update(ends.get(r, ()))
             else:
                 got.add(i)
-    return ends, written
+    until = {v: max(e - 1 if _takes_written_operand(ops[e]) else e for e in es) for v, es in ends.items() if es}
+    return until, written
 
 
 # Data-movement ops XLA fuses like elementwise ones (but a reshape across lanes is a copy, `_relayout`)
