@@ -343,6 +343,7 @@ class _Walker:
         if moved:
             n = self.sizes.n(moved)
             self.comm("all-to-all", moved, cur, cur * (n - 1) / n, mult, False, f"{reason}: move {'+'.join(moved)}", deps, early)
+            self.timeline.momentary(cur, outside=True, label=f"all-to-all scratch ({reason})")
             transient = max(transient, cur)
         if removed:
             n = self.sizes.n(removed)
@@ -431,9 +432,10 @@ class _Walker:
             if op.results and op.results[0] in issued:
                 transient = 0.0  # an issued permute: its buffer is already live
             written = 0.0
-            if self._is_kernel_call(op):
-                # nothing fuses into an opaque kernel: operands computed by fused ops (a scale, a
-                # cast) are written out as buffers for the call's duration; views cost nothing
+            if self._is_kernel_call(op) or op.name in UNFUSED_COLLECTIVES:
+                # nothing fuses into an opaque kernel or an all-to-all: operands computed by fused
+                # ops (a scale, a cast) are written out as buffers for the call's duration; views
+                # cost nothing
                 written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
                               if v in computed)
                 transient += written
@@ -733,6 +735,8 @@ def _permute_issue_points(region: Region) -> dict[int, list[tuple[int, TensorTyp
     return points
 
 
+# collectives libtpu runs on a written operand (no producer fused in): the all-to-all (Ulysses)
+UNFUSED_COLLECTIVES = {"stablehlo.all_to_all"}
 RETURN_OPS = {"func.return", "stablehlo.return", "sdy.return"}
 # Ops that take their operands as a region's arguments: a value they read is computed before the
 # region starts, not inside it.
@@ -1195,8 +1199,8 @@ def _collective(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool
         "all-to-all": payload * (n - 1) / n,
     }.get(c.kind, payload)
     i = w.comm(c.kind, axes, payload, recv, mult, True, "written in the program", w._deps(op.operands))
-    if c.kind == "all-reduce":
-        w.timeline.momentary(payload, outside=True, label="all-reduce scratch")
+    if c.kind in ("all-reduce", "all-to-all"):
+        w.timeline.momentary(payload, outside=True, label=f"{c.kind} scratch")
     for r in op.results:
         w.producer[r] = i
     if c.kind == "all-gather" and (w.frame, op.operands[0]) not in w.early:

@@ -8,7 +8,7 @@ into one allocation the way libtpu packs them (best fit, in the order buffers ar
 `heap.py`), which takes more than their live peak. The buffers: results of contractions,
 reductions, kernels, collectives and loop carries; elementwise and layout ops are fused into
 the ops that consume them, which hold the fused inputs live until they run, except into an
-opaque kernel, and except a reshape that moves elements across the 128 TPU lanes (a relayout
+opaque kernel or an all-to-all, and except a reshape that moves elements across the 128 TPU lanes (a relayout
 copy); a fused value several such ops read is written out once (over an operand of its size
 that dies there), unless it is larger than what it is computed from (then each reader
 recomputes it); a view keeps its buffer live; a loop body counts once; a weight gathered by a
@@ -23,11 +23,12 @@ slices and concatenates as Shardy does. The limit is the HBM the compiler allows
 Not modelled: what libtpu places in on-chip VMEM (buffers up to ~100 MiB on v5e), which leaves
 HBM; small programs are therefore over-estimated, Wan's activations are larger than that.
 
-The async collective copies and an all-reduce's scratch (a buffer of its payload) are outside
-libtpu's buffer assignment: `memory_analysis()` reports them, but the compiler's out-of-HBM check
-does not count them (programs reported at up to 15.99 GiB compiled under v5e's 15.75 GiB limit).
-So the estimate includes them and the fit leaves them out (benchmarks/RESULTS.md, "Async
-collective fusion buffers", "The compiler's temp allocation is a linear scan").
+The async collective copies and the scratch of an all-reduce or an all-to-all (a buffer of its
+payload) are outside libtpu's buffer assignment: `memory_analysis()` reports them, but the
+compiler's out-of-HBM check does not count them (programs reported at up to 15.99 GiB compiled
+under v5e's 15.75 GiB limit). So the estimate includes them and the fit leaves them out
+(benchmarks/RESULTS.md, "Async collective fusion buffers", "The compiler's temp allocation is a
+linear scan", "All-to-all scratch").
 """
 
 from __future__ import annotations
