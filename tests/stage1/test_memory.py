@@ -214,6 +214,116 @@ def test_an_all_to_all_takes_a_scratch_buffer_of_its_payload_outside_the_assignm
     assert pred.peak_temp_bytes == pytest.approx(4 * payload, rel=1e-3)  # the state, an operand written out, a result, the scratch
 
 
+def test_computed_shard_map_operands_are_written_out_as_its_arguments():
+    """Ring attention with q, k, v computed outside the shard_map (a projection and a tanh each):
+    nothing fuses into the body, so a computed operand is written out and the body owns it until
+    its last use there (q through every step; k and v until they are rotated). libtpu holds 5
+    activations here; without the rule Stage 1 saw 3 (benchmarks/RESULTS.md, "Kernel outputs,
+    shard_map arguments and the scheduler's memory limit")."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    topo = get_topology("v5e:2x2")
+    steps = 2
+    mesh = Mesh(np.array(topo.devices).reshape(steps, 2), ("c", "t"))
+    s, heads, head_dim = 151552, 40, 128
+    act = s * heads * head_dim * 2 // 4
+
+    def ring(q, k, v):
+        out = None
+        for step in range(steps):
+            part = jnp.sum(q * k, axis=-1, keepdims=True) * v
+            out = part if out is None else out + part
+            if step + 1 < steps:
+                k, v = (jax.lax.ppermute(t, "c", [(0, 1), (1, 0)]) for t in (k, v))
+        return out
+
+    def run(x, w):
+        def layer(x, w):
+            q = jnp.tanh(jnp.einsum("shd,de->she", x, w[0]))
+            k = jnp.tanh(jnp.einsum("shd,de->she", x, w[1]))
+            v = jnp.einsum("shd,de->she", x, w[2])
+            return x + jax.shard_map(ring, mesh=mesh, in_specs=(P("c", "t"),) * 3, out_specs=P("c", "t"))(q, k, v), None
+
+        return jax.lax.scan(layer, x, w)[0]
+
+    lowered = jax.jit(run).lower(
+        jax.ShapeDtypeStruct((s, heads, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", "t"))),
+        jax.ShapeDtypeStruct((2, 3, head_dim, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P())))
+    pred = predict(read_module(lowered))
+    compiled = lowered.compile().memory_analysis().temp_size_in_bytes
+    assert compiled == pytest.approx(5 * act, rel=0.01)
+    assert pred.peak_temp_bytes == pytest.approx(compiled, rel=0.02)
+
+
+def test_a_kernel_output_is_a_buffer_its_caller_holds():
+    """A kernel's output is written to HBM and lives until its caller's last use of it (ring
+    attention keeps every step's output for the final combine, as libtpu's Wan dumps show); it
+    does not keep the kernel's operands alive in its place."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 1024
+    mib4 = n * n * 4
+
+    @jax.jit  # a function that runs a kernel, called from the program (how Pallas kernels lower)
+    def kernel(a):
+        return jax.ffi.ffi_call("opaque_kernel", jax.ShapeDtypeStruct((4 * n, n), jnp.float32))(a)
+
+    def f(x):
+        k = kernel(jnp.sin(x) @ x)  # four times its operand
+        b = jnp.cos(x) @ x
+        return k[:n] + b @ b  # k read at the very end
+
+    pred = predict(read_module(jax.jit(f).lower(jax.ShapeDtypeStruct((n, n), jnp.float32))))
+    # at `b @ b`: the kernel's output, b and the product (before the rule: 5, the callee's output
+    # buffer ending at the call and its operand kept alive in its place)
+    assert pred.peak_temp_bytes == 6 * mib4
+
+
+@pytest.mark.parametrize("ballast_gib, libtpu_shards", [(1.0, 7), (14.8, 2)])
+def test_permutes_are_hoisted_only_while_the_program_fits(topo_2x4, ballast_gib, libtpu_shards):
+    """libtpu's scheduler starts a chain of permutes early only while the program fits: with a
+    1 GiB argument beside it the chain of 7 shards is live at once; with 14.8 GiB it holds 2. A
+    program that does not fit with its permutes hoisted is walked again with them in place
+    (`predict_within_hbm`): without that, the second program is dropped though libtpu compiles it."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from aoizora.stage1.memory import predict_within_hbm
+
+    c, n, d = 8, 16384, 4096
+    mesh = Mesh(np.array(topo_2x4.devices[:c]), ("c",))
+    shard = n * d * 2
+
+    def body(q, k, ballast):
+        k = jnp.tanh(k)
+        acc = None
+        for step in range(c):
+            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
+            acc = part if acc is None else acc + part
+            if step + 1 < c:
+                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
+        return acc + jnp.sum(ballast[:1, :1].astype(jnp.float32))
+
+    def arg(rows, cols):
+        return jax.ShapeDtypeStruct((c * rows, cols), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", None)))
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None),) * 3, out_specs=P("c", None))
+    lowered = jax.jit(f).lower(arg(256, d), arg(n, d), arg(int(ballast_gib * 2**30 / (d * 2)), d))
+    pred, mem = predict_within_hbm(read_module(lowered), topo_2x4.hardware)
+    compiled = lowered.compile().memory_analysis()
+    assert compiled.temp_size_in_bytes == pytest.approx(libtpu_shards * shard, rel=0.01)
+    assert mem.fits  # as the compiler
+    hoisted = libtpu_shards == c - 1
+    assert (pred.hoisted_permutes > 0) == hoisted
+    assert pred.peak_temp_bytes == pytest.approx((7.25 if hoisted else 3.25) * shard, rel=0.01)
+
+
 def test_a_reshape_across_lanes_is_a_relayout_copy():
     """Rotary embeddings on interleaved pairs reshape (..., 128) -> (..., 64, 2) in float32. On TPU
     the minor dimension is tiled in 128 lanes, so that reshape is no bitcast: libtpu writes the

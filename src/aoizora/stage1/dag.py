@@ -135,6 +135,8 @@ class Prediction:
     outside_bytes: float = 0.0
     # the most temporary bytes live at once, outside ones included (perfect packing would need this)
     live_peak_temp_bytes: float = 0.0
+    # collective permutes the walk issued ahead of their op (`_permute_issue_points`)
+    hoisted_permutes: int = 0
 
     @property
     def ops(self) -> list[OpNode]:
@@ -250,8 +252,10 @@ def _fit(sh: Sharding, t: TensorType, sizes: _Sizes) -> Sharding:
 
 
 class _Walker:
-    def __init__(self, module: IRModule, kernel_cost: KernelCostHook | None):
+    def __init__(self, module: IRModule, kernel_cost: KernelCostHook | None, hoist_permutes: bool = True):
         self.module = module
+        self.hoist_permutes = hoist_permutes
+        self.hoisted_permutes = 0
         self.mesh = module.mesh
         self.sizes = _Sizes(self.mesh.sizes)
         self.kernel_cost = kernel_cost
@@ -282,6 +286,8 @@ class _Walker:
         # then recorded its own buffers
         self.timeline = Timeline()
         self.walked = False
+        # a shard_map's computed operands, written out as arguments of its body (`region`)
+        self.written_args: dict[int, float] = {}
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -371,10 +377,14 @@ class _Walker:
                 out_bytes += self.sizes.local_bytes(t, target)
         outside = self.timeline.live_peak(outside=True)
         return Prediction(self.mesh.axes, self.nodes, arg_bytes, out_bytes, self.timeline.packed_bytes() + outside,
-                          self.notes, outside, self.timeline.live_peak())
+                          self.notes, outside, self.timeline.live_peak(), self.hoisted_permutes)
 
-    def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
-        """Walk a region, recording its buffers on the timeline; returns the shardings it returns."""
+    def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool,
+               owned_args: dict[int, float] | None = None) -> list[Sharding]:
+        """Walk a region, recording its buffers on the timeline; returns the shardings it returns.
+
+        `owned_args`: arguments written out for this region (bytes), live until their last use in it.
+        """
         env: dict[int, Sharding] = dict(zip(region.args, arg_shardings))
         types: dict[int, TensorType | None] = dict(zip(region.args, region.arg_types))
         last_use: dict[int, int] = {}
@@ -393,8 +403,9 @@ class _Walker:
         backing: dict[int, tuple[int, ...]] = {}
         computed: set[int] = set()  # fused results that compute something (not a view)
         # collective permutes start as soon as their operand exists (see `_permute_issue_points`)
-        issued_at = _permute_issue_points(region)
+        issued_at = _permute_issue_points(region) if self.hoist_permutes else {}
         issued = {r for points in issued_at.values() for r, _, _ in points}
+        self.hoisted_permutes += len(issued)
 
         handles: dict[int, list[int]] = {}  # a live buffer's timeline entries
         # A weight gathered by a sharding constraint (an early value: a parameter or a slice of
@@ -412,6 +423,10 @@ class _Walker:
                     free_at[r] = last_use[r]
                     handles[r] = [tl.open(live[r], label=f"permute {t}")]
 
+        owned = set(owned_args or ())
+        for a, b in (owned_args or {}).items():
+            handles[a] = [tl.open(b, label=f"written region argument {types.get(a)}")]
+            live[a], free_at[a], backing[a] = b, last_use.get(a, 0), (a,)
         returned: list[Sharding] = []
         enclosing = (self.region_args, self.live_now)
         self.region_args, self.live_now = set(region.args), live
@@ -427,6 +442,12 @@ class _Walker:
                 break
             self.walked = False
             op_tick = tl.tick()
+            if op.name == "sdy.manual_computation":
+                # nothing fuses into a shard_map body either: a computed operand is written out,
+                # in the body's sharding, as an argument the body owns until its last use there
+                # (ring attention's q, k and v live through every step)
+                self.written_args = {a: t.bytes for v, a, t in zip(op.operands, op.regions[0].args, op.regions[0].arg_types)
+                                     if v in computed and t is not None}
             outs, transient, materialize = self.op(op, env, mult, manual)
             walked = self.walked
             if op.results and op.results[0] in issued:
@@ -436,9 +457,12 @@ class _Walker:
                 # nothing fuses into an opaque kernel or an all-to-all: operands computed by fused
                 # ops (a scale, a cast) are written out as buffers for the call's duration; views
                 # cost nothing
+                # (a value computed from written region arguments alone is the one they were written
+                # as: XLA fuses across the shard_map boundary and writes it in the kernel's form)
                 written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
-                              if v in computed)
+                              if v in computed and not (backing.get(v) and set(backing[v]) <= owned))
                 transient += written
+
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
@@ -450,6 +474,8 @@ class _Walker:
                 ahead = compute_ticks[-WEIGHT_PREFETCH_OPS] if len(compute_ticks) >= WEIGHT_PREFETCH_OPS else region_start
                 handles[v] = [tl.open(b, start=ahead, label=label)]
             if materialize:
+                if walked:
+                    tl.tick()  # the callee's buffers for these results end with it: hand them over
                 for r, t, s in zip(op.results, op.result_types, outs):
                     backing[r] = (r,)
                     if r in last_use and r not in live:
@@ -1167,7 +1193,8 @@ def _manual(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     w.timeline.momentary(transient, label="shard_map operands resharded")
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
     w.early.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.early)
-    w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True)
+    owned, w.written_args = w.written_args, {}
+    w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True, owned_args=owned)
     outs = [_fit(s, t, w.sizes) if t is not None else _rep(0) for s, t in zip(out_sh, op.result_types)]
     return outs, 0.0, True
 
@@ -1257,7 +1284,9 @@ def _call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
             if v in w.producer:
                 w.producer[r] = w.producer[v]
     outs = [returned[k] if k < len(returned) else _rep(t.rank if t else 0) for k, t in enumerate(op.result_types)]
-    return outs, 0.0, False
+    # a kernel's outputs are buffers the caller holds until their last use there (ring attention
+    # keeps every step's output for the final combine); other calls pass their values through
+    return outs, 0.0, w._is_kernel_call(op)
 
 
 def _case(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
@@ -1309,6 +1338,11 @@ _HANDLERS: dict[str, Callable[..., tuple[list[Sharding], float, bool]]] = {
 }
 
 
-def predict(module: IRModule, kernel_cost: KernelCostHook | None = None) -> Prediction:
-    """Build the prediction DAG of a lowered program (see the module docstring for the rules)."""
-    return _Walker(module, kernel_cost).run()
+def predict(module: IRModule, kernel_cost: KernelCostHook | None = None, hoist_permutes: bool = True) -> Prediction:
+    """Build the prediction DAG of a lowered program (see the module docstring for the rules).
+
+    `hoist_permutes=False` issues each collective permute where it is written instead of as soon as
+    its operand exists: what libtpu's scheduler does when hoisting would not fit in HBM
+    (`stage1.memory.predict_within_hbm`).
+    """
+    return _Walker(module, kernel_cost, hoist_permutes).run()

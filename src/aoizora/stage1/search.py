@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.stage1.dag import Prediction, predict
+from aoizora.stage1.dag import Prediction
 from aoizora.stage1.ir import read_module
-from aoizora.stage1.memory import MemoryEstimate, estimate_memory
+from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
 from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
@@ -154,9 +154,9 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     lowered = _lower(space, strategy, topology, inp)
     module = lowered.compiler_ir("stablehlo")
     t1 = time.perf_counter()
-    pred = predict(read_module(module), lambda call: space.kernel_cost(strategy, call))
+    pred, mem = predict_within_hbm(read_module(module), topology.hardware,
+                                   lambda call: space.kernel_cost(strategy, call), memory_slack)
     result = q1(pred, topology, overlap)
-    mem = estimate_memory(pred, topology.hardware, memory_slack)
     return pred, result, mem, t1 - t0, time.perf_counter() - t1
 
 

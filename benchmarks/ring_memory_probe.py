@@ -1,0 +1,124 @@
+"""Ring attention's memory in libtpu against Stage 1, on small programs (full compiles, ~1 min).
+
+    .venv/bin/python benchmarks/ring_memory_probe.py
+
+1. A scanned layer whose q, k and v are computed outside a ring `shard_map` (2 steps on v5e:2x2,
+   4 on v5e:2x4): libtpu's temp against Stage 1's, in activations.
+2. A chain of 7 permutes of 128 MiB shards (v5e:2x4) beside an argument of growing size: how many
+   shards libtpu holds at once (its scheduler hoists the chain only while the program fits), and
+   what Stage 1 predicts with the chain hoisted, in place, and chosen by `predict_within_hbm`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+GIB = 2**30
+
+
+def ring_layer(topology: str, steps: int, seq: int) -> tuple[float, float]:
+    """(libtpu temp, Stage 1 temp) in activations."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from aoizora.stage1 import predict, read_module
+    from aoizora.topology import get_topology
+
+    topo = get_topology(topology)
+    n = topo.num_devices
+    mesh = Mesh(np.array(topo.devices).reshape(steps, n // steps), ("c", "t"))
+    heads, head_dim = 40, 128
+    act = seq * heads * head_dim * 2 / n
+    perm = [(i, (i + 1) % steps) for i in range(steps)]
+
+    def ring(q, k, v):
+        out = None
+        for step in range(steps):
+            part = jnp.sum(q * k, axis=-1, keepdims=True) * v
+            out = part if out is None else out + part
+            if step + 1 < steps:
+                k, v = (jax.lax.ppermute(t, "c", perm) for t in (k, v))
+        return out
+
+    def run(x, w):
+        def layer(x, w):
+            q = jnp.tanh(jnp.einsum("shd,de->she", x, w[0]))
+            k = jnp.tanh(jnp.einsum("shd,de->she", x, w[1]))
+            v = jnp.einsum("shd,de->she", x, w[2])
+            return x + jax.shard_map(ring, mesh=mesh, in_specs=(P("c", "t"),) * 3, out_specs=P("c", "t"))(q, k, v), None
+
+        return jax.lax.scan(layer, x, w)[0]
+
+    lowered = jax.jit(run).lower(
+        jax.ShapeDtypeStruct((seq, heads, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", "t"))),
+        jax.ShapeDtypeStruct((2, 3, head_dim, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P())))
+    stage1 = predict(read_module(lowered)).peak_temp_bytes
+    return lowered.compile().memory_analysis().temp_size_in_bytes / act, stage1 / act
+
+
+def permute_chain(ballast_gib: float) -> dict[str, float]:
+    """Shards held (libtpu; Stage 1 hoisted, in place, chosen), whether each fits, argument GiB."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from aoizora.stage1 import predict, read_module
+    from aoizora.stage1.memory import predict_within_hbm
+    from aoizora.topology import get_topology
+
+    topo = get_topology("v5e:2x4")
+    c, n, d = 8, 16384, 4096
+    mesh = Mesh(np.array(topo.devices[:c]), ("c",))
+    shard = n * d * 2
+
+    def body(q, k, ballast):
+        k = jnp.tanh(k)
+        acc = None
+        for step in range(c):
+            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
+            acc = part if acc is None else acc + part
+            if step + 1 < c:
+                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
+        return acc + jnp.sum(ballast[:1, :1].astype(jnp.float32))
+
+    def arg(rows: int):
+        return jax.ShapeDtypeStruct((c * rows, d), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", None)))
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None),) * 3, out_specs=P("c", None))
+    lowered = jax.jit(f).lower(arg(256), arg(n), arg(int(ballast_gib * GIB / (d * 2))))
+    module = read_module(lowered)
+    chosen, mem = predict_within_hbm(module, topo.hardware)
+    try:
+        ma = lowered.compile().memory_analysis()
+        libtpu, args = ma.temp_size_in_bytes / shard, ma.argument_size_in_bytes / GIB
+    except Exception:  # noqa: BLE001 - the compiler refused it (out of HBM)
+        libtpu, args = float("nan"), float("nan")
+    return {"libtpu": libtpu, "args": args, "hoisted": predict(module).peak_temp_bytes / shard,
+            "in_place": predict(module, hoist_permutes=False).peak_temp_bytes / shard,
+            "chosen": chosen.peak_temp_bytes / shard, "fits": mem.fits}
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    print("ring layer, q/k/v computed outside the shard_map (temp, activations)")
+    print(f"  {'topology':9s} {'steps':>5s} {'libtpu':>7s} {'Stage 1':>8s}")
+    for topology, steps, seq in (("v5e:2x2", 2, 151552), ("v5e:2x4", 4, 151552)):
+        libtpu, stage1 = ring_layer(topology, steps, seq)
+        print(f"  {topology:9s} {steps:5d} {libtpu:7.2f} {stage1:8.2f}", flush=True)
+    print("permute chain of 7 shards (128 MiB) beside an argument, v5e:2x4 (temp, shards)")
+    print(f"  {'argument GiB':>12s} {'libtpu':>7s} {'hoisted':>8s} {'in place':>9s} {'chosen':>7s} {'Stage 1 fits':>13s}")
+    for ballast in (1.0, 13.0, 13.6, 14.0, 14.2, 14.4, 14.6, 14.8, 15.0):
+        r = permute_chain(ballast)
+        print(f"  {r['args']:12.2f} {r['libtpu']:7.2f} {r['hoisted']:8.2f} {r['in_place']:9.2f} {r['chosen']:7.2f} "
+              f"{str(r['fits']):>13s}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
