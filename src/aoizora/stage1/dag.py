@@ -423,8 +423,9 @@ class _Walker:
                     free_at[r] = last_use[r]
                     handles[r] = [tl.open(live[r], label=f"permute {t}")]
 
-        owned = set(owned_args or ())
-        for a, b in (owned_args or {}).items():
+        owned_args = owned_args or {}
+        owned = set(owned_args)
+        for a, b in owned_args.items():
             handles[a] = [tl.open(b, label=f"written region argument {types.get(a)}")]
             live[a], free_at[a], backing[a] = b, last_use.get(a, 0), (a,)
         returned: list[Sharding] = []
@@ -456,13 +457,11 @@ class _Walker:
             if self._is_kernel_call(op) or op.name in UNFUSED_COLLECTIVES:
                 # nothing fuses into an opaque kernel or an all-to-all: operands computed by fused
                 # ops (a scale, a cast) are written out as buffers for the call's duration; views
-                # cost nothing
-                # (a value computed from written region arguments alone is the one they were written
-                # as: XLA fuses across the shard_map boundary and writes it in the kernel's form)
+                # cost nothing. A value computed from written region arguments alone is what they
+                # were written as (XLA fuses across the shard_map boundary, in the kernel's form).
                 written = sum(self.sizes.local_bytes(types.get(v), env.get(v)) for v in set(op.operands)
                               if v in computed and not (backing.get(v) and set(backing[v]) <= owned))
                 transient += written
-
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
                 types[r] = t
