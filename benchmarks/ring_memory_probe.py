@@ -15,84 +15,35 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests" / "stage1"))  # the probe programs, shared with the tests
 
 GIB = 2**30
 
 
 def ring_layer(topology: str, steps: int, seq: int) -> tuple[float, float]:
     """(libtpu temp, Stage 1 temp) in activations."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import probes
 
     from aoizora.stage1 import predict, read_module
     from aoizora.topology import get_topology
 
-    topo = get_topology(topology)
-    n = topo.num_devices
-    mesh = Mesh(np.array(topo.devices).reshape(steps, n // steps), ("c", "t"))
-    heads, head_dim = 40, 128
-    act = seq * heads * head_dim * 2 / n
-    perm = [(i, (i + 1) % steps) for i in range(steps)]
-
-    def ring(q, k, v):
-        out = None
-        for step in range(steps):
-            part = jnp.sum(q * k, axis=-1, keepdims=True) * v
-            out = part if out is None else out + part
-            if step + 1 < steps:
-                k, v = (jax.lax.ppermute(t, "c", perm) for t in (k, v))
-        return out
-
-    def run(x, w):
-        def layer(x, w):
-            q = jnp.tanh(jnp.einsum("shd,de->she", x, w[0]))
-            k = jnp.tanh(jnp.einsum("shd,de->she", x, w[1]))
-            v = jnp.einsum("shd,de->she", x, w[2])
-            return x + jax.shard_map(ring, mesh=mesh, in_specs=(P("c", "t"),) * 3, out_specs=P("c", "t"))(q, k, v), None
-
-        return jax.lax.scan(layer, x, w)[0]
-
-    lowered = jax.jit(run).lower(
-        jax.ShapeDtypeStruct((seq, heads, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", "t"))),
-        jax.ShapeDtypeStruct((2, 3, head_dim, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P())))
+    lowered, act = probes.ring_layer(get_topology(topology), steps, seq)
     stage1 = predict(read_module(lowered)).peak_temp_bytes
     return lowered.compile().memory_analysis().temp_size_in_bytes / act, stage1 / act
 
 
 def permute_chain(ballast_gib: float) -> dict[str, float]:
-    """Shards held (libtpu; Stage 1 hoisted, in place, chosen), whether each fits, argument GiB."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    """Shards held (libtpu; Stage 1 hoisted, in place, chosen), whether Stage 1 fits, argument GiB."""
+    import probes
 
     from aoizora.stage1 import predict, read_module
     from aoizora.stage1.memory import predict_within_hbm
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x4")
-    c, n, d = 8, 16384, 4096
-    mesh = Mesh(np.array(topo.devices[:c]), ("c",))
-    shard = n * d * 2
-
-    def body(q, k, ballast):
-        k = jnp.tanh(k)
-        acc = None
-        for step in range(c):
-            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
-            acc = part if acc is None else acc + part
-            if step + 1 < c:
-                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
-        return acc + jnp.sum(ballast[:1, :1].astype(jnp.float32))
-
-    def arg(rows: int):
-        return jax.ShapeDtypeStruct((c * rows, d), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", None)))
-
-    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None),) * 3, out_specs=P("c", None))
-    lowered = jax.jit(f).lower(arg(256), arg(n), arg(int(ballast_gib * GIB / (d * 2))))
+    lowered, shard = probes.permute_chain(topo, int(ballast_gib * GIB))
     module = read_module(lowered)
     chosen, mem = predict_within_hbm(module, topo.hardware)
     try:

@@ -7,6 +7,8 @@ from aoizora.stage1.search import _lower
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
+import probes  # tests/stage1, on the path by conftest
+
 
 def test_arguments_and_outputs_exact(micro, transformer_cases):
     for case in list(micro.values()) + list(transformer_cases.values()):
@@ -106,28 +108,8 @@ def test_a_chain_of_permutes_holds_every_shard_at_once(topo_2x4):
     """Ring attention's K/V rotation: libtpu starts each permute as soon as its operand exists, so
     the whole chain runs before the first step's compute and every rotated shard is live at once
     (7 of 128 MiB here, as in the compiled Wan 14B ring programs), not one or two at a time."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, PartitionSpec as P
-
-    c, n, d = 8, 16384, 4096
-    mesh = Mesh(np.array(topo_2x4.devices[:c]), ("c",))
-    shard = n * d * 2  # one bf16 K shard per device
-
-    def body(q, k):
-        k = jnp.tanh(k)
-        acc = None
-        for step in range(c):
-            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)  # small: 256 x n
-            acc = part if acc is None else acc + part
-            if step + 1 < c:
-                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
-        return acc
-
-    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None), P("c", None)), out_specs=P("c", None))
-    lowered = jax.jit(f).lower(jax.ShapeDtypeStruct((c * 256, d), jnp.bfloat16),
-                               jax.ShapeDtypeStruct((c * n, d), jnp.bfloat16))
+    lowered, shard = probes.permute_chain(topo_2x4)
+    c = probes.CHAIN
     pred = predict(read_module(lowered))
     compiled = lowered.compile().memory_analysis().temp_size_in_bytes
     assert compiled >= (c - 1) * shard  # the compiler really holds the whole chain
@@ -220,38 +202,7 @@ def test_computed_shard_map_operands_are_written_out_as_its_arguments():
     its last use there (q through every step; k and v until they are rotated). libtpu holds 5
     activations here; without the rule Stage 1 saw 3 (benchmarks/RESULTS.md, "Kernel outputs,
     shard_map arguments and the scheduler's memory limit")."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-    topo = get_topology("v5e:2x2")
-    steps = 2
-    mesh = Mesh(np.array(topo.devices).reshape(steps, 2), ("c", "t"))
-    s, heads, head_dim = 151552, 40, 128
-    act = s * heads * head_dim * 2 // 4
-
-    def ring(q, k, v):
-        out = None
-        for step in range(steps):
-            part = jnp.sum(q * k, axis=-1, keepdims=True) * v
-            out = part if out is None else out + part
-            if step + 1 < steps:
-                k, v = (jax.lax.ppermute(t, "c", [(0, 1), (1, 0)]) for t in (k, v))
-        return out
-
-    def run(x, w):
-        def layer(x, w):
-            q = jnp.tanh(jnp.einsum("shd,de->she", x, w[0]))
-            k = jnp.tanh(jnp.einsum("shd,de->she", x, w[1]))
-            v = jnp.einsum("shd,de->she", x, w[2])
-            return x + jax.shard_map(ring, mesh=mesh, in_specs=(P("c", "t"),) * 3, out_specs=P("c", "t"))(q, k, v), None
-
-        return jax.lax.scan(layer, x, w)[0]
-
-    lowered = jax.jit(run).lower(
-        jax.ShapeDtypeStruct((s, heads, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", "t"))),
-        jax.ShapeDtypeStruct((2, 3, head_dim, head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P())))
+    lowered, act = probes.ring_layer(get_topology("v5e:2x2"), steps=2, seq=151552)
     pred = predict(read_module(lowered))
     compiled = lowered.compile().memory_analysis().temp_size_in_bytes
     assert compiled == pytest.approx(5 * act, rel=0.01)
@@ -289,32 +240,10 @@ def test_permutes_are_hoisted_only_while_the_program_fits(topo_2x4, ballast_gib,
     1 GiB argument beside it the chain of 7 shards is live at once; with 14.8 GiB it holds 2. A
     program that does not fit with its permutes hoisted is walked again with them in place
     (`predict_within_hbm`): without that, the second program is dropped though libtpu compiles it."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
     from aoizora.stage1.memory import predict_within_hbm
 
-    c, n, d = 8, 16384, 4096
-    mesh = Mesh(np.array(topo_2x4.devices[:c]), ("c",))
-    shard = n * d * 2
-
-    def body(q, k, ballast):
-        k = jnp.tanh(k)
-        acc = None
-        for step in range(c):
-            part = jnp.dot(q, k.T, preferred_element_type=jnp.float32)
-            acc = part if acc is None else acc + part
-            if step + 1 < c:
-                k = jax.lax.ppermute(k, "c", [(i, (i + 1) % c) for i in range(c)])
-        return acc + jnp.sum(ballast[:1, :1].astype(jnp.float32))
-
-    def arg(rows, cols):
-        return jax.ShapeDtypeStruct((c * rows, cols), jnp.bfloat16, sharding=NamedSharding(mesh, P("c", None)))
-
-    f = jax.shard_map(body, mesh=mesh, in_specs=(P("c", None),) * 3, out_specs=P("c", None))
-    lowered = jax.jit(f).lower(arg(256, d), arg(n, d), arg(int(ballast_gib * 2**30 / (d * 2)), d))
+    lowered, shard = probes.permute_chain(topo_2x4, int(ballast_gib * 2**30))
+    c = probes.CHAIN
     pred, mem = predict_within_hbm(read_module(lowered), topo_2x4.hardware)
     compiled = lowered.compile().memory_analysis()
     assert compiled.temp_size_in_bytes == pytest.approx(libtpu_shards * shard, rel=0.01)

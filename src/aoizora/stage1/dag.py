@@ -277,17 +277,17 @@ class _Walker:
         # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
         # The compiler's HBM check does not count these copies (they go on the timeline as `outside`).
         self.async_gathered: set[tuple[int, int]] = set()
-        # the walk's current region: its arguments and live buffers (for `_while`'s loop state)
+        # the walk's current region: its arguments, live buffers and computed fused values (for
+        # `_while`'s loop state and `_manual`'s written arguments)
         self.region_args: set[int] = set()
         self.live_now: dict[int, float] = {}
+        self.computed_now: set[int] = set()
         self._kernel_funcs: dict[str, bool] = {}
         # every buffer the walk holds, with the ticks it is live in: libtpu's temp allocation is
         # packed from these (`heap.py`); `walked` says an op's handler walked a region, which
         # then recorded its own buffers
         self.timeline = Timeline()
         self.walked = False
-        # a shard_map's computed operands, written out as arguments of its body (`region`)
-        self.written_args: dict[int, float] = {}
 
     # -- node emission
     def _deps(self, values: tuple[int, ...]) -> tuple[int, ...]:
@@ -429,8 +429,8 @@ class _Walker:
             handles[a] = [tl.open(b, label=f"written region argument {types.get(a)}")]
             live[a], free_at[a], backing[a] = b, last_use.get(a, 0), (a,)
         returned: list[Sharding] = []
-        enclosing = (self.region_args, self.live_now)
-        self.region_args, self.live_now = set(region.args), live
+        enclosing = (self.region_args, self.live_now, self.computed_now)
+        self.region_args, self.live_now, self.computed_now = set(region.args), live, computed
         issue(-1)  # permutes of the region's arguments
         for i, op in enumerate(region.ops):
             for v, t in zip(op.operands, op.operand_types):
@@ -443,12 +443,6 @@ class _Walker:
                 break
             self.walked = False
             op_tick = tl.tick()
-            if op.name == "sdy.manual_computation":
-                # nothing fuses into a shard_map body either: a computed operand is written out,
-                # in the body's sharding, as an argument the body owns until its last use there
-                # (ring attention's q, k and v live through every step)
-                self.written_args = {a: t.bytes for v, a, t in zip(op.operands, op.regions[0].args, op.regions[0].arg_types)
-                                     if v in computed and t is not None}
             outs, transient, materialize = self.op(op, env, mult, manual)
             walked = self.walked
             if op.results and op.results[0] in issued:
@@ -525,7 +519,7 @@ class _Walker:
                 live.pop(v)
                 for h in handles.pop(v, ()):
                     tl.close(h)
-        self.region_args, self.live_now = enclosing
+        self.region_args, self.live_now, self.computed_now = enclosing
         self.walked = True
         return returned
 
@@ -1192,7 +1186,10 @@ def _manual(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: bool):
     w.timeline.momentary(transient, label="shard_map operands resharded")
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
     w.early.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.early)
-    owned, w.written_args = w.written_args, {}
+    # nothing fuses into the body: a computed operand is written out, in the body's sharding, as an
+    # argument the body owns until its last use there (ring attention's q, k and v, every step)
+    owned = {a: t.bytes for v, a, t in zip(op.operands, body.args, body.arg_types)
+             if v in w.computed_now and t is not None}
     w.region(body, [_rep(t.rank if t else 0) for t in body.arg_types], mult, manual=True, owned_args=owned)
     outs = [_fit(s, t, w.sizes) if t is not None else _rep(0) for s, t in zip(out_sh, op.result_types)]
     return outs, 0.0, True
