@@ -151,6 +151,16 @@ def _ring_options(fn):
     return fn
 
 
+_libtpu_args_option = click.option(
+    "--libtpu-args",
+    metavar="FLAGS",
+    default=None,
+    help="libtpu/XLA flags every compile uses, written as LIBTPU_INIT_ARGS writes them (e.g. "
+    "'--xla_tpu_enable_async_collective_fusion=true'), on top of those in LIBTPU_INIT_ARGS; recorded in the "
+    "plan. Default: only LIBTPU_INIT_ARGS (empty: libtpu's defaults).",
+)
+
+
 @cli.command()
 @click.option("--hlo", "hlo_path", required=True, type=click.Path(dir_okay=False), help="Compiled HLO text (- for stdin).")
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The slice it was compiled for.")
@@ -232,16 +242,18 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=1, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
+@_libtpu_args_option
 @_ring_options
 def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int | None, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, ring_order: str, ring_direction: str) -> None:
+         verify_top: int, libtpu_args: str | None, ring_order: str, ring_direction: str) -> None:
     """Plan a Wan 2.1 model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     from rich.console import Console
 
     from aoizora.cost import Q2Options
     from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
+    from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
     from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
     from aoizora.topology import get_topology
@@ -250,6 +262,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     topo = get_topology(topology_name)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k or DEFAULT_TOP_K
+    flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
         result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
         if as_json:
@@ -258,7 +271,8 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
-                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console)
+                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
+                         libtpu_args=flags)
     if out_path:
         outcome.plan.save(out_path)
     if report_dir:
@@ -338,9 +352,10 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
 @click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
 @click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+@_libtpu_args_option
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
-          compile_timeout: float) -> None:
+          compile_timeout: float, libtpu_args: str | None) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -349,12 +364,14 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
     from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
+    from aoizora.toolchain import CompilerFlags, environment_flags
     from aoizora.stage1 import DEFAULT_TOP_K
 
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
-                        compile_timeout_s=compile_timeout)
+                        compile_timeout_s=compile_timeout,
+                        flags=environment_flags().merged(CompilerFlags.parse(libtpu_args)))
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
                      run_missing=not report_only)

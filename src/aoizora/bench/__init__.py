@@ -66,6 +66,7 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
     same = doc.get("source") == ("measured" if opts.measure else "simulated")
     if same_source:
         same = (same and doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
+                and doc.get("libtpu_args", "") == str(opts.flags)
                 # an exhaustive oracle answers a bounded request, not the other way round
                 and (not opts.oracle or opts.oracle_bound or not doc.get("oracle_bounded", False))
                 and doc.get("aoizora_source") == source_fingerprint())
