@@ -29,6 +29,7 @@ from typing import Any
 from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.cost import Q2Options
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
@@ -53,7 +54,7 @@ class BenchOptions:
     oracle_bound: bool = True  # skip strategies whose Q1 proves they cannot beat the best simulated pair
     measure: bool = False
     measure_steps: int = 5
-    compile_timeout_s: float | None = 900.0
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S
     options: Q2Options | None = None
     flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.plan.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
-from aoizora.stage1 import DEFAULT_TOP_K, Stage1Result, run_stage1
+from aoizora.stage1 import Stage1Result, run_stage1
 from aoizora.stage1.space import StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags
 from aoizora.topology import Topology
@@ -65,8 +66,8 @@ def plan_space(
     *,
     top_k: int = DEFAULT_TOP_K,
     options: Q2Options | None = None,
-    compile_timeout_s: float | None = 600.0,
-    verify_top: int = 2,
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S,
+    verify_top: int = DEFAULT_VERIFY_TOP,
     use_cache: bool = True,
     progress: bool = True,
     console: Any = None,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.plan.compile_cache import CompileCache, CompileRecord
@@ -175,8 +176,8 @@ def run_stage2(
     topology: Topology,
     *,
     options: Q2Options | None = None,
-    compile_timeout_s: float | None = 600.0,
-    verify_top: int = 2,
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S,
+    verify_top: int = DEFAULT_VERIFY_TOP,
     on_compiled: Callable[[StrategyOutcome], None] | None = None,
     compile_cache: CompileCache | None = None,
     reserve: list[tuple[str, Any]] | None = None,
