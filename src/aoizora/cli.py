@@ -353,7 +353,10 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
-@click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
+@click.option("--report-only", is_flag=True,
+              help="Run nothing: tabulate and plot the cells already in --out/cells (all of them unless --cell or "
+                   "--quick), whatever their oracle sweep and K; cells computed by another version of aoizora are "
+                   "marked as such.")
 @click.option("--compile-timeout", type=float, default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @_libtpu_args_option
@@ -371,6 +374,8 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
     from aoizora.toolchain import CompilerFlags, environment_flags
 
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
+    if report_only and not cells and not quick:
+        grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
                         compile_timeout_s=compile_timeout,
