@@ -136,10 +136,18 @@ def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: b
     return loads
 
 
+_LINK_WEIGHTS: weakref.WeakKeyDictionary[Topology, np.ndarray] = weakref.WeakKeyDictionary()
+
+
 def _link_weights(topology: Topology) -> np.ndarray:
     """Time per byte of each link relative to an ICI link: 1 for ICI, less for a faster D2D link."""
-    reference = topology.chip_hardware.link_bandwidth_Bps
-    return np.array([reference / l.bandwidth_Bps for l in topology.links], dtype=float)
+    weights = _LINK_WEIGHTS.get(topology)
+    if weights is None:
+        reference = topology.chip_hardware.link_bandwidth_Bps
+        weights = np.array([reference / l.bandwidth_Bps for l in topology.links], dtype=float)
+        weights.flags.writeable = False
+        _LINK_WEIGHTS[topology] = weights
+    return weights
 
 
 def _ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[float, int, int]:
