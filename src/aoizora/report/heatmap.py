@@ -15,7 +15,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from aoizora.topology import Link, Topology  # noqa: E402
 
-_HALF = 0.22  # half the side of a chip's box (grid pitch 1)
+_HALF = 0.22  # half the height of a chip's box (grid pitch 1)
+_HALF_WIDE = 0.32  # half the width of a two-core chip's box (room for both cores' labels)
 _IDLE = "#cfd6df"
 
 
@@ -38,13 +39,14 @@ def link_heatmaps(
     bandwidth = np.array([l.bandwidth_Bps for l in topology.links], dtype=float)
     busy = [np.asarray(b, dtype=float) / bandwidth if len(b) else np.zeros(0) for _, b, _ in panels]
     vmax = max((float(np.max(s)) if s.size else 0.0) for s in busy) or 1.0
-    scale, unit = (1e6, "us") if vmax < 1e-1 else (1e3, "ms") if vmax < 1e2 else (1.0, "s")
+    scale, unit = (1e6, "us") if vmax < 1e-3 else (1e3, "ms") if vmax < 1.0 else (1.0, "s")
     norm = Normalize(vmin=0.0, vmax=vmax * scale)
     cmap = plt.get_cmap("inferno_r")
     fig, axes = plt.subplots(
         zs, len(panels), figsize=(max(3.2, 1.4 * nx + 1.2) * len(panels), max(3.0, 1.3 * ny + 0.9) * zs), squeeze=False
     )
     two_cores = topology.cores_per_chip == 2
+    half_w = _HALF_WIDE if two_cores else _HALF
     for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy)):
         labels = _position_labels(topology, coords)
         for z in range(zs):
@@ -57,17 +59,17 @@ def link_heatmaps(
             for chip in topology.chips:
                 if len(chip.coords) == 3 and chip.coords[2] != z:
                     continue
-                _draw_chip(ax, chip.coords, labels, two_cores)
+                _draw_chip(ax, chip.coords, labels, two_cores, half_w)
             for link in topology.links:
                 if len(link.src) == 3 and link.src[2] != z:
                     continue
                 load = float(seconds[link.index]) * scale
                 if link.kind == "d2d":
-                    _draw_d2d(ax, link, load, cmap, norm)
+                    _draw_d2d(ax, link, load, cmap, norm, half_w)
                 elif link.dim == 2:
-                    _draw_z_stub(ax, link, load, cmap, norm)
+                    _draw_z_stub(ax, link, load, cmap, norm, half_w)
                 else:
-                    _draw_link(ax, link, load, cmap, norm)
+                    _draw_link(ax, link, load, cmap, norm, half_w)
     fig.colorbar(
         plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.7, label=f"link busy time per step ({unit})"
     )
@@ -89,15 +91,15 @@ def _position_labels(topology: Topology, coords: np.ndarray) -> dict[tuple[int, 
     return {k: "\n".join(v) for k, v in out.items()}
 
 
-def _draw_chip(ax, coords: tuple[int, ...], labels: dict[tuple[int, ...], str], two_cores: bool) -> None:
+def _draw_chip(ax, coords: tuple[int, ...], labels: dict[tuple[int, ...], str], two_cores: bool, half_w: float) -> None:
     x, y = coords[0], coords[1]
-    ax.add_patch(plt.Rectangle((x - _HALF, y - _HALF), 2 * _HALF, 2 * _HALF, fc="#e8eef7", ec="#4a5a70", lw=0.8))
+    ax.add_patch(plt.Rectangle((x - half_w, y - _HALF), 2 * half_w, 2 * _HALF, fc="#e8eef7", ec="#4a5a70", lw=0.8))
     if not two_cores:
         ax.text(x, y, labels.get(tuple(coords), ""), ha="center", va="center", fontsize=6)
         return
     ax.plot([x, x], [y - _HALF, y + 0.06], color="#4a5a70", lw=0.5)
-    for core, dx in ((0, -_HALF / 2), (1, _HALF / 2)):
-        ax.text(x + dx, y - 0.07, labels.get((*coords, core), ""), ha="center", va="center", fontsize=5.5)
+    for core, dx in ((0, -half_w / 2), (1, half_w / 2)):
+        ax.text(x + dx, y - 0.08, labels.get((*coords, core), ""), ha="center", va="center", fontsize=5)
 
 
 def _arrow(ax, start, end, load: float, cmap, norm, dashed: bool = False) -> None:
@@ -108,35 +110,36 @@ def _arrow(ax, start, end, load: float, cmap, norm, dashed: bool = False) -> Non
     ax.annotate("", xy=end, xytext=start, arrowprops=props)
 
 
-def _draw_link(ax, link: Link, load: float, cmap, norm) -> None:
+def _draw_link(ax, link: Link, load: float, cmap, norm, half_w: float) -> None:
     (x0, y0), (x1, y1) = link.src[:2], link.dst[:2]
     if link.wraparound:  # a stub leaving the grid in the link's direction
         dx, dy = (link.direction, 0) if link.dim == 0 else (0, link.direction)
-        x1, y1 = x0 + 0.45 * dx, y0 + 0.45 * dy
+        x1, y1 = x0 + (half_w + 0.23) * dx, y0 + 0.45 * dy
     dx, dy = x1 - x0, y1 - y0
     length = max(abs(dx), abs(dy)) or 1.0
     ux, uy = dx / length, dy / length
     off = 0.07  # keep the two directions apart
     px, py = -uy * off, ux * off
-    start = (x0 + (_HALF + 0.02) * ux + px, y0 + (_HALF + 0.02) * uy + py)
-    back = 0 if link.wraparound else _HALF + 0.02
+    edge = (half_w if link.dim == 0 else _HALF) + 0.02
+    start = (x0 + edge * ux + px, y0 + edge * uy + py)
+    back = 0 if link.wraparound else edge
     end = (x1 - back * ux + px, y1 - back * uy + py)
     _arrow(ax, start, end, load, cmap, norm)
 
 
-def _draw_z_stub(ax, link: Link, load: float, cmap, norm) -> None:
+def _draw_z_stub(ax, link: Link, load: float, cmap, norm, half_w: float) -> None:
     """A z link, seen from above: a short diagonal stub, +z from the top-right corner, -z from the bottom-left."""
     x, y = link.src[0], link.src[1]
     s = link.direction
-    corner = (x + s * _HALF, y - s * _HALF)
+    corner = (x + s * half_w, y - s * _HALF)
     _arrow(ax, corner, (corner[0] + s * 0.2, corner[1] - s * 0.2), load, cmap, norm)
     ax.text(corner[0] + s * 0.24, corner[1] - s * 0.24, "+z" if s > 0 else "-z", fontsize=5, ha="center", va="center")
 
 
-def _draw_d2d(ax, link: Link, load: float, cmap, norm) -> None:
+def _draw_d2d(ax, link: Link, load: float, cmap, norm, half_w: float) -> None:
     """A die-to-die link inside its chip, core 0 (left) to core 1 (right) or back, dashed."""
     x, y = link.src[0], link.src[1]
     row = y + (0.1 if link.direction > 0 else 0.17)
-    left, right = x - _HALF + 0.04, x + _HALF - 0.04
+    left, right = x - half_w + 0.05, x + half_w - 0.05
     start, end = ((left, row), (right, row)) if link.direction > 0 else ((right, row), (left, row))
     _arrow(ax, start, end, load, cmap, norm, dashed=True)
