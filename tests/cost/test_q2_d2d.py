@@ -83,3 +83,30 @@ def test_ring_order_prefers_d2d_hops():
     kinds = [topo.links[l].kind for k in range(4)
              for l in topo.device_route(sorted(topo.positions)[ring[k]], sorted(topo.positions)[ring[(k + 1) % 4]])]
     assert kinds.count("d2d") == 2 and kinds.count("ici") == 2
+
+
+def test_compiled_all_to_all_over_the_cores_is_much_cheaper_than_across_chips():
+    """libtpu's own all-to-all for tpu7x:2x2x1, u=2,r=4, 16 MiB per device: u on the cores vs across chips."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from aoizora.hlo.builder import program_from_compiled
+    from aoizora.placement import jax_default_placement
+
+    topo = get_topology("tpu7x:2x2x1")
+    mesh_spec = MeshSpec.parse("u=2,r=4")
+    mesh = jax_default_placement(topo, mesh_spec).jax_mesh(topo)
+    spec = P(("u", "r"), None)
+    x = jax.ShapeDtypeStruct((8 * 2048, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, spec))
+    step = jax.shard_map(lambda t: jax.lax.all_to_all(t, "u", 0, 0, tiled=True), mesh=mesh, in_specs=spec, out_specs=spec)
+    prog = program_from_compiled(jax.jit(step).lower(x).compile())
+    (coll,) = prog.collectives
+    assert coll.kind == CollectiveKind.ALL_TO_ALL and coll.operand_bytes == 16 * MB
+    cm = CostModel(topo)
+    space = enumerate_placements(topo, mesh_spec)
+    cores = min(cm.evaluate(prog, p).step_seconds for p in space.placements if _u_on_cores(topo, p))
+    chips = min(cm.evaluate(prog, p).step_seconds for p in space.placements if not _u_on_cores(topo, p))
+    assert chips > 8 * cores  # 6x the link speed, and two cores share each ICI link
+    for p in space.placements:
+        assert cm.evaluate(prog, p).step_seconds == pytest.approx(simulate(prog, topo, p).step_seconds, rel=1e-6)
