@@ -126,3 +126,22 @@ def test_json_description_is_strict_and_names_link_kinds():
     assert all(set(l) >= {"src_core", "dst_core"} for l in data["links"] if l["kind"] == "d2d")
     assert data["hardware"]["devices_per_chip"] == 1 and data["device_hardware"]["devices_per_chip"] == 2
     assert math.isclose(data["device_hardware"]["peak_bf16_flops"] * 2, data["hardware"]["peak_bf16_flops"])
+
+
+@pytest.mark.parametrize("name", ["v4:2x2x2", "v5p:2x2x2"])
+def test_per_device_peak_matches_libtpus_own_matmul_estimate(name):
+    """libtpu's cycle estimate of a big matmul on one device runs near the device's share of the peak
+    (~90%): a v4 device is one TensorCore, half a chip; a v5p device (megacore) is the whole chip."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    topo = get_topology(name)
+    n = 8192
+    a = jax.ShapeDtypeStruct((n, n), jnp.bfloat16, sharding=SingleDeviceSharding(topo.devices[0]))
+    text = jax.jit(lambda x, y: x @ y).lower(a, a).compile().as_text()
+    cycles = max(int(c) for c in re.findall(r'"estimated_cycles":"(\d+)"', text))
+    achieved = 2 * n**3 / (cycles / topo.hardware.clock_hz)
+    assert 0.7 * topo.hardware.peak_bf16_flops < achieved <= topo.hardware.peak_bf16_flops
