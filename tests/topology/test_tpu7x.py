@@ -145,3 +145,20 @@ def test_per_device_peak_matches_libtpus_own_matmul_estimate(name):
     cycles = max(int(c) for c in re.findall(r'"estimated_cycles":"(\d+)"', text))
     achieved = 2 * n**3 / (cycles / topo.hardware.clock_hz)
     assert 0.7 * topo.hardware.peak_bf16_flops < achieved <= topo.hardware.peak_bf16_flops
+
+
+def test_cli_topology_json_for_tpu7x_and_its_switch():
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", "from aoizora.cli import main; main()", "topology", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    out = run("tpu7x-8", "--json", "--core-ici", "via-core0")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["name"] == "tpu7x:2x2x1" and data["core_ici"] == "via-core0" and data["cores_per_chip"] == 2
+    assert sum(l["kind"] == "d2d" for l in data["links"]) == 8
+    bad = run("v7x:1x1x1")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "libtpu does not accept" in bad.stderr
