@@ -17,7 +17,19 @@ def space():
 
 def test_candidates_and_reasons(space):
     cands = {c.key: c for c in space.candidates(8)}
-    assert len(cands) == 20 * 3 * 4
+    # 20 meshes × 4 weight modes × (allgather, ring, ulysses in 3 chunkings), plus 2D context:
+    # context=4 (3 meshes) splits 2×2, context=8 (1 mesh) splits 2×4 and 4×2, each in 3 chunkings
+    assert len(cands) == 20 * 4 * (1 + 1 + 3) + (3 * 1 + 1 * 2) * 3 * 4
+    two_d = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="replicated")
+    assert cands[strategy_key(two_d)].legal
+    # 12 heads: 12/(U=4) = 3 heads per device after the all-to-all, not divisible into 2 chunks
+    odd = Strategy(context=8, context_ulysses=4, attention="ulysses_ring", weights="replicated", ulysses_chunks=2)
+    assert any("chunk" in r for r in cands[strategy_key(odd)].reasons)
+    assert cands[strategy_key(Strategy(context=8, context_ulysses=4, attention="ulysses_ring",
+                                       weights="replicated"))].legal
+    # U = 1 and U = context are ring and Ulysses: never enumerated as 2D
+    assert not any(c.strategy.attention == "ulysses_ring" and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
+                   for c in cands.values())
     assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False  # 12 heads
     dup = cands[strategy_key(Strategy(data=2, tensor=4, attention="ring", weights="tensor"))]
     assert any("duplicate" in r for r in dup.reasons)
@@ -79,3 +91,48 @@ def test_stage1_and_stage2_cost_a_splash_call_alike():
     flops, hbm = splash_cost(40, 4736, 9472, 128, 2, False)
     assert (cost.flops, cost.hbm_bytes) == (flops, int(hbm))
     assert hbm > 37 * 2 * kv.bytes  # K/V streamed once per 128-row Q block, not read once
+
+
+def test_ulysses_ring_communicates_per_sub_axis(space, topo_2x4):
+    """2D context: the all-to-alls run over context_ulysses only, the K/V rotation over context_ring only."""
+    st = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="replicated")
+    pred, _, _, _, _ = analyse(space, st, topo_2x4)
+    explicit = [c for c in pred.comms if c.explicit]
+    assert {(c.kind, c.axes) for c in explicit} == {("all-to-all", ("context_ulysses",)),
+                                                    ("collective-permute", ("context_ring",))}
+    a2a = sum(c.multiplicity for c in explicit if c.kind == "all-to-all")
+    permutes = sum(c.multiplicity for c in explicit if c.kind == "collective-permute")
+    assert a2a == 4 * 30  # q, k, v there and the output back, every layer
+    assert permutes == 2 * (2 - 1) * 30  # K and V, R - 1 rotations, every layer
+    # a ring of R = 2 splash calls per layer over the span of the ring group: 128 tokens padded to
+    # 4 × 128, a span of 256 after the all-to-all, 12 heads / U = 6 per device
+    ring_steps = [n for n in pred.ops if n.opaque and n.flops == 4.0 * 6 * 256 * 256 * 128]
+    assert sum(n.multiplicity for n in ring_steps) == 2 * 30
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x4", "tpu7x:2x2x1"])
+def test_ulysses_ring_14b_720p_81_frames(topology):
+    """The full 14B model at 720p/81 frames (75,600 tokens) under the expert's 2D context split:
+    per-sub-axis collectives and a ring of Ulysses-sized splash calls per layer."""
+    from aoizora.errors import AoizoraError
+    from aoizora.topology import get_topology
+
+    try:
+        topo = get_topology(topology)
+    except AoizoraError as exc:  # a generation this tree does not describe yet
+        pytest.skip(str(exc))
+    space = WanSpace(PRESETS["t2v-14b"], VideoShape(81, 720, 1280))
+    st = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered")
+    pred, _, mem, _, _ = analyse(space, st, topo)
+    by_kind: dict = {}
+    for c in pred.comms:
+        if c.explicit:
+            by_kind.setdefault(c.kind, set()).add(c.axes)
+    assert by_kind == {"all-to-all": {("context_ulysses",)}, "collective-permute": {("context_ring",)}}
+    span = -(-75_600 // (4 * 128)) * 128 * 2  # padded to context × 128, then a ring group's span (L/R)
+    heads = 40 // 2
+    self_calls = [n for n in pred.ops if n.opaque and n.flops == 4.0 * heads * span * span * 128]
+    assert sum(n.multiplicity for n in self_calls) == 2 * 40  # R ring steps × 40 layers
+    # the per-layer weight gathers run over fsdp × both context sub-axes (embed of gathered weights)
+    gathers = {c.axes for c in pred.comms if c.kind == "all-gather"}
+    assert ("context_ring", "context_ulysses") in gathers
