@@ -27,12 +27,13 @@ from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
+    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy, check_strategy,
     context_splits,
 )
 from aoizora.placement import MeshSpec
 from aoizora.stage1.dag import KernelCall
-from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.stage1.space import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.stage1.wan_experts import legal_expert_strategies
 
 
 def strategy_key(st: Strategy) -> str:
@@ -148,12 +149,17 @@ class WanSpace(StrategySpace):
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
-        """MaxDiffusion's Wan deployment: CFG on data=2, the rest on context, K/V all-gathered,
-        weights' embed dimension sharded over context and gathered per layer."""
-        data = 2 if num_devices % 2 == 0 and self.batch % 2 == 0 else 1
-        st = Strategy(data=data, context=num_devices // data, attention="allgather",
-                      weights="gathered" if num_devices // data > 1 else "replicated", kernel=self.kernel)  # type: ignore[arg-type]
-        return None if check_strategy(st, self.config, self.video, self.batch, num_devices) else st
+        """MaxDiffusion's generation-agnostic Wan deployment (its README's command): CFG on
+        data=2, the rest on context, K/V all-gathered, weights' embed dimension sharded over
+        context and gathered per layer, the command's splash block sizes."""
+        rows = legal_expert_strategies(self.config, self.video, "", num_devices, self.batch, self.kernel)
+        return rows[0][1] if rows else None
+
+    def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
+        """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`)."""
+        rows = legal_expert_strategies(self.config, self.video, topology.generation, topology.num_devices,
+                                       self.batch, self.kernel)
+        return [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)
