@@ -280,8 +280,8 @@ def check_strategy(
         reasons.append(f"{heads} attention heads are not divisible by tensor={strategy.tensor}")
     elif uly is not None and (heads // strategy.tensor) % uly[1]:
         reasons.append(
-            f"Ulysses needs heads/tensor = {heads // strategy.tensor} divisible by its degree {uly[1]} "
-            f"({uly[0]}; the all-to-all trades sequence shards for head shards)"
+            f"Ulysses needs heads/tensor = {heads // strategy.tensor} divisible by {uly[0]}={uly[1]} "
+            "(the all-to-all trades sequence shards for head shards)"
         )
     elif uly is not None and (heads // (strategy.tensor * uly[1])) % strategy.ulysses_chunks:
         reasons.append(
