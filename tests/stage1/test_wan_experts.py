@@ -21,11 +21,13 @@ def test_every_row_is_sourced_and_legal_on_eight_devices():
 
 def test_v5e_and_v6e_run_the_readme_command():
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
-    for name, devices in (("v5e:2x4", 8), ("v6e:2x2", 4)):
+    for name, devices, expert, blocks in (("v6e:2x2", 4, "maxdiffusion-readme", SplashBlocks(3024, 2048, 1024)),
+                                          ("v5e:2x4", 8, "maxdiffusion-readme-default-blocks",
+                                           SplashBlocks(512, 512, 512))):
         (dep,) = space.expert_deployments(get_topology(name))
-        assert dep.name == "maxdiffusion-readme"
+        assert dep.name == expert
         assert dep.strategy == Strategy(data=2, context=devices // 2, attention="allgather", weights="gathered",
-                                        splash_blocks=SplashBlocks(3024, 2048, 1024))
+                                        splash_blocks=blocks)
         assert "--xla_tpu_overlap_compute_collective_tc=true" in dep.libtpu_args and len(dep.libtpu_args) == 5
     assert space.expert_strategy(8) == space.expert_deployments(get_topology("v5e:2x4"))[0].strategy
 
@@ -48,7 +50,7 @@ def test_tpu7x_has_the_2d_context_and_the_flash_deployment():
 
 
 def test_generations_without_a_row_fall_back_to_the_readme_and_illegal_ones_are_dropped():
-    assert [e.name for e in experts_for("v5p")] == ["maxdiffusion-readme"]
+    assert [e.name for e in experts_for("v5p")] == ["maxdiffusion-readme-default-blocks"]
     # 3 devices: no CFG split; the README's context=3 is legal, 2D context is not (U=2 does not divide 3)
     space = WanSpace(PRESETS["t2v-1.3b"], VideoShape(5, 480, 832))
     deps = space.expert_deployments(SimpleNamespace(generation="tpu7x", num_devices=3))

@@ -136,3 +136,33 @@ def test_ulysses_ring_14b_720p_81_frames(topology):
     # the per-layer weight gathers run over fsdp × both context sub-axes (embed of gathered weights)
     gathers = {c.axes for c in pred.comms if c.kind == "all-gather"}
     assert ("context_ring", "context_ulysses") in gathers
+
+
+def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
+    """Stage 2 on a 2D context strategy: five mesh axes place and compile; the compiled all-to-alls
+    pair Ulysses neighbours (logical ids differing in the inner axis), the permutes move K/V
+    between ring neighbours, and every splash ring step gets the model's own cost."""
+    from aoizora.hlo.program import CollectiveKind, NodeKind
+    from aoizora.placement import enumerate_placements
+    from aoizora.plan.stage2 import compile_strategy
+    from aoizora.topology import get_topology
+
+    topo = get_topology("v5e:2x4")
+    config = PRESETS["t2v-14b"].replace(num_layers=1, num_attention_heads=4, ffn_dim=1024, text_dim=512)
+    space = WanSpace(config, VideoShape(21, 480, 832))
+    st = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered")
+    spec = space.mesh_spec(st)
+    assert spec.axis_names == ("data", "fsdp", "context_ring", "context_ulysses", "tensor")
+    placements = enumerate_placements(topo, spec).placements
+    assert len(placements) > 1
+    program = compile_strategy(space, st, strategy_key(st), topo, placements[0], 600.0).program
+    # logical id = data·4 + ring·2 + ulysses (fsdp and tensor are 1)
+    a2a = [c for c in program.collectives if c.kind == CollectiveKind.ALL_TO_ALL]
+    assert a2a and all(sorted(map(sorted, c.groups)) == [[0, 1], [2, 3], [4, 5], [6, 7]] for c in a2a)
+    permutes = [c for c in program.collectives if c.kind == CollectiveKind.COLLECTIVE_PERMUTE
+                and c.source_target_pairs]
+    assert any(all(abs(s - t) == 2 for s, t in c.source_target_pairs) for c in permutes)
+    ring = [n for n in program.nodes if n.kind == NodeKind.OPAQUE and "segmented_residuals" in n.name]
+    assert len(ring) == 2  # R = 2 ring steps in the layer
+    span = 9728 // 2  # 9,360 tokens padded to 4 × 128 multiples, a ring group's half after the all-to-all
+    assert all(n.flops == 4.0 * 2 * span * span * 128 for n in ring)  # 4 heads / U = 2 per device

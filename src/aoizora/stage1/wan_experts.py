@@ -99,6 +99,10 @@ _README = (f"{MAXDIFFUSION} README.md (Wan Models: the Wan2.1 T2V command: atten
            f"ici_context_parallelism=2 on 4 devices, flash_block_sizes, LIBTPU_INIT_ARGS) and "
            f"src/maxdiffusion/configs/base_wan_14b.yml (the same block sizes under '# Use on v6e'; "
            f"ici_context_parallelism: -1), commit {MAXDIFFUSION_COMMIT}")
+_README_DEFAULT_BLOCKS = (f"{MAXDIFFUSION} README.md (Wan Models: the Wan2.1 T2V command: attention=flash, "
+                         f"ici_data_parallelism=2, ici_context_parallelism=2 on 4 devices, LIBTPU_INIT_ARGS) and "
+                         f"src/maxdiffusion/configs/base_wan_14b.yml (default flash_block_sizes: 512 everywhere; "
+                         f"ici_context_parallelism: -1), commit {MAXDIFFUSION_COMMIT}")
 _V7 = (f"{MAXDIFFUSION} BENCHMARK_RESULTS.md (TPU v7-8, 4 chips × 2 cores, DP=2, CP=4, Wan 2.2 T2V A14B, "
        f"720x1280, 81 frames, 40 steps; flash_block_sizes block_q 2048, block_kv 2048, block_kv_compute 1024) "
        f"and benchmark_dp2_cp4.sh (its command and LIBTPU_INIT_ARGS), commit {MAXDIFFUSION_COMMIT}")
@@ -117,12 +121,23 @@ WAN_EXPERTS: tuple[WanExpert, ...] = (
         documented="flash, CP=4 (K/V all-gathered): 231.3 s generation without the XLA flags, 205.3 s with them",
     ),
     WanExpert(
-        name="maxdiffusion-readme", generations=(), attention="allgather", context_ulysses=1,
+        name="maxdiffusion-readme", generations=("v6e",), attention="allgather", context_ulysses=1,
         # the command's block_q 3024 (not a multiple of 128: splash pads each device's queries to
         # a multiple of it), block_kv 2048, block_kv_compute 1024
         splash_blocks=SplashBlocks(block_q=3024, block_kv=2048, block_kv_compute=1024),
         libtpu_args=README_LIBTPU_ARGS, source=_README,
         documented="the README's Wan 2.1 T2V 720p/81-frame inference command (no timing given)",
+    ),
+    WanExpert(
+        # v5e and every generation without a row of its own: the README command with the config's
+        # default blocks. base_wan_14b.yml gives the command's 3024/2048 blocks for v6e (and v5p
+        # dkv variants) only, and on v5e a splash call with them needs ~23 MB of scoped VMEM, over
+        # libtpu's default 16 MiB there (tests/models/wan/test_wan_tpu_compile.py); the README's
+        # flags do not raise that limit.
+        name="maxdiffusion-readme-default-blocks", generations=(), attention="allgather", context_ulysses=1,
+        splash_blocks=SplashBlocks(block_q=512, block_kv=512, block_kv_compute=512),
+        libtpu_args=README_LIBTPU_ARGS, source=_README_DEFAULT_BLOCKS,
+        documented="the README's Wan 2.1 T2V command with base_wan_14b.yml's default flash_block_sizes (no timing given)",
     ),
 )
 

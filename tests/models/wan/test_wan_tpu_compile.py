@@ -108,17 +108,20 @@ def test_full_size_14b_720p_81_frames_compiles_for_v5e_2x4():
     assert "all-gather" in kinds  # K/V over context and the per-layer weight gathers
 
 
-@pytest.mark.parametrize("strategy", [
-    Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered", ulysses_chunks=2),
-    Strategy(data=2, context=4, attention="allgather", weights="gathered",
-             splash_blocks=SplashBlocks(block_q=3024, block_kv=2048, block_kv_compute=1024)),
-], ids=["ulysses_ring-2x2-chunks2", "allgather-blocks-3024-2048-1024"])
-def test_2d_context_and_fixed_splash_blocks_compile_for_v5e_2x4(strategy):
+README_BLOCKS = SplashBlocks(block_q=3024, block_kv=2048, block_kv_compute=1024)
+
+
+@pytest.mark.parametrize("topology,strategy", [
+    ("v5e:2x4", Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered",
+                         ulysses_chunks=2)),
+    ("v6e:2x4", Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)),
+], ids=["v5e-ulysses_ring-2x2-chunks2", "v6e-allgather-blocks-3024-2048-1024"])
+def test_2d_context_and_fixed_splash_blocks_compile(topology, strategy):
     """2D context (all-to-all on context_ulysses, permutes on context_ring, chunked) and the README
     expert's splash blocks (queries padded to a multiple of block_q = 3024) lower and compile."""
     cfg = NARROW.replace(num_layers=2)
     video = VideoShape(21, 480, 832)  # 9,360 tokens, padded to 4 × 128 multiples: 9,728
-    devs = toolchain.compile_only_devices("v5e:2x4")
+    devs = toolchain.compile_only_devices(topology)
     mesh = make_mesh(strategy, devs)
     assert mesh.axis_names == strategy.mesh_axes
     compiled = lower_denoise_step(cfg, video, strategy, mesh, UniPCScheduler(50, 5.0)).compile()
@@ -140,3 +143,17 @@ def test_2d_context_and_fixed_splash_blocks_compile_for_v5e_2x4(strategy):
         assert self_k.kv_shape[1] == 10240 and self_k.block_kv == 2048  # 9,728 gathered keys padded to 5 blocks
         cross = next(k for k in kernels if k.name == "splash_cross")
         assert cross.block_q == 3024 and cross.q_shape[1] == 3024 and cross.kv_shape[1] == 512
+
+
+def test_readme_splash_blocks_exceed_v5e_default_scoped_vmem():
+    """block_q 3024 × block_kv 2048 needs ~23 MB of scoped VMEM per splash call: over v5e's default
+    16 MiB limit, which is why the v5e expert keeps base_wan_14b.yml's default 512 blocks."""
+    from aoizora.plan.stage2 import drop_reason
+
+    cfg = NARROW.replace(num_layers=1)
+    strategy = Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)
+    mesh = make_mesh(strategy, toolchain.compile_only_devices("v5e:2x4"))
+    lowered = lower_denoise_step(cfg, VideoShape(21, 480, 832), strategy, mesh, UniPCScheduler(50, 5.0))
+    with pytest.raises(Exception) as info:
+        lowered.compile()
+    assert "vmem" in str(info.value).lower() and drop_reason(info.value)
