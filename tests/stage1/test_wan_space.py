@@ -1,5 +1,7 @@
 """The Wan 2.1 model through the Stage 1 protocol (lowering only, small video)."""
 
+import dataclasses
+
 import pytest
 
 from aoizora.models.wan.config import PRESETS, VideoShape
@@ -110,6 +112,22 @@ def test_ulysses_ring_communicates_per_sub_axis(space, topo_2x4):
     assert sum(n.multiplicity for n in ring_steps) == 2 * 30
 
 
+def test_chunked_ulysses_ring_repeats_collectives_and_kernels_per_chunk(space, topo_2x4):
+    st = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="replicated",
+                  ulysses_chunks=2)
+    pred, _, _, _, _ = analyse(space, st, topo_2x4)
+    explicit = [c for c in pred.comms if c.explicit]
+    assert sum(c.multiplicity for c in explicit if c.kind == "all-to-all") == 2 * 4 * 30
+    assert sum(c.multiplicity for c in explicit if c.kind == "collective-permute") == 2 * 2 * 30
+    # each chunk: R = 2 ring steps on 12 / U / 2 = 3 heads
+    ring_steps = [n for n in pred.ops if n.opaque and n.flops == 4.0 * 3 * 256 * 256 * 128]
+    assert sum(n.multiplicity for n in ring_steps) == 2 * 2 * 30
+    # the all-to-all payload per chunk is half the unchunked one: the same bytes in total
+    whole, _, _, _, _ = analyse(space, dataclasses.replace(st, ulysses_chunks=1), topo_2x4)
+    a2a_bytes = lambda p: sum(c.recv_bytes * c.multiplicity for c in p.comms if c.kind == "all-to-all")
+    assert a2a_bytes(pred) == a2a_bytes(whole)
+
+
 @pytest.mark.parametrize("topology", ["v5e:2x4", "tpu7x:2x2x1"])
 def test_ulysses_ring_14b_720p_81_frames(topology):
     """The full 14B model at 720p/81 frames (75,600 tokens) under the expert's 2D context split:
@@ -158,10 +176,13 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     program = compile_strategy(space, st, strategy_key(st), topo, placements[0], 600.0).program
     # logical id = data·4 + ring·2 + ulysses (fsdp and tensor are 1)
     a2a = [c for c in program.collectives if c.kind == CollectiveKind.ALL_TO_ALL]
-    assert a2a and all(sorted(map(sorted, c.groups)) == [[0, 1], [2, 3], [4, 5], [6, 7]] for c in a2a)
-    permutes = [c for c in program.collectives if c.kind == CollectiveKind.COLLECTIVE_PERMUTE
-                and c.source_target_pairs]
-    assert any(all(abs(s - t) == 2 for s, t in c.source_target_pairs) for c in permutes)
+    ulysses = [c for c in a2a if sorted(map(sorted, c.groups)) == [[0, 1], [2, 3], [4, 5], [6, 7]]]
+    assert len(ulysses) == 4  # q, k, v there, the output back
+    permutes = [c for c in program.collectives if c.kind == CollectiveKind.COLLECTIVE_PERMUTE]
+    ring = [c for c in permutes if len(c.source_target_pairs) == 8
+            and all(abs(s - t) == 2 for s, t in c.source_target_pairs)]
+    assert len(ring) == 2  # K and V, R - 1 = 1 rotation
+    assert {c.operand_bytes for c in ulysses} == {c.operand_bytes for c in ring}  # a device's q/k/v block
     ring = [n for n in program.nodes if n.kind == NodeKind.OPAQUE and "segmented_residuals" in n.name]
     assert len(ring) == 2  # R = 2 ring steps in the layer
     span = 9728 // 2  # 9,360 tokens padded to 4 × 128 multiples, a ring group's half after the all-to-all
