@@ -51,9 +51,11 @@ class WanSpace(StrategySpace):
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
-                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0):
+                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
+                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
+        self.ulysses_chunks = ulysses_chunks
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -65,7 +67,7 @@ class WanSpace(StrategySpace):
         out = []
         for sizes in axis_assignments(num_devices, MESH_AXES):
             for attention in self.attentions:
-                chunk_choices = ULYSSES_CHUNK_CHOICES if attention in ("ulysses", "ulysses_ring") else (1,)
+                chunk_choices = self.ulysses_chunks if attention in ("ulysses", "ulysses_ring") else (1,)
                 for uly in context_splits(sizes["context"], attention):
                     for chunks in chunk_choices:
                         for weights in self.weights:
