@@ -187,3 +187,23 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     assert len(ring) == 2  # R = 2 ring steps in the layer
     span = 9728 // 2  # 9,360 tokens padded to 4 × 128 multiples, a ring group's half after the all-to-all
     assert all(n.flops == 4.0 * 2 * span * span * 128 for n in ring)  # 4 heads / U = 2 per device
+
+
+def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
+    """With fixed splash blocks K/V are streamed once per block_q rows, not per the kernel's own pick."""
+    from aoizora.models.wan.attention import splash_cost
+    from aoizora.models.wan.strategy import SplashBlocks
+    from aoizora.stage1.dag import KernelCall
+    from aoizora.stage1.ir import TensorType
+
+    space = WanSpace(PRESETS["t2v-14b"], VIDEO)
+    q = TensorType((40, 6048, 128), "bf16")  # padded to 2 blocks of 3024
+    kv = TensorType((40, 10240, 128), "bf16")
+    call = KernelCall("tpu_custom_call", (q, kv, kv), (q,), True)
+    blocked = Strategy(context=2, splash_blocks=SplashBlocks(3024, 2048, 1024))
+    cost = space.kernel_cost(blocked, call)
+    flops, hbm = splash_cost(40, 6048, 10240, 128, 2, False, block_q=3024)
+    assert (cost.flops, cost.hbm_bytes) == (flops, int(hbm))
+    # 2 Q blocks stream K/V twice; the kernel's own pick for 6,048 rows (no 512/256/128 divides it) is one block
+    unblocked = space.kernel_cost(Strategy(context=2), call).hbm_bytes
+    assert cost.hbm_bytes - unblocked == 2 * kv.bytes
