@@ -207,3 +207,24 @@ def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
     # 2 Q blocks stream K/V twice; the kernel's own pick for 6,048 rows (no 512/256/128 divides it) is one block
     unblocked = space.kernel_cost(Strategy(context=2), call).hbm_bytes
     assert cost.hbm_bytes - unblocked == 2 * kv.bytes
+
+
+def test_chunked_strategies_take_their_unchunked_siblings_analysis(topo_2x4):
+    """Stage 1 lowers the unchunked Ulysses strategy only; its chunked siblings share its Q1 (still a
+    lower bound: the same bytes in more collectives) and memory (chunks only shrink buffers)."""
+    from aoizora.stage1 import run_stage1
+
+    space = WanSpace(PRESETS["t2v-14b"], VIDEO, attentions=("ulysses",), weights=("gathered+tensor",))
+    result = run_stage1(space, topo_2x4, top_k=2, progress=False, workers=1)
+    by_key = {e.key: e for e in result.entries}
+    chunked = [e for e in result.entries if e.candidate.strategy.ulysses_chunks > 1 and e.verdict != "illegal"]
+    assert chunked
+    for e in chunked:
+        twin = by_key[strategy_key(dataclasses.replace(e.candidate.strategy, ulysses_chunks=1))]
+        assert e.summary["analysed_as"] == twin.key and twin.lower_seconds > 0 and e.lower_seconds == 0
+        assert e.q1.seconds == twin.q1.seconds and e.memory.total_bytes == twin.memory.total_bytes
+        assert e.rank is not None and twin.rank < e.rank  # ties rank the sibling first
+    # the stand-in's Q1 bounds the chunked program it stands for (more, smaller collectives)
+    st = next(e.candidate.strategy for e in chunked)
+    own_q1 = analyse(space, st, topo_2x4)[1].seconds
+    assert by_key[strategy_key(st)].q1.seconds <= own_q1 * (1 + 1e-9)

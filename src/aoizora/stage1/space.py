@@ -81,6 +81,15 @@ class StrategySpace(abc.ABC):
         """Cost of one opaque kernel call (per device); None when unknown."""
         return None
 
+    def analysis_stand_in(self, strategy: Any) -> Any | None:
+        """A strategy whose Stage 1 analysis stands for this one's, or None (analyse it itself).
+
+        Only for strategies that differ in scheduling alone: the stand-in must move the same
+        bytes and do the same FLOPs with no more collectives (so its Q1 is still a lower bound
+        for this one) and need at least the memory this one does (so the HBM filter stays
+        conservative). Stage 1 then lowers the stand-in only; Stage 2 compiles each for real."""
+        return None
+
     def lowering_affinity(self, strategy: Any) -> Hashable:
         """Strategies with equal affinity share costly lowering work (e.g. a kernel's setup that
         the toolchain caches): Stage 1 lowers them one after another in the same process. By

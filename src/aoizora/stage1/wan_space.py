@@ -82,7 +82,18 @@ class WanSpace(StrategySpace):
             reasons.append(f"fsdp > 1 with weights={st.weights} (embed not sharded) is data parallelism (duplicate)")
         if st.context == 1 and st.attention != self.attentions[0]:
             reasons.append(f"attention={st.attention} with context=1 runs as {self.attentions[0]} (duplicate)")
+        if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
+            reasons.append(f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
         return reasons
+
+    def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
+        """A chunked Ulysses strategy is analysed as its unchunked sibling: the same FLOPs and
+        collective bytes in fewer, larger collectives and attention calls (a Q1 no higher) with
+        every chunk's buffers at once (memory no lower). What chunking buys, overlap of one
+        chunk's all-to-all with another's attention, only the compiled schedule shows."""
+        if strategy.ulysses_chunks > 1:
+            return dataclasses.replace(strategy, ulysses_chunks=1)
+        return None
 
     def lowering_affinity(self, strategy: Strategy) -> tuple[int, int]:
         # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
