@@ -283,3 +283,26 @@ def test_report_only_tabulates_published_cells_and_marks_other_code(tmp_path, ce
 def test_a_run_needs_its_cells(tmp_path):
     with pytest.raises(BenchError, match="needs its cells"):
         run_bench(None, BenchOptions(top_k=2), tmp_path, progress=False)
+
+
+def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage1):
+    """A generation with two documented deployments: the cell scores both and reports each speedup."""
+    from aoizora.stage1.space import ExpertDeployment
+
+    first, second = [e.candidate.strategy for e in stage1.ranked[-2:]]
+
+    class WithExperts(TransformerSpace):
+        def expert_deployments(self, topology):
+            return [ExpertDeployment("primary", first, ("--xla_flag_a=true",), "repo a @ commit"),
+                    ExpertDeployment("other", second, (), "repo b @ commit")]
+
+    doc = run_cell(CELL, BenchOptions(top_k=2, oracle=False), compile_cache, progress=False, space=WithExperts(CFG))
+    assert [e["name"] for e in doc["experts"]] == ["primary", "other"]
+    assert doc["experts"][0]["libtpu_args"] == ["--xla_flag_a=true"]
+    assert doc["expert"]["strategy"] == doc["experts"][0]["strategy"] == first.key
+    m = doc["metrics"]
+    assert set(m["expert_latency_seconds"]) == {"primary", "other"}
+    assert all(t is not None and t > 0 for t in m["expert_latency_seconds"].values())
+    assert m["expert_latency_seconds"]["primary"] == m["latency_seconds"]["expert"]
+    assert m["speedup_over_experts"]["primary"] == m["speedup_over_expert"]
+    assert m["speedup_over_experts"]["other"] == m["expert_latency_seconds"]["other"] / m["latency_seconds"]["aoizora"]

@@ -198,3 +198,27 @@ def test_a_strategy_the_compiler_refuses_gives_its_place_to_the_next(planned, mo
     assert refused == [ranked[0]] and rows[ranked[0]]["dropped"].startswith("out of HBM")
     assert result.plan.strategy["key"] == ranked[1]  # the next strategy was compiled and chosen
     assert any("in its place" in n for n in result.plan.data["notes"])
+
+
+def test_plan_is_reported_against_every_expert_deployment():
+    """A generation with two documented deployments: both join Stage 2 and both are baselines."""
+    from aoizora.plan import plan_space
+    from aoizora.plan.function_space import FunctionSpace
+    from aoizora.stage1.space import ExpertDeployment
+
+    class TwoExperts(FunctionSpace):
+        def expert_deployments(self, topology):
+            by_name = {s.name: s for s in self.strategies}
+            return [ExpertDeployment("by-data", by_name["data"], ("--xla_flag_a=true",), "repo path @ commit", "x s"),
+                    ExpertDeployment("by-tensor", by_name["tensor"], (), "repo other @ commit", "y s")]
+
+    space = TwoExperts(mlp, ARGS, STRATEGIES[:3])
+    plan = plan_space(space, get_topology("v5e:2x2"), top_k=1, verify_top=0, use_cache=False,
+                      progress=False).plan
+    experts = plan.data["baselines"]["experts"]
+    assert [e["name"] for e in experts] == ["by-data", "by-tensor"]
+    assert [e["strategy"] for e in experts] == ["data", "tensor"]
+    assert experts[0]["libtpu_args"] == ["--xla_flag_a=true"] and experts[1]["source"] == "repo other @ commit"
+    assert all(e["placement"] == "jax-default" and e["speedup_of_plan"] >= 1.0 for e in experts)
+    assert plan.data["baselines"]["expert"] == experts[0]
+    assert {a["strategy"] for a in plan.data["alternatives"]} >= {"data", "tensor"}

@@ -1,8 +1,8 @@
 """The baselines aoizora is measured against.
 
-* expert: the MaxDiffusion-style Wan deployment the workload names (`StrategySpace.expert_strategy`:
-  CFG on data=2, the other chips on context, all-gather K/V attention, weights gathered per layer),
-  on JAX's default placement;
+* expert: the deployments the workload documents for the slice's generation
+  (`StrategySpace.expert_deployments`; for Wan, MaxDiffusion's, `aoizora.stage1.wan_experts`), each
+  on JAX's default placement, the first of them the primary one;
 * logical search: an Alpa-style search over the same logical space. Every strategy Stage 1 lowered
   and found to fit is costed by an alpha-beta model per mesh axis that knows nothing of the
   topology (every axis is a uniform channel: `alpha` per algorithm step, `beta` bytes/s per

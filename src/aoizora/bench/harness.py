@@ -37,7 +37,7 @@ from aoizora.plan.planner import plan_space, source_fingerprint
 from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
-from aoizora.stage1.space import StrategySpace
+from aoizora.stage1.space import Candidate, StrategySpace
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
@@ -94,15 +94,17 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
 
-    n = topo.num_devices
-    expert = space.expert_strategy(n)
-    expert_key = space.key_of(expert) if expert is not None else None
+    experts = [(space.key_of(d.strategy), d) for d in space.expert_deployments(topo)]
+    expert_key = experts[0][0] if experts else None  # the primary deployment
     logical = logical_search(stage1, topo)
 
     by_key = {e.key: e for e in stage1.entries}
+    # a deployment outside Stage 1's space (e.g. with its own splash block sizes) is scored all the same
+    for key, dep in experts:
+        by_key.setdefault(key, Entry(Candidate(key, dep.strategy), verdict="expert deployment"))
     compiled_by_planner = {o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped}
     skipped = {e.key: why for e in stage1.entries if (why := _not_compilable(e)) is not None}
-    wanted = compiled_by_planner | {logical.key} | ({expert_key} if expert_key else set())
+    wanted = compiled_by_planner | {logical.key} | {k for k, _ in experts}
     first = [by_key[k] for k in sorted(wanted) if k in by_key]
     rest: list[Entry] = []
     if opts.oracle:
@@ -145,6 +147,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
                     "own_compile": own.get("aoizora")},
         "oracle_own_compile": own.get("oracle"),
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
+        "experts": [{"strategy": k, "placement": JAX_DEFAULT, **d.to_json()} for k, d in experts],
         "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,
                     "alpha_beta_seconds": dict(logical.ranking).get(logical_key)},
         "strategies": strategies,
@@ -257,10 +260,13 @@ def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:
     wanted = {"aoizora": (doc["aoizora"]["strategy"], doc["aoizora"]["placement"]),
               "expert": (doc["expert"]["strategy"], JAX_DEFAULT),
               "logical": (doc["logical"]["strategy"], JAX_DEFAULT)}
+    for ex in doc.get("experts", [])[1:]:
+        wanted[f"expert:{ex['name']}"] = (ex["strategy"], JAX_DEFAULT)
     best = sorted(doc["pairs"], key=lambda p: p["sim_seconds"])[:3]
     for i, p in enumerate(best):
         wanted[f"oracle_candidate_{i}"] = (p["strategy"], p["placement"])
     strategies = {space.key_of(c.strategy): c.strategy for c in space.candidates(topo.num_devices)}
+    strategies.update({space.key_of(d.strategy): d.strategy for d in space.expert_deployments(topo)})
     out: dict[str, Any] = {}
     for role, (key, placement_name) in wanted.items():
         if key is None or key not in strategies:
@@ -319,6 +325,9 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     def ratio(x: float | None, y: float | None) -> float | None:
         return x / y if x is not None and y else None
 
+    # every documented expert deployment of the generation, by name (the primary one is "expert")
+    expert_latency = {ex["name"]: _latency(doc, ex["strategy"], ex["placement"]) for ex in doc.get("experts", [])}
+
     chosen = [p["sim_seconds"] for p in pairs if p["strategy"] == a["strategy"]]
     # a compile that timed out or failed leaves a hole in the oracle (a refusal for HBM does not:
     # that strategy cannot run), so recall is not claimed for such a cell
@@ -347,6 +356,8 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "latency_seconds": lat,
         "speedup_over_expert": ratio(lat["expert"], lat["aoizora"]),
+        "expert_latency_seconds": expert_latency,
+        "speedup_over_experts": {name: ratio(t, lat["aoizora"]) for name, t in expert_latency.items()},
         "speedup_over_logical": ratio(lat["logical"], lat["aoizora"]),
         "oracle_over_aoizora": ratio(lat["aoizora"], lat["oracle"]),
         "oracle": {"strategy": oracle_key, "placement": oracle_pair["placement"] if oracle_pair else None,

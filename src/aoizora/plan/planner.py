@@ -117,14 +117,15 @@ def plan_space(
             "use a larger slice or a smaller workload"
         )
 
-    # The expert deployment is compiled anyway (it is a baseline), so it also competes: a plan
-    # is never worse than the baseline it reports, whatever Stage 1's recall.
-    expert = space.expert_strategy(topology.num_devices)
-    expert_key = space.key_of(expert) if expert is not None else None
+    # The expert deployments are compiled anyway (they are baselines), so they also compete: a
+    # plan is never worse than the baselines it reports, whatever Stage 1's recall.
+    experts = [(space.key_of(d.strategy), d) for d in space.expert_deployments(topology)]
     extra_notes: list[str] = []
-    if expert is not None and expert_key not in {k for k, _ in kept}:
-        kept.append((expert_key, expert))
-        extra_notes.append(f"the expert deployment ({expert_key}) joined Stage 2 beside the Top-{len(kept) - 1}")
+    top = len(kept)
+    for expert_key, dep in experts:
+        if expert_key not in {k for k, _ in kept}:
+            kept.append((expert_key, dep.strategy))
+            extra_notes.append(f"the expert deployment {dep.name} ({expert_key}) joined Stage 2 beside the Top-{top}")
 
     # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
     taken = {k for k, _ in kept}
@@ -142,12 +143,10 @@ def plan_space(
     same = next(o for o in outcomes if o.key == best.key).jax_default
     if same is not None:
         baselines["same_strategy_jax_default"] = _pair_json(same, best)
-    if expert is not None:
-        expert_outcome = next(o for o in outcomes if o.key == expert_key)
-        if expert_outcome.jax_default is not None:
-            baselines["expert"] = _pair_json(expert_outcome.jax_default, best)
-        else:
-            baselines["expert"] = {"strategy": expert_key, "dropped": expert_outcome.dropped}
+    if experts:
+        # "expert" is the primary deployment (the first documented); "experts" lists them all
+        baselines["experts"] = [_expert_json(dep, expert_key, outcomes, best) for expert_key, dep in experts]
+        baselines["expert"] = baselines["experts"][0]
 
     # Schedules and link loads of the choice and of JAX's placement of the same strategy, for reports.
     model = CostModel(topology, options)
@@ -191,6 +190,16 @@ def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progr
             bar.update(task, total=total[0])
 
         return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow, **common)
+
+
+def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:
+    """An expert deployment on JAX's default placement against the plan's choice (or why it has no time)."""
+    outcome = next(o for o in outcomes if o.key == key)
+    if outcome.jax_default is not None:
+        out = _pair_json(outcome.jax_default, best)
+    else:
+        out = {"strategy": key, "dropped": outcome.dropped}
+    return {**out, **dep.to_json()}
 
 
 def _pair_json(pair: Scored, best: Scored | None = None) -> dict[str, Any]:

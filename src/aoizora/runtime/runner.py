@@ -56,13 +56,15 @@ def small_config(config: Any) -> Any:
 
 
 def _strategy(plan: Plan) -> Any:
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.strategy import SplashBlocks, Strategy
 
     st = plan.strategy
     if "mesh" not in st or "attention" not in st:
         raise PlanMismatchError("this plan is not of a Wan model; `aoizora run` runs Wan plans")
-    return Strategy(**{k: int(v) for k, v in st["mesh"].items()}, attention=st["attention"], weights=st["weights"],
-                    kernel="auto")
+    blocks = st.get("splash_blocks")
+    return Strategy.from_axis_sizes(st["mesh"], attention=st["attention"], weights=st["weights"], kernel="auto",
+                                    ulysses_chunks=int(st.get("ulysses_chunks", 1)),
+                                    splash_blocks=SplashBlocks(**blocks) if blocks else None)
 
 
 def run_plan(

@@ -3,7 +3,9 @@
 Why this order: each step is cheaper than the next and discards what the next would waste time
 on. Legality costs nothing; lowering costs ~0.1 s; the IR walk and Q1 a few ms; compiling (Stage
 2) seconds. Every strategy leaves with a verdict and its reason, so a report can say why the
-expert's choice was or was not kept.
+expert's choice was or was not kept. A strategy that differs from a sibling in scheduling alone
+(`StrategySpace.analysis_stand_in`, e.g. Ulysses chunking) takes the sibling's analysis instead
+of being lowered (its summary names the sibling under "analysed_as").
 """
 
 from __future__ import annotations
@@ -222,6 +224,18 @@ def _pool_blob(space: StrategySpace, entries: list[Entry]) -> bytes | None:
     return blob
 
 
+def _stand_ins(space: StrategySpace, legal: list[Entry]) -> dict[str, Entry]:
+    """Key → the legal entry whose analysis stands for it (one that is analysed itself)."""
+    by_key = {e.key: e for e in legal}
+    out = {}
+    for e in legal:
+        stand_in = space.analysis_stand_in(e.candidate.strategy)
+        twin = by_key.get(space.key_of(stand_in)) if stand_in is not None else None
+        if twin is not None and twin is not e and space.analysis_stand_in(twin.candidate.strategy) is None:
+            out[e.key] = twin
+    return out
+
+
 def default_workers(legal: int) -> int:
     """Lowering is single-threaded Python: use the cores when there is enough to amortise the
     workers' start-up (each imports jax and libtpu, ~3 s)."""
@@ -249,9 +263,12 @@ def run_stage1(
     candidates = list(space.candidates(topology.num_devices))
     entries = [Entry(c, ILLEGAL, c.reasons) if not c.legal else Entry(c, RANKED) for c in candidates]
     legal = [e for e in entries if e.verdict != ILLEGAL]
+    # strategies whose analysis a sibling's stands for (`StrategySpace.analysis_stand_in`) are not lowered
+    stand_ins = _stand_ins(space, legal)
+    own = [e for e in legal if e.key not in stand_ins]
     timings = {"lower": 0.0, "analyse": 0.0}
-    n_workers = default_workers(len(legal)) if workers is None else max(1, workers)
-    blob = _pool_blob(space, legal) if n_workers > 1 else None
+    n_workers = default_workers(len(own)) if workers is None else max(1, workers)
+    blob = _pool_blob(space, own) if n_workers > 1 else None
 
     def apply(e: Entry, a: _Analysed) -> None:
         e.verdict, e.reasons = a.verdict, a.reasons
@@ -260,7 +277,7 @@ def run_stage1(
         timings["lower"] += a.lower_seconds
         timings["analyse"] += a.analyse_seconds
 
-    groups = _affinity_groups(space, legal)
+    groups = _affinity_groups(space, own)
 
     def run_all(advance: Any) -> None:
         if blob is None:
@@ -303,10 +320,15 @@ def run_stage1(
 
         with Progress(console=console, transient=True) as bar:
             label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
-            task = bar.add_task(label, total=len(legal))
+            task = bar.add_task(label, total=len(own))
             run_all(lambda: bar.advance(task))
     else:
         run_all(lambda: None)
+    for e in legal:
+        if e.key in stand_ins:
+            twin = stand_ins[e.key]
+            e.verdict, e.reasons, e.q1, e.memory, e.prediction = twin.verdict, twin.reasons, twin.q1, twin.memory, twin.prediction
+            e.summary = {**(twin.summary or {}), "analysed_as": twin.key}
 
     fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):

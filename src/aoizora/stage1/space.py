@@ -33,6 +33,23 @@ class Candidate:
         return not self.reasons
 
 
+@dataclass(frozen=True)
+class ExpertDeployment:
+    """A hand-tuned deployment to compare a plan against: its strategy (compiled and placed by
+    JAX's default order), the libtpu flags its authors run it with (``LIBTPU_INIT_ARGS``, one flag
+    per item, for the compile path to apply), where it is documented and what was measured there."""
+
+    name: str
+    strategy: Any
+    libtpu_args: tuple[str, ...] = ()
+    source: str = ""
+    documented: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "libtpu_args": list(self.libtpu_args), "source": self.source,
+                "documented": self.documented}
+
+
 @dataclass
 class LoweringInputs:
     """`jax.jit(fn, **jit_kwargs).lower(*args, **kwargs)` lowers the strategy (args abstract)."""
@@ -64,6 +81,15 @@ class StrategySpace(abc.ABC):
         """Cost of one opaque kernel call (per device); None when unknown."""
         return None
 
+    def analysis_stand_in(self, strategy: Any) -> Any | None:
+        """A strategy whose Stage 1 analysis stands for this one's, or None (analyse it itself).
+
+        Only for strategies that differ in scheduling alone: the stand-in must move the same
+        bytes and do the same FLOPs with no more collectives (so its Q1 is still a lower bound
+        for this one) and need at least the memory this one does (so the HBM filter stays
+        conservative). Stage 1 then lowers the stand-in only; Stage 2 compiles each for real."""
+        return None
+
     def lowering_affinity(self, strategy: Any) -> Hashable:
         """Strategies with equal affinity share costly lowering work (e.g. a kernel's setup that
         the toolchain caches): Stage 1 lowers them one after another in the same process. By
@@ -81,6 +107,12 @@ class StrategySpace(abc.ABC):
     def expert_strategy(self, num_devices: int) -> Any | None:
         """The hand-tuned deployment to compare against (None when the workload has none)."""
         return None
+
+    def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
+        """Every hand-tuned deployment documented for this slice's generation, the primary one
+        first (by default the one `expert_strategy` names, without flags or source)."""
+        st = self.expert_strategy(topology.num_devices)
+        return [] if st is None else [ExpertDeployment("expert", st)]
 
     def workload(self) -> dict[str, Any]:
         """What is being planned, for the plan file and its cache key: name and input shapes."""

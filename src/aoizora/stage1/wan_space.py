@@ -1,10 +1,14 @@
 """The Wan 2.1 DiT's strategy space, through the Stage 1 protocol (`aoizora.models.wan`).
 
 Every assignment of the device count to the mesh axes data/fsdp/context/tensor, times the
-self-attention variants (allgather, ulysses, ring) and the weight modes of
-`aoizora.models.wan.strategy`. Legality is the model's own `check_strategy`; on top, variants
-that the model runs identically are rejected as duplicates (with context = 1 every attention
-variant is plain local attention, see `attention.self_attention`). Lowering is one
+self-attention variants (allgather, ulysses, ring, ulysses_ring) and the weight modes of
+`aoizora.models.wan.strategy`. 2D context attention (ulysses_ring) comes with every split of
+context into Ulysses U × ring R with both at least 2 (`context_splits`: U = 1 is ring and
+U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 or 4 head-group
+chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly.
+Legality is the model's own `check_strategy`; on top, variants that the model runs identically
+are rejected as duplicates (with context = 1 every attention variant is plain local attention,
+see `attention.self_attention`). Lowering is one
 `denoise_step` (the transformer on the CFG batch of 2, guidance, scheduler update) on abstract
 (weightless) sharded inputs for one video shape. Pallas splash calls are costed in Stage 1 from
 their operand shapes (4·B·H·Lq·Lk·D FLOPs; q, k, v and the output through HBM) and in Stage 2
@@ -13,6 +17,7 @@ from the model's own record of each kernel it emits (`opaque_kernel_costs`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
@@ -21,15 +26,24 @@ from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
-from aoizora.models.wan.strategy import ATTENTION_VARIANTS, MESH_AXES, WEIGHT_MODES, Strategy, check_strategy
+from aoizora.models.wan.strategy import (
+    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy, check_strategy,
+    context_splits,
+)
 from aoizora.placement import MeshSpec
 from aoizora.stage1.dag import KernelCall
-from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.stage1.space import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.stage1.wan_experts import legal_expert_strategies
 
 
 def strategy_key(st: Strategy) -> str:
     mesh = ",".join(f"{a}={n}" for a, n in st.axis_sizes.items() if n > 1) or "single"
-    return f"{mesh} | weights={st.weights} | attn={st.attention}"
+    key = f"{mesh} | weights={st.weights} | attn={st.attention}"
+    if st.ulysses_chunks != 1:
+        key += f" | chunks={st.ulysses_chunks}"
+    if st.splash_blocks is not None:
+        key += f" | blocks={st.splash_blocks.describe()}"
+    return key
 
 
 class WanSpace(StrategySpace):
@@ -37,9 +51,11 @@ class WanSpace(StrategySpace):
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
-                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0):
+                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
+                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
+        self.ulysses_chunks = ulysses_chunks
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -51,15 +67,33 @@ class WanSpace(StrategySpace):
         out = []
         for sizes in axis_assignments(num_devices, MESH_AXES):
             for attention in self.attentions:
-                for weights in self.weights:
-                    st = Strategy(**sizes, attention=attention, weights=weights, kernel=self.kernel)  # type: ignore[arg-type]
-                    reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
-                    if st.fsdp > 1 and not st.shards_embed:
-                        reasons.append(f"fsdp > 1 with weights={weights} (embed not sharded) is data parallelism (duplicate)")
-                    if st.context == 1 and attention != self.attentions[0]:
-                        reasons.append(f"attention={attention} with context=1 runs as {self.attentions[0]} (duplicate)")
-                    out.append(Candidate(strategy_key(st), st, tuple(reasons)))
+                chunk_choices = self.ulysses_chunks if attention in ("ulysses", "ulysses_ring") else (1,)
+                for uly in context_splits(sizes["context"], attention):
+                    for chunks in chunk_choices:
+                        for weights in self.weights:
+                            st = Strategy(**sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
+                                          kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks)
+                            out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
         return out
+
+    def _reasons(self, st: Strategy, num_devices: int) -> list[str]:
+        reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
+        if st.fsdp > 1 and not st.shards_embed:
+            reasons.append(f"fsdp > 1 with weights={st.weights} (embed not sharded) is data parallelism (duplicate)")
+        if st.context == 1 and st.attention != self.attentions[0]:
+            reasons.append(f"attention={st.attention} with context=1 runs as {self.attentions[0]} (duplicate)")
+        if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
+            reasons.append(f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
+        return reasons
+
+    def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
+        """A chunked Ulysses strategy is analysed as its unchunked sibling: the same FLOPs and
+        collective bytes in fewer, larger collectives and attention calls (a Q1 no higher) with
+        every chunk's buffers at once (memory no lower). What chunking buys, overlap of one
+        chunk's all-to-all with another's attention, only the compiled schedule shows."""
+        if strategy.ulysses_chunks > 1:
+            return dataclasses.replace(strategy, ulysses_chunks=1)
+        return None
 
     def lowering_affinity(self, strategy: Strategy) -> tuple[int, int]:
         # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
@@ -68,8 +102,9 @@ class WanSpace(StrategySpace):
         return (strategy.context, strategy.tensor)
 
     def mesh_spec(self, strategy: Strategy) -> MeshSpec:
-        # the model's meshes always carry all four axes (size-1 ones included)
-        return MeshSpec(MESH_AXES, strategy.mesh_shape)
+        # the model's meshes always carry all their axes (size-1 ones included): the four of
+        # `MESH_AXES`, or five for 2D context (context split into context_ring × context_ulysses)
+        return MeshSpec(strategy.mesh_axes, strategy.mesh_shape)
 
     def lowering_inputs(self, strategy: Strategy, mesh: Any) -> LoweringInputs:
         step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale)
@@ -89,12 +124,18 @@ class WanSpace(StrategySpace):
         # the same kernel model Stage 2 uses for the compiled call (K/V re-streamed per Q block);
         # residuals (log-sum-exp) are a second floating result
         residuals = sum(1 for t in call.result_types if t is not None and t.dtype.startswith(("bf", "f"))) > 1
-        flops, hbm = splash_cost(q.elements // (lq * d), lq, lk, d, q.bytes // q.elements, residuals)
+        block_q = strategy.splash_blocks.block_q if strategy.splash_blocks is not None else None
+        flops, hbm = splash_cost(q.elements // (lq * d), lq, lk, d, q.bytes // q.elements, residuals, block_q)
         return OpaqueCost(flops=flops, hbm_bytes=int(hbm))
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
-        return {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
-                "kernel": strategy.kernel, "video": [self.video.frames, self.video.height, self.video.width]}
+        out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
+               "kernel": strategy.kernel, "video": [self.video.frames, self.video.height, self.video.width]}
+        if strategy.ulysses_chunks != 1:
+            out["ulysses_chunks"] = strategy.ulysses_chunks
+        if strategy.splash_blocks is not None:
+            out["splash_blocks"] = dataclasses.asdict(strategy.splash_blocks)
+        return out
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
         """The model's own record of the kernel this custom call is (matched by its HLO name)."""
@@ -121,12 +162,17 @@ class WanSpace(StrategySpace):
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
-        """MaxDiffusion's Wan deployment: CFG on data=2, the rest on context, K/V all-gathered,
-        weights' embed dimension sharded over context and gathered per layer."""
-        data = 2 if num_devices % 2 == 0 and self.batch % 2 == 0 else 1
-        st = Strategy(data=data, context=num_devices // data, attention="allgather",
-                      weights="gathered" if num_devices // data > 1 else "replicated", kernel=self.kernel)  # type: ignore[arg-type]
-        return None if check_strategy(st, self.config, self.video, self.batch, num_devices) else st
+        """MaxDiffusion's generation-agnostic Wan deployment (its README's command): CFG on
+        data=2, the rest on context, K/V all-gathered, weights' embed dimension sharded over
+        context and gathered per layer, the command's splash block sizes."""
+        rows = legal_expert_strategies(self.config, self.video, "", num_devices, self.batch, self.kernel)
+        return rows[0][1] if rows else None
+
+    def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
+        """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`)."""
+        rows = legal_expert_strategies(self.config, self.video, topology.generation, topology.num_devices,
+                                       self.batch, self.kernel)
+        return [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)

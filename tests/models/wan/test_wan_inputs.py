@@ -179,3 +179,48 @@ def test_enumerate_strategies_v5e_8():
     legal_13 = enumerate_strategies(WAN_T2V_1_3B, VideoShape(81, 480, 832), 8)
     assert not any(s.attention == "ulysses" and s.context == 8 for s in legal_13)
     assert any(s.attention == "ulysses" and s.context == 4 for s in legal_13)
+
+
+def test_2d_context_strategy_mesh_rules_and_legality():
+    from aoizora.models.wan.strategy import ULYSSES_RING_MESH_AXES, SplashBlocks, enumerate_strategies, logical_rules
+
+    video = VideoShape(81, 720, 1280)
+    st = Strategy(data=2, context=8, context_ulysses=2, attention="ulysses_ring", weights="gathered")
+    assert st.mesh_axes == ULYSSES_RING_MESH_AXES and st.mesh_shape == (2, 1, 4, 2, 1)
+    assert st.axis_sizes == {"data": 2, "fsdp": 1, "context_ring": 4, "context_ulysses": 2, "tensor": 1}
+    rules = logical_rules(st)
+    assert rules["length"] == ("context_ring", "context_ulysses")  # shard r·U + u: ring groups hold spans
+    assert rules["embed"] == ("context_ring", "context_ulysses")
+    assert check_strategy(st, WAN_T2V_14B, video, num_devices=16) == []
+    # a plain context strategy keeps the four axes it always had
+    assert Strategy(data=2, context=8, attention="ring").axis_sizes == {"data": 2, "fsdp": 1, "context": 8, "tensor": 1}
+    bad = [
+        (Strategy(context=8, context_ulysses=3, attention="ulysses_ring"), "does not divide"),
+        (Strategy(context=8, context_ulysses=2, attention="ring"), "only for attention='ulysses_ring'"),
+        (Strategy(context=8, tensor=2, context_ulysses=8, attention="ulysses_ring"), "divisible by context_ulysses=8"),
+        (Strategy(context=8, attention="ring", ulysses_chunks=2), "does not have"),
+        (Strategy(context=4, attention="ulysses", ulysses_chunks=4), "chunk"),  # 40/4 = 10 heads, 4 chunks
+        (Strategy(context=8, attention="allgather", splash_blocks=SplashBlocks(2048, 2048, 1000)), "lanes"),
+        (Strategy(context=8, attention="allgather", splash_blocks=SplashBlocks(2048, 1536, 1024)), "multiple of"),
+    ]
+    for strategy, reason in bad:
+        reasons = check_strategy(strategy, WAN_T2V_14B, video, num_devices=8)
+        assert any(reason in r for r in reasons), (strategy.describe(), reasons)
+    legal = enumerate_strategies(WAN_T2V_14B, video, 8)
+    two_d = {(s.context_ulysses, s.context_ring) for s in legal if s.attention == "ulysses_ring"}
+    assert two_d == {(2, 2), (2, 4), (4, 2)}
+
+
+def test_plan_description_round_trips_through_the_runner():
+    from types import SimpleNamespace
+
+    from aoizora.models.wan.strategy import SplashBlocks
+    from aoizora.runtime.runner import _strategy
+    from aoizora.stage1.wan_space import WanSpace
+
+    space = WanSpace(WAN_T2V_14B, VideoShape(81, 720, 1280))
+    for st in (Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", ulysses_chunks=2,
+                        splash_blocks=SplashBlocks(2048, 2048, 1024)),
+               Strategy(data=2, context=4, attention="allgather")):
+        doc = json.loads(json.dumps(space.describe(st)))
+        assert _strategy(SimpleNamespace(strategy=doc)) == st

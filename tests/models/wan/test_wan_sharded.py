@@ -26,6 +26,14 @@ STRATEGIES = [
     Strategy(context=8, attention="allgather", weights="replicated"),
     Strategy(data=2, context=2, tensor=2, attention="ulysses", weights="gathered+tensor"),
     Strategy(context=4, tensor=2, attention="ring", weights="tensor"),
+    # 2D context: Ulysses × ring over two mesh axes, and its degenerate splits
+    Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered"),
+    Strategy(data=2, context=4, context_ulysses=4, attention="ulysses_ring", weights="gathered"),
+    Strategy(data=2, context=4, context_ulysses=1, attention="ulysses_ring", weights="gathered"),
+    Strategy(context=4, tensor=2, context_ulysses=2, attention="ulysses_ring", weights="gathered+tensor"),
+    # Ulysses chunked by head groups
+    Strategy(data=2, context=2, attention="ulysses", weights="gathered", ulysses_chunks=2),
+    Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered", ulysses_chunks=2),
 ]
 
 

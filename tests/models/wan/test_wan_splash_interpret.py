@@ -12,7 +12,7 @@ import pytest
 from aoizora.models.wan.params import init_params
 from aoizora.models.wan.config import VideoShape
 from aoizora.models.wan.sampling import make_forward, opaque_kernel_costs
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
 from wan_testutil import TINY_I2V, rel_err
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 host devices (tests/conftest.py)")
@@ -22,10 +22,17 @@ CFG = TINY_I2V.replace(num_layers=1, num_attention_heads=2, attention_head_dim=1
                        added_kv_proj_dim=256, ffn_dim=128)
 
 
+# block_q 200 is no multiple of 128: every splash call pads its queries to 200 rows (and drops them)
+ODD_BLOCKS = SplashBlocks(block_q=200, block_kv=256, block_kv_compute=128)
+
+
 @pytest.mark.parametrize("variant,shape", [
     ("allgather", dict(data=2, context=4)),
     ("ulysses", dict(data=2, context=2, tensor=1)),
     ("ring", dict(data=2, context=4)),
+    ("ulysses_ring", dict(data=2, context=4, context_ulysses=2)),
+    ("ring", dict(data=2, context=4, splash_blocks=ODD_BLOCKS)),
+    ("allgather", dict(data=2, context=4, splash_blocks=ODD_BLOCKS)),
 ])
 def test_splash_interpret_matches_xla(variant, shape):
     rng = np.random.default_rng(0)
@@ -44,9 +51,14 @@ def test_splash_interpret_matches_xla(variant, shape):
     # the splash path really ran: its calls were recorded with the padded per-device shapes
     video = VideoShape(frames=5, height=32, width=48)  # the latent (2, 4, 6) above
     kernels = opaque_kernel_costs(CFG, video, strategy, mesh)
-    assert {k.name for k in kernels} == {"splash_ring_step" if variant == "ring" else "splash_self", "splash_cross"}
+    ringed = variant in ("ring", "ulysses_ring")
+    assert {k.name for k in kernels} == {"splash_ring_step" if ringed else "splash_self", "splash_cross"}
     cross = [k for k in kernels if k.name == "splash_cross"]
     assert {k.kv_shape[1] for k in cross} == {512, 384}  # text; 257 image tokens padded to 3×128
+    if strategy.splash_blocks is not None:
+        # 12 tokens padded to 4 × 128, 128 per device, padded again to one 200-row block
+        assert {k.q_shape[1] for k in kernels} == {200} and {k.block_q for k in kernels} == {200}
+        assert {k.block_kv for k in kernels if k.name != "splash_cross"} == {256}
 
 
 @pytest.mark.parametrize("lq,lk,block", [(512, 1024, (128, 256)), (384, 384, (128, 128))])

@@ -13,7 +13,7 @@ import pytest
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.sampling import lower_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
 
 toolchain = pytest.importorskip("aoizora.toolchain")
 
@@ -106,3 +106,54 @@ def test_full_size_14b_720p_81_frames_compiles_for_v5e_2x4():
     assert {op.custom_call_target for op in program.opaque} == {"tpu_custom_call"}
     kinds = {c.kind.value for c in program.collectives}
     assert "all-gather" in kinds  # K/V over context and the per-layer weight gathers
+
+
+README_BLOCKS = SplashBlocks(block_q=3024, block_kv=2048, block_kv_compute=1024)
+
+
+@pytest.mark.parametrize("topology,strategy", [
+    ("v5e:2x4", Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered",
+                         ulysses_chunks=2)),
+    ("v6e:2x4", Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)),
+], ids=["v5e-ulysses_ring-2x2-chunks2", "v6e-allgather-blocks-3024-2048-1024"])
+def test_2d_context_and_fixed_splash_blocks_compile(topology, strategy):
+    """2D context (all-to-all on context_ulysses, permutes on context_ring, chunked) and the README
+    expert's splash blocks (queries padded to a multiple of block_q = 3024) lower and compile."""
+    cfg = NARROW.replace(num_layers=2)
+    video = VideoShape(21, 480, 832)  # 9,360 tokens, padded to 4 × 128 multiples: 9,728
+    devs = toolchain.compile_only_devices(topology)
+    mesh = make_mesh(strategy, devs)
+    assert mesh.axis_names == strategy.mesh_axes
+    compiled = lower_denoise_step(cfg, video, strategy, mesh, UniPCScheduler(50, 5.0)).compile()
+    text = compiled.as_text()
+    calls = [ln.split("=")[0].strip() for ln in text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln]
+    kernels = opaque_kernel_costs(cfg, video, strategy, mesh)
+    for prefix in ("%splash_mha_fwd_segmented_residuals", "%splash_mha_fwd_segmented_no_residuals"):
+        assert sum(c.startswith(prefix + ".") or c == prefix for c in calls) == sum(
+            "%" + k.hlo_name == prefix for k in kernels)
+    if strategy.attention == "ulysses_ring":
+        assert "all-to-all" in text and "collective-permute" in text
+        ring = [k for k in kernels if k.name == "splash_ring_step"]
+        # 2 chunks × R = 2 ring steps per layer, each on 1 head (4 heads / U / chunks) over a span of L/R
+        assert len(ring) == 4 and all(k.q_shape == (1, 9728 // 2, 1, 128) for k in ring)
+        assert sum(k.calls for k in ring) == 4 * cfg.num_layers
+    else:
+        self_k = next(k for k in kernels if k.name == "splash_self")
+        assert self_k.block_q == 3024 and self_k.q_shape[1] == 3024  # 2,432 local queries padded to one block
+        assert self_k.kv_shape[1] == 10240 and self_k.block_kv == 2048  # 9,728 gathered keys padded to 5 blocks
+        cross = next(k for k in kernels if k.name == "splash_cross")
+        assert cross.block_q == 3024 and cross.q_shape[1] == 3024 and cross.kv_shape[1] == 512
+
+
+def test_readme_splash_blocks_exceed_v5e_default_scoped_vmem():
+    """block_q 3024 × block_kv 2048 needs ~23 MB of scoped VMEM per splash call: over v5e's default
+    16 MiB limit, which is why the v5e expert keeps base_wan_14b.yml's default 512 blocks."""
+    from aoizora.plan.stage2 import drop_reason
+
+    cfg = NARROW.replace(num_layers=1)
+    strategy = Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)
+    mesh = make_mesh(strategy, toolchain.compile_only_devices("v5e:2x4"))
+    lowered = lower_denoise_step(cfg, VideoShape(21, 480, 832), strategy, mesh, UniPCScheduler(50, 5.0))
+    with pytest.raises(Exception) as info:
+        lowered.compile()
+    assert "vmem" in str(info.value).lower() and drop_reason(info.value)

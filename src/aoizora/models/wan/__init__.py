@@ -8,10 +8,15 @@ Model and inputs
     ``.tokens(cfg)`` — raises ``ShapeError`` for frames ≠ 4n+1 or sizes not multiples of 16.
 
 Strategy (logical sharding)
-    ``Strategy(data, fsdp, context, tensor, attention, weights, kernel)`` — mesh axes
-    ``MESH_AXES = ("data", "fsdp", "context", "tensor")``; ``attention`` ∈ ``"allgather"``
-    (Q sequence-sharded, K/V all-gathered), ``"ulysses"`` (all-to-all heads↔sequence),
-    ``"ring"`` (K/V ppermute around ``context``); ``weights`` ∈ ``"replicated"``,
+    ``Strategy(data, fsdp, context, tensor, attention, weights, kernel, context_ulysses=1,
+    ulysses_chunks=1, splash_blocks=None)`` — mesh axes ``MESH_AXES = ("data", "fsdp",
+    "context", "tensor")``; ``attention`` ∈ ``"allgather"`` (Q sequence-sharded, K/V
+    all-gathered), ``"ulysses"`` (all-to-all heads↔sequence), ``"ring"`` (K/V ppermute around
+    ``context``), ``"ulysses_ring"`` (2D context: ``context`` = U × R on the two mesh axes
+    ``context_ring`` × ``context_ulysses`` of ``ULYSSES_RING_MESH_AXES``, U = ``context_ulysses``;
+    ``Strategy.mesh_axes``/``mesh_shape`` give a strategy's mesh); ``ulysses_chunks`` splits the
+    Ulysses all-to-alls and attention into head groups; ``splash_blocks`` (``SplashBlocks``)
+    fixes the splash kernel's block sizes; ``weights`` ∈ ``"replicated"``,
     ``"gathered"`` (embed dim sharded over fsdp×context, all-gathered per layer inside the scan),
     ``"tensor"`` (heads/mlp over tensor), ``"gathered+tensor"``; ``kernel`` ∈ ``"auto"``
     (splash on TPU devices, blockwise XLA elsewhere), ``"xla"``, ``"splash"``.
@@ -21,7 +26,7 @@ Strategy (logical sharding)
     legal one. ``logical_rules(strategy)`` maps logical axis names
     (batch, length, kv_length, heads_act, head_dim, embed_act, mlp_act; weights: layers, embed,
     heads, mlp) to mesh axes. ``make_mesh(strategy, devices)`` reshapes devices *in the given
-    order* into the 4-axis mesh — the planner passes its own physical order (or any
+    order* into the strategy's mesh — the planner passes its own physical order (or any
     ``jax.sharding.Mesh`` with those axis names and sizes).
 
 Programs for a strategy on a mesh
@@ -69,8 +74,8 @@ from aoizora.models.wan.sharding import (
     abstract_forward_inputs, abstract_params, abstract_step_inputs, param_shardings,
 )
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, WEIGHT_MODES, Strategy, check_strategy, enumerate_strategies, logical_rules, make_mesh,
-    validate_strategy,
+    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_RING_MESH_AXES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
+    enumerate_strategies, logical_rules, make_mesh, validate_strategy,
 )
 
 __all__ = [
@@ -78,6 +83,6 @@ __all__ = [
     "WAN_T2V_14B", "VideoShape", "WanConfig", "forward", "init_params", "param_logical_axes", "param_shapes",
     "param_table", "denoise_step", "lower_denoise_step", "lower_forward", "make_denoise_step", "make_forward",
     "opaque_kernel_costs", "sample", "EulerScheduler", "UniPCScheduler", "abstract_forward_inputs",
-    "abstract_params", "abstract_step_inputs", "param_shardings", "ATTENTION_VARIANTS", "MESH_AXES",
+    "abstract_params", "abstract_step_inputs", "param_shardings", "ATTENTION_VARIANTS", "MESH_AXES", "ULYSSES_RING_MESH_AXES", "SplashBlocks",
     "WEIGHT_MODES", "Strategy", "check_strategy", "enumerate_strategies", "logical_rules", "make_mesh", "validate_strategy",
 ]

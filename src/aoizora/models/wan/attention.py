@@ -1,8 +1,9 @@
-"""Attention: a blockwise XLA kernel, the Pallas splash kernel, and the three sequence-parallel
+"""Attention: a blockwise XLA kernel, the Pallas splash kernel, and the sequence-parallel
 self-attention variants under `shard_map`.
 
 All arrays are laid out (batch, length, heads, head_dim). Inside `shard_map` each device holds
-its batch shard (``data``×``fsdp``), sequence shard (``context``) and head shard (``tensor``).
+its batch shard (``data``×``fsdp``), sequence shard (``context``, or ``context_ring`` ×
+``context_ulysses``) and head shard (``tensor``).
 
 Variants (self-attention only; cross-attention never communicates — its K/V come from the
 replicated text/image context):
@@ -13,9 +14,18 @@ replicated text/image context):
   full-sequence attention on heads/(tensor·context) heads, and an all-to-all back.
 * ``ring``      – K/V shards rotate around ``context`` by `ppermute`; each step's partial result
   is merged with an online softmax (running max / log-sum-exp).
+* ``ulysses_ring`` – 2D context: an all-to-all over ``context_ulysses`` (U) gives each device
+  heads/(tensor·U) heads of its ring group's contiguous span of the sequence (length L/R), then a
+  ring of R steps over ``context_ring`` attends that span to every span, then an all-to-all back.
+
+Ulysses chunking (``ulysses`` and ``ulysses_ring``, as MaxDiffusion's ``ulysses_attention_chunks``)
+runs the all-to-alls and attention once per group of a device's heads, so the scheduler can
+overlap one group's all-to-all with another's attention.
 
 Padding: the sequence is padded to a multiple of the shard count; padded keys are masked
-everywhere (padded queries are computed and dropped by the caller).
+everywhere (padded queries are computed and dropped by the caller). With fixed splash block sizes
+each splash call also pads its queries to a multiple of block_q and its keys to a multiple of
+block_kv (masked), as MaxDiffusion's splash wrapper does.
 
 Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes so
 the HLO analyzer can cost them (`KernelRecorder`).
@@ -258,24 +268,44 @@ def _all_visible_mask_type():
     return AllVisibleMask
 
 
+def _pad_to(x: jnp.ndarray, length: int, axis: int = 1) -> jnp.ndarray:
+    if x.shape[axis] == length:
+        return x
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad)
+
+
 def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
-                     interpret: bool = False):
+                     interpret: bool = False, block_q: int | None = None, block_kv: int | None = None,
+                     block_kv_compute: int | None = None):
     """Pallas splash attention on local shards (TPU only).
 
     q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
     be multiples of 128 (the caller pads K/V of cross-attention). Returns the output in q's dtype,
     and with `residuals` also the log-sum-exp (B,H,Lq) for ring merging.
+
+    Block sizes: by default the largest of 512/256/128 dividing Lq and of 1024/…/128 dividing Lk.
+    Given ones tile padded lengths: queries padded to a multiple of `block_q` (the padded rows are
+    computed and dropped), keys to a multiple of `block_kv` (masked).
     """
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
-    b, lq, h, d = q.shape
-    lk = k.shape[1]
-    bq, bkv = _pick_block(lq), _pick_block(lk, (1024, 512, 256, 128))
+    b, lq0, h, d = q.shape
+    lk0 = k.shape[1]
+    bq = block_q or _pick_block(lq0)
+    bkv = block_kv or _pick_block(lk0, (1024, 512, 256, 128))
+    bkv_compute = block_kv_compute or bkv
+    lq, lk = -(-lq0 // bq) * bq, -(-lk0 // bkv) * bkv
+    if lk != lk0:
+        kv_valid = _pad_to(jnp.ones((lk0,), bool) if kv_valid is None else kv_valid, lk, axis=0)
+        k, v = _pad_to(k, lk), _pad_to(v, lk)
+    q = _pad_to(q, lq)
     mask = sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * h)
     kernel = sk.make_splash_mha(
         mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
-        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
+        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv_compute),
     )
     _record(name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
     scale = 1.0 / math.sqrt(d)
@@ -287,8 +317,8 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     with jax.named_scope(name):
         if residuals:
             out, (lse,) = run(qt, kt, vt)
-            return out.transpose(0, 2, 1, 3), lse
-        return run(qt, kt, vt).transpose(0, 2, 1, 3)
+            return out.transpose(0, 2, 1, 3)[:, :lq0], lse[..., :lq0]
+        return run(qt, kt, vt).transpose(0, 2, 1, 3)[:, :lq0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,25 +340,99 @@ class AttentionSetup:
     def interpret(self) -> bool:
         return self.kernel == "splash-interpret"
 
+    def blocks(self, self_attention: bool) -> dict[str, int]:
+        """The strategy's splash block sizes for a call (cross-attention keeps its own K block)."""
+        b = self.strategy.splash_blocks if self.strategy is not None else None
+        if b is None:
+            return {}
+        if not self_attention:
+            return {"block_q": b.block_q}
+        return {"block_q": b.block_q, "block_kv": b.block_kv, "block_kv_compute": b.block_kv_compute}
+
     @property
     def batch_axes(self):
         s = self.strategy
         axes = tuple(a for a, n in (("data", s.data), ("fsdp", s.fsdp)) if n > 1)
         return axes or None
 
+    @property
+    def sequence_axes(self):
+        """The spec entry of the sequence dimension: its live context mesh axes (None if none)."""
+        s = self.strategy
+        live = tuple(a for a in s.context_axes if s.axis_sizes[a] > 1)
+        return live[0] if len(live) == 1 else (live or None)
+
     def qkv_spec(self) -> P:
         s = self.strategy
-        return P(self.batch_axes, "context" if s.context > 1 else None, "tensor" if s.tensor > 1 else None, None)
+        return P(self.batch_axes, self.sequence_axes, "tensor" if s.tensor > 1 else None, None)
 
     def ctx_spec(self) -> P:
         s = self.strategy
         return P(self.batch_axes, None, "tensor" if s.tensor > 1 else None, None)
 
 
-def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str):
+def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str, self_attention: bool = True):
     if setup.splash:
-        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret)
+        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret,
+                                **setup.blocks(self_attention))
     return xla_attention(q, k, v, kv_valid)
+
+
+def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: int, need_mask: bool):
+    """Attention of the local queries to the K/V of all `size` devices of `axis`, K/V rotating by
+    `ppermute` and partial results merged by log-sum-exp. Device i of the axis holds the
+    contiguous sequence span i (of the local length)."""
+    n = ql.shape[1]
+    me = jax.lax.axis_index(axis)
+    perm = [(i, (i + 1) % size) for i in range(size)]
+    acc = None
+    for step in range(size):
+        src = (me - step) % size  # which sequence span this K/V block is
+        valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
+        if setup.splash:
+            o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
+                                      interpret=setup.interpret, **setup.blocks(True))
+            part = (o.astype(jnp.float32), lse, None)
+            if acc is None:
+                acc = part
+            else:
+                lse_new = jnp.logaddexp(acc[1], lse)
+                wa = jnp.exp(acc[1] - lse_new).swapaxes(1, 2)[..., None]
+                wb = jnp.exp(lse - lse_new).swapaxes(1, 2)[..., None]
+                acc = (acc[0] * wa + part[0] * wb, lse_new, None)
+        else:
+            part = xla_attention_stats(ql, kl, vl, valid)
+            acc = part if acc is None else _merge(acc, part)
+        if step + 1 < size:
+            kl = jax.lax.ppermute(kl, axis, perm)
+            vl = jax.lax.ppermute(vl, axis, perm)
+    if setup.splash:
+        return acc[0].astype(ql.dtype)
+    return _finish(acc, ql.dtype)
+
+
+def _ulysses(ql, kl, vl, axis: str, size: int, chunks: int, attend):
+    """All-to-all heads↔sequence over `axis`, `attend` on the gathered span, all-to-all back; once
+    per group of `chunks` equal groups of the local heads (the groups' collectives and attention
+    are independent, so one group's all-to-all can overlap another's attention)."""
+    def one(qc, kc, vc):
+        if size > 1:
+            a2a = functools.partial(jax.lax.all_to_all, axis_name=axis, split_axis=2, concat_axis=1, tiled=True)
+            qc, kc, vc = a2a(qc), a2a(kc), a2a(vc)
+        o = attend(qc, kc, vc)
+        if size > 1:
+            o = jax.lax.all_to_all(o, axis, split_axis=1, concat_axis=2, tiled=True)
+        return o
+
+    if chunks == 1:
+        return one(ql, kl, vl)
+    width = ql.shape[2] // chunks
+    outs = []
+    for c in range(chunks):
+        heads = slice(c * width, (c + 1) * width)
+        with jax.named_scope(f"ulysses_chunk_{c}"):
+            outs.append(one(ql[:, :, heads], kl[:, :, heads], vl[:, :, heads]))
+    return jnp.concatenate(outs, axis=2)
 
 
 def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarray:
@@ -343,50 +447,33 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
     spec = setup.qkv_spec()
     need_mask = valid_len < lp
 
+    def full_span(ql, kl, vl):
+        valid = (jnp.arange(lp) < valid_len) if need_mask else None
+        return _local(setup, ql, kl, vl, valid, "splash_self")
+
     def allgather(ql, kl, vl):
         if c > 1:
             kl = jax.lax.all_gather(kl, "context", axis=1, tiled=True)
             vl = jax.lax.all_gather(vl, "context", axis=1, tiled=True)
-        valid = (jnp.arange(lp) < valid_len) if need_mask else None
-        return _local(setup, ql, kl, vl, valid, "splash_self")
+        return full_span(ql, kl, vl)
 
     def ulysses(ql, kl, vl):
-        a2a = functools.partial(jax.lax.all_to_all, axis_name="context", split_axis=2, concat_axis=1, tiled=True)
-        ql, kl, vl = a2a(ql), a2a(kl), a2a(vl)
-        valid = (jnp.arange(lp) < valid_len) if need_mask else None
-        o = _local(setup, ql, kl, vl, valid, "splash_self")
-        return jax.lax.all_to_all(o, "context", split_axis=1, concat_axis=2, tiled=True)
+        return _ulysses(ql, kl, vl, "context", c, s.ulysses_chunks, full_span)
 
     def ring(ql, kl, vl):
-        n = ql.shape[1]
-        me = jax.lax.axis_index("context")
-        perm = [(i, (i + 1) % c) for i in range(c)]
-        acc = None
-        for step in range(c):
-            src = (me - step) % c  # which sequence shard this K/V block is
-            valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
-            if setup.splash:
-                o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
-                                          interpret=setup.interpret)
-                part = (o.astype(jnp.float32), lse, None)
-                if acc is None:
-                    acc = part
-                else:
-                    lse_new = jnp.logaddexp(acc[1], lse)
-                    wa = jnp.exp(acc[1] - lse_new).swapaxes(1, 2)[..., None]
-                    wb = jnp.exp(lse - lse_new).swapaxes(1, 2)[..., None]
-                    acc = (acc[0] * wa + part[0] * wb, lse_new, None)
-            else:
-                part = xla_attention_stats(ql, kl, vl, valid)
-                acc = part if acc is None else _merge(acc, part)
-            if step + 1 < c:
-                kl = jax.lax.ppermute(kl, "context", perm)
-                vl = jax.lax.ppermute(vl, "context", perm)
-        if setup.splash:
-            return acc[0].astype(ql.dtype)
-        return _finish(acc, ql.dtype)
+        return _ring(setup, ql, kl, vl, "context", c, valid_len, need_mask)
 
-    fn = {"allgather": allgather, "ulysses": ulysses, "ring": ring}[variant]
+    def ulysses_ring(ql, kl, vl):
+        r = s.context_ring
+
+        def ring_of_spans(qc, kc, vc):
+            if r == 1:
+                return full_span(qc, kc, vc)
+            return _ring(setup, qc, kc, vc, "context_ring", r, valid_len, need_mask)
+
+        return _ulysses(ql, kl, vl, "context_ulysses", s.context_ulysses, s.ulysses_chunks, ring_of_spans)
+
+    fn = {"allgather": allgather, "ulysses": ulysses, "ring": ring, "ulysses_ring": ulysses_ring}[variant]
     return jax.shard_map(fn, mesh=setup.mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
 
 
@@ -404,7 +491,7 @@ def cross_attention(setup: AttentionSetup, q, k, v) -> jnp.ndarray:
 
     def fn(ql, kl, vl):
         kv_valid = (jnp.arange(padded) < lk) if padded != lk else None
-        return _local(setup, ql, kl, vl, kv_valid, "splash_cross")
+        return _local(setup, ql, kl, vl, kv_valid, "splash_cross", self_attention=False)
 
     if setup.mesh is None:
         return fn(q, k, v)

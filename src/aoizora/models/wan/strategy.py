@@ -12,7 +12,21 @@ One model, many strategies. A `Strategy` names the sizes of the four mesh axes
 
 plus the self-attention variant (``allgather``: Q sharded on sequence, K/V all-gathered;
 ``ulysses``: all-to-all heads↔sequence; ``ring``: K/V rotate over ``context`` by ``ppermute``
-with an online-softmax merge) and the weight sharding mode.
+with an online-softmax merge; ``ulysses_ring``: 2D context attention, see below) and the weight
+sharding mode.
+
+2D context attention (``ulysses_ring``) splits ``context`` = U × R into two mesh axes of their own,
+``context_ring`` (R, outer) and ``context_ulysses`` (U, inner): the sequence is sharded over both
+(shard index r·U + u), an all-to-all over ``context_ulysses`` trades sequence for heads, so each
+device holds the contiguous span r of the sequence for heads/U heads, and K/V of those spans rotate
+around ``context_ring``. Two mesh axes let a placement put the all-to-all on a fast link (the two
+TensorCores of one TPU7x chip) and the ring across chips, or the other way. Its mesh is
+(data, fsdp, context_ring, context_ulysses, tensor); every other variant keeps the four axes.
+
+Ulysses chunking (``ulysses_chunks``, ``ulysses`` and ``ulysses_ring``) splits each device's heads
+into that many groups, each with its own all-to-alls and attention, so one group's communication
+can overlap another's compute. ``splash_blocks`` fixes the splash kernel's block sizes (by default
+the kernel's blocks are chosen per call from the local lengths).
 
 Every parameter and activation dimension has a *logical* name (``batch``, ``length``,
 ``kv_length``, ``heads``, ``head_dim``, ``embed``, ``mlp``, ``layers``, …); `logical_rules`
@@ -32,17 +46,51 @@ from aoizora.errors import StrategyError
 from aoizora.models.wan.config import VideoShape, WanConfig
 
 MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
-ATTENTION_VARIANTS: tuple[str, ...] = ("allgather", "ulysses", "ring")
+#: The mesh of a 2D context (``ulysses_ring``) strategy: ``context`` split into ring (outer) × Ulysses (inner).
+ULYSSES_RING_MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context_ring", "context_ulysses", "tensor")
+ATTENTION_VARIANTS: tuple[str, ...] = ("allgather", "ulysses", "ring", "ulysses_ring")
 WEIGHT_MODES: tuple[str, ...] = ("replicated", "gathered", "tensor", "gathered+tensor")
 #: "splash-interpret" runs the splash kernel in the Pallas interpreter on any backend (tests).
 KERNELS: tuple[str, ...] = ("auto", "xla", "splash", "splash-interpret")
 
-AttentionVariant = Literal["allgather", "ulysses", "ring"]
+AttentionVariant = Literal["allgather", "ulysses", "ring", "ulysses_ring"]
 WeightMode = Literal["replicated", "gathered", "tensor", "gathered+tensor"]
 Kernel = Literal["auto", "xla", "splash", "splash-interpret"]
 
 #: Sequence alignment of each device's token shard for the splash kernel (its minimum block).
 SPLASH_ALIGN = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SplashBlocks:
+    """Block sizes of the splash attention kernel (jax.experimental.pallas splash_attention).
+
+    `block_q` tiles the query length of every splash call (self- and cross-attention): each call
+    pads its local queries to a multiple of it. `block_kv` and `block_kv_compute` tile the keys of
+    self-attention (padded to a multiple of `block_kv`, padded keys masked); cross-attention keeps
+    the key block the kernel picks for the text/image context. The kernel needs `block_kv` a
+    multiple of `block_kv_compute`, itself a multiple of 128 lanes, and `block_q` a multiple of 8
+    sublanes.
+    """
+
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+
+    def describe(self) -> str:
+        return f"{self.block_q}/{self.block_kv}/{self.block_kv_compute}"
+
+    def reasons(self) -> list[str]:
+        out = []
+        if any(not isinstance(b, int) or b < 1 for b in (self.block_q, self.block_kv, self.block_kv_compute)):
+            return [f"splash block sizes {self.describe()} must be positive integers"]
+        if self.block_q % 8:
+            out.append(f"splash block_q {self.block_q} is not a multiple of 8 (sublanes)")
+        if self.block_kv_compute % SPLASH_ALIGN:
+            out.append(f"splash block_kv_compute {self.block_kv_compute} is not a multiple of {SPLASH_ALIGN} (lanes)")
+        if self.block_kv % self.block_kv_compute:
+            out.append(f"splash block_kv {self.block_kv} is not a multiple of block_kv_compute {self.block_kv_compute}")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,14 +104,60 @@ class Strategy:
     attention: AttentionVariant = "allgather"
     weights: WeightMode = "gathered"
     kernel: Kernel = "auto"
+    #: ``ulysses_ring`` only: the Ulysses degree U of context = U × R (the ring degree R is the rest).
+    context_ulysses: int = 1
+    #: ``ulysses``/``ulysses_ring``: head-group chunks of the all-to-all and attention (1: one pass).
+    ulysses_chunks: int = 1
+    #: Splash kernel block sizes; None: chosen per call from the local lengths.
+    splash_blocks: SplashBlocks | None = None
 
     @property
-    def mesh_shape(self) -> tuple[int, int, int, int]:
+    def two_d_context(self) -> bool:
+        return self.attention == "ulysses_ring"
+
+    @property
+    def context_ring(self) -> int:
+        """The ring degree R of a 2D context strategy (context // context_ulysses)."""
+        return self.context // self.context_ulysses if self.context_ulysses > 0 else 0
+
+    @property
+    def mesh_axes(self) -> tuple[str, ...]:
+        return ULYSSES_RING_MESH_AXES if self.two_d_context else MESH_AXES
+
+    @property
+    def context_axes(self) -> tuple[str, ...]:
+        """The mesh axes the sequence is sharded over, major first."""
+        return ("context_ring", "context_ulysses") if self.two_d_context else ("context",)
+
+    @property
+    def ulysses_axis(self) -> tuple[str, int] | None:
+        """(mesh axis, degree) of the Ulysses all-to-all, None when the variant has none."""
+        if self.attention == "ulysses":
+            return ("context", self.context)
+        if self.two_d_context:
+            return ("context_ulysses", self.context_ulysses)
+        return None
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        if self.two_d_context:
+            return (self.data, self.fsdp, self.context_ring, self.context_ulysses, self.tensor)
         return (self.data, self.fsdp, self.context, self.tensor)
 
     @property
     def axis_sizes(self) -> dict[str, int]:
-        return dict(zip(MESH_AXES, self.mesh_shape))
+        return dict(zip(self.mesh_axes, self.mesh_shape))
+
+    @classmethod
+    def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> "Strategy":
+        """The strategy whose `axis_sizes` are `sizes` (4 axes, or the 5 of a 2D context mesh)."""
+        sizes = {k: int(v) for k, v in sizes.items()}
+        if "context_ring" in sizes or "context_ulysses" in sizes:
+            ring, uly = sizes.pop("context_ring", 1), sizes.pop("context_ulysses", 1)
+            sizes["context"] = ring * uly
+            fields = dict(fields, context_ulysses=uly)
+            fields.setdefault("attention", "ulysses_ring")
+        return cls(**sizes, **fields)  # type: ignore[arg-type]
 
     @property
     def num_devices(self) -> int:
@@ -82,10 +176,17 @@ class Strategy:
         return self.weights in ("tensor", "gathered+tensor")
 
     def describe(self) -> str:
-        return (
+        text = (
             f"data={self.data} fsdp={self.fsdp} context={self.context} tensor={self.tensor} "
             f"attention={self.attention} weights={self.weights} kernel={self.kernel}"
         )
+        if self.two_d_context:
+            text += f" ulysses={self.context_ulysses} ring={self.context_ring}"
+        if self.ulysses_chunks != 1:
+            text += f" chunks={self.ulysses_chunks}"
+        if self.splash_blocks is not None:
+            text += f" blocks={self.splash_blocks.describe()}"
+        return text
 
 
 def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:
@@ -102,7 +203,7 @@ def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:
     return {
         # activations
         "batch": keep("data", "fsdp"),
-        "length": keep("context"),
+        "length": keep(*strategy.context_axes),
         "kv_length": None,
         "heads_act": keep("tensor"),
         "head_dim": None,
@@ -110,7 +211,7 @@ def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:
         "mlp_act": keep("tensor"),
         # weights
         "layers": None,
-        "embed": keep("fsdp", "context") if strategy.shards_embed else None,
+        "embed": keep("fsdp", *strategy.context_axes) if strategy.shards_embed else None,
         "heads": keep("tensor") if strategy.shards_heads else None,
         "mlp": keep("tensor") if strategy.shards_heads else None,
     }
@@ -144,9 +245,10 @@ def check_strategy(
 ) -> list[str]:
     """Reasons why `strategy` is illegal for this model/input/device count (empty list: legal)."""
     reasons: list[str] = []
-    for name, size in strategy.axis_sizes.items():
+    for name in ("data", "fsdp", "context", "tensor", "context_ulysses", "ulysses_chunks"):
+        size = getattr(strategy, name)
         if not isinstance(size, int) or size < 1:
-            reasons.append(f"mesh axis {name} has size {size!r}; sizes must be positive integers")
+            reasons.append(f"{name} is {size!r}; it must be a positive integer")
     if reasons:
         return reasons
     if strategy.attention not in ATTENTION_VARIANTS:
@@ -165,14 +267,34 @@ def check_strategy(
             f"batch {batch} is not divisible by data×fsdp = {strategy.batch_degree} "
             "(the batch axes split whole samples; CFG gives a batch of 2)"
         )
+    if strategy.two_d_context and strategy.context % strategy.context_ulysses:
+        reasons.append(
+            f"2D context attention needs context={strategy.context} = Ulysses × ring, but "
+            f"context_ulysses={strategy.context_ulysses} does not divide it"
+        )
+    elif not strategy.two_d_context and strategy.context_ulysses != 1:
+        reasons.append(f"context_ulysses={strategy.context_ulysses} splits context only for attention='ulysses_ring'")
     heads = config.num_attention_heads
+    uly = strategy.ulysses_axis
     if heads % strategy.tensor:
         reasons.append(f"{heads} attention heads are not divisible by tensor={strategy.tensor}")
-    elif strategy.attention == "ulysses" and (heads // strategy.tensor) % strategy.context:
+    elif uly is not None and (heads // strategy.tensor) % uly[1]:
         reasons.append(
-            f"Ulysses needs heads/tensor = {heads // strategy.tensor} divisible by context={strategy.context} "
+            f"Ulysses needs heads/tensor = {heads // strategy.tensor} divisible by {uly[0]}={uly[1]} "
             "(the all-to-all trades sequence shards for head shards)"
         )
+    elif uly is not None and (heads // (strategy.tensor * uly[1])) % strategy.ulysses_chunks:
+        reasons.append(
+            f"{strategy.ulysses_chunks} Ulysses chunks need the heads/(tensor×Ulysses) = "
+            f"{heads // (strategy.tensor * uly[1])} heads each device attends to divisible by the chunk count"
+        )
+    if uly is None and strategy.ulysses_chunks != 1:
+        reasons.append(f"ulysses_chunks={strategy.ulysses_chunks} chunks an all-to-all that "
+                       f"attention={strategy.attention!r} does not have")
+    if strategy.splash_blocks is not None:
+        reasons.extend(strategy.splash_blocks.reasons())
+        if strategy.kernel == "xla":
+            reasons.append("splash block sizes are given but kernel='xla' does not use splash")
     if strategy.shards_heads:
         if strategy.tensor == 1:
             reasons.append(f"weights={strategy.weights!r} shards heads/mlp over tensor, but tensor=1")
@@ -206,7 +328,8 @@ def validate_strategy(strategy: Strategy, config: WanConfig, video: VideoShape |
 
 
 def make_mesh(strategy: Strategy, devices: Sequence[object]) -> Mesh:
-    """A Mesh with axes (data, fsdp, context, tensor) over `devices` in the given order.
+    """A Mesh with the strategy's axes (`Strategy.mesh_axes`: data, fsdp, context, tensor, or
+    data, fsdp, context_ring, context_ulysses, tensor) over `devices` in the given order.
 
     The planner passes devices already in its chosen physical order; this function only reshapes.
     """
@@ -215,14 +338,14 @@ def make_mesh(strategy: Strategy, devices: Sequence[object]) -> Mesh:
         raise StrategyError(
             f"strategy mesh {strategy.mesh_shape} needs {strategy.num_devices} devices, got {len(devs)}"
         )
-    return Mesh(np.array(devs, dtype=object).reshape(strategy.mesh_shape), MESH_AXES)
+    return Mesh(np.array(devs, dtype=object).reshape(strategy.mesh_shape), strategy.mesh_axes)
 
 
 def check_mesh(strategy: Strategy, mesh: Mesh) -> None:
     """Raise StrategyError unless the mesh has the strategy's axis names and sizes."""
     shape = dict(mesh.shape)
     want = strategy.axis_sizes
-    if set(shape) != set(MESH_AXES) or any(shape[a] != want[a] for a in MESH_AXES):
+    if set(shape) != set(want) or any(shape[a] != want[a] for a in want):
         raise StrategyError(f"mesh axes {shape} do not match the strategy's {want}")
 
 
@@ -234,8 +357,9 @@ def enumerate_strategies(
     kernel: Kernel = "auto",
 ) -> list[Strategy]:
     """Every legal strategy on `num_devices`: all factorizations data×fsdp×context×tensor, the
-    attention variants (only "allgather" when context is 1: the variants coincide) and weight
-    modes, filtered by `check_strategy`."""
+    attention variants (only "allgather" when context is 1: the variants coincide; 2D context with
+    every split `context_splits` gives) and weight modes, filtered by `check_strategy`. Ulysses
+    chunking and splash block sizes stay at their defaults."""
     out: list[Strategy] = []
 
     def divisors(n: int) -> list[int]:
@@ -246,8 +370,23 @@ def enumerate_strategies(
             for context in divisors(num_devices // (data * fsdp)):
                 tensor = num_devices // (data * fsdp * context)
                 for attention in (ATTENTION_VARIANTS if context > 1 else ("allgather",)):
-                    for weights in WEIGHT_MODES:
-                        s = Strategy(data, fsdp, context, tensor, attention, weights, kernel)  # type: ignore[arg-type]
-                        if not check_strategy(s, config, video, batch, num_devices):
-                            out.append(s)
+                    for uly in context_splits(context, attention):
+                        for weights in WEIGHT_MODES:
+                            s = Strategy(data, fsdp, context, tensor, attention, weights, kernel,  # type: ignore[arg-type]
+                                         context_ulysses=uly)
+                            if not check_strategy(s, config, video, batch, num_devices):
+                                out.append(s)
     return out
+
+
+def context_splits(context: int, attention: str) -> list[int]:
+    """The Ulysses degrees U worth enumerating for a context degree: for 2D context attention
+    every U with U ≥ 2 and R = context/U ≥ 2 (U = 1 runs as ``ring``, U = context as ``ulysses``:
+    the same collectives and kernels); [1] for every other variant."""
+    if attention != "ulysses_ring":
+        return [1]
+    return [u for u in range(2, context // 2 + 1) if context % u == 0 and context // u >= 2]
+
+
+#: Ulysses chunk counts a strategy space enumerates (where `check_strategy` allows them).
+ULYSSES_CHUNK_CHOICES: tuple[int, ...] = (1, 2, 4)
