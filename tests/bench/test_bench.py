@@ -293,13 +293,14 @@ def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage
 
     class WithExperts(TransformerSpace):
         def expert_deployments(self, topology):
-            return [ExpertDeployment("primary", first, ("--xla_flag_a=true",), "repo a @ commit"),
+            return [ExpertDeployment("primary", first, ("--xla_enable_async_all_reduce=true",), "repo a @ commit"),
                     ExpertDeployment("other", second, (), "repo b @ commit")]
 
     doc = run_cell(CELL, BenchOptions(top_k=2, oracle=False), compile_cache, progress=False, space=WithExperts(CFG))
     assert [e["name"] for e in doc["experts"]] == ["primary", "other"]
-    assert doc["experts"][0]["libtpu_args"] == ["--xla_flag_a=true"]
-    assert doc["expert"]["strategy"] == doc["experts"][0]["strategy"] == first.key
+    assert doc["experts"][0]["libtpu_args"] == ["--xla_enable_async_all_reduce=true"]
+    # compiled with its own flags: another program than the strategy without them
+    assert doc["expert"]["strategy"] == doc["experts"][0]["strategy"] == f"{first.key} | primary flags"
     m = doc["metrics"]
     assert set(m["expert_latency_seconds"]) == {"primary", "other"}
     assert all(t is not None and t > 0 for t in m["expert_latency_seconds"].values())

@@ -209,7 +209,8 @@ def test_plan_is_reported_against_every_expert_deployment():
     class TwoExperts(FunctionSpace):
         def expert_deployments(self, topology):
             by_name = {s.name: s for s in self.strategies}
-            return [ExpertDeployment("by-data", by_name["data"], ("--xla_flag_a=true",), "repo path @ commit", "x s"),
+            return [ExpertDeployment("by-data", by_name["data"], ("--xla_enable_async_all_reduce=true",),
+                                     "repo path @ commit", "x s"),
                     ExpertDeployment("by-tensor", by_name["tensor"], (), "repo other @ commit", "y s")]
 
     space = TwoExperts(mlp, ARGS, STRATEGIES[:3])
@@ -217,8 +218,12 @@ def test_plan_is_reported_against_every_expert_deployment():
                       progress=False).plan
     experts = plan.data["baselines"]["experts"]
     assert [e["name"] for e in experts] == ["by-data", "by-tensor"]
-    assert [e["strategy"] for e in experts] == ["data", "tensor"]
-    assert experts[0]["libtpu_args"] == ["--xla_flag_a=true"] and experts[1]["source"] == "repo other @ commit"
+    # a deployment with flags of its own is another program than the strategy without them
+    assert [e["strategy"] for e in experts] == ["data | by-data flags", "tensor"]
+    assert experts[0]["libtpu_args"] == ["--xla_enable_async_all_reduce=true"]
+    assert experts[1]["source"] == "repo other @ commit"
     assert all(e["placement"] == "jax-default" and e["speedup_of_plan"] >= 1.0 for e in experts)
     assert plan.data["baselines"]["expert"] == experts[0]
-    assert {a["strategy"] for a in plan.data["alternatives"]} >= {"data", "tensor"}
+    assert {a["strategy"] for a in plan.data["alternatives"]} >= {"data | by-data flags", "tensor"}
+    won_with = "--xla_enable_async_all_reduce=true" if plan.strategy["key"] == "data | by-data flags" else ""
+    assert plan.data["compiler"]["libtpu_args"] == won_with  # the flags of the chosen program

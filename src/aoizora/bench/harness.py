@@ -20,6 +20,7 @@ table says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
-from aoizora.plan.planner import plan_space, source_fingerprint
+from aoizora.plan.planner import expert_entries, plan_space, source_fingerprint
 from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
@@ -57,6 +58,10 @@ class BenchOptions:
     compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S
     options: Q2Options | None = None
     flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
+    flags_by_key: dict[str, CompilerFlags] = dataclasses.field(default_factory=dict)  # entries with their own (experts)
+
+    def flags_of(self, key: str) -> CompilerFlags:
+        return self.flags_by_key.get(key, self.flags)
 
 
 def _not_compilable(e: Entry) -> str | None:
@@ -94,7 +99,9 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
 
-    experts = [(space.key_of(d.strategy), d) for d in space.expert_deployments(topo)]
+    entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
+    experts = [(ex.key, ex.deployment) for ex in entries]
+    opts = dataclasses.replace(opts, flags_by_key={ex.key: ex.flags for ex in entries})
     expert_key = experts[0][0] if experts else None  # the primary deployment
     logical = logical_search(stage1, topo)
 
@@ -186,7 +193,7 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
     try:
         compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
-                                    opts.compile_timeout_s, cache, opts.flags)
+                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key))
     except Exception as exc:
         return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
     sim = simulate(compiled.program, topo, placement, **simulator_options(options))
@@ -200,7 +207,7 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
     placements = enumerate_placements(topo, spec).placements
     try:
         compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                                        opts.compile_timeout_s, cache, opts.flags)
+                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key))
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return

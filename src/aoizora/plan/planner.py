@@ -20,9 +20,33 @@ from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, run_stage1
-from aoizora.stage1.space import StrategySpace
+from aoizora.stage1.space import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags
 from aoizora.topology import Topology
+
+
+@dataclass(frozen=True)
+class ExpertEntry:
+    """An expert deployment as a Stage 2 entry: compiled with the libtpu flags its source runs it with.
+
+    Its key is the strategy's key, suffixed with the deployment's name when its flags differ from
+    the plan's (the same strategy compiled with other flags is another program).
+    """
+
+    key: str
+    deployment: ExpertDeployment
+    flags: CompilerFlags
+
+
+def expert_entries(space: StrategySpace, topology: Topology, flags: CompilerFlags) -> list[ExpertEntry]:
+    """The space's documented expert deployments on `topology`, each with its flags checked by libtpu."""
+    entries = []
+    for dep in space.expert_deployments(topology):
+        dep_flags = environment_flags().merged(CompilerFlags.parse(" ".join(dep.libtpu_args)))
+        check_compiler_flags(dep_flags, topology.name)
+        key = space.key_of(dep.strategy)
+        entries.append(ExpertEntry(key if dep_flags == flags else f"{key} | {dep.name} flags", dep, dep_flags))
+    return entries
 
 
 @dataclass
@@ -104,6 +128,7 @@ def plan_space(
 
     if compile_cache is None and use_cache:
         compile_cache = default_compile_cache()
+    experts = expert_entries(space, topology, flags)  # before Stage 1: their flags are checked by libtpu too
     t_start = time.perf_counter()
     if stage1 is None:
         stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
@@ -117,21 +142,21 @@ def plan_space(
             "use a larger slice or a smaller workload"
         )
 
-    # The expert deployments are compiled anyway (they are baselines), so they also compete: a
-    # plan is never worse than the baselines it reports, whatever Stage 1's recall.
-    experts = [(space.key_of(d.strategy), d) for d in space.expert_deployments(topology)]
+    # The expert deployments are compiled anyway (they are baselines, with their own flags), so
+    # they also compete: a plan is never worse than the baselines it reports, whatever Stage 1's recall.
     extra_notes: list[str] = []
     top = len(kept)
-    for expert_key, dep in experts:
-        if expert_key not in {k for k, _ in kept}:
-            kept.append((expert_key, dep.strategy))
-            extra_notes.append(f"the expert deployment {dep.name} ({expert_key}) joined Stage 2 beside the Top-{top}")
+    for ex in experts:
+        if ex.key not in {k for k, _ in kept}:
+            kept.append((ex.key, ex.deployment.strategy))
+            extra_notes.append(f"the expert deployment {ex.deployment.name} ({ex.key}) joined Stage 2 beside the Top-{top}")
+    flags_by_key = {ex.key: ex.flags for ex in experts}
 
     # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
     taken = {k for k, _ in kept}
     reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
     outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
-                                     compile_cache, reserve, [e.key for e in stage1.kept], flags)
+                                     compile_cache, reserve, [e.key for e in stage1.kept], flags, flags_by_key)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -145,7 +170,7 @@ def plan_space(
         baselines["same_strategy_jax_default"] = _pair_json(same, best)
     if experts:
         # "expert" is the primary deployment (the first documented); "experts" lists them all
-        baselines["experts"] = [_expert_json(dep, expert_key, outcomes, best) for expert_key, dep in experts]
+        baselines["experts"] = [_expert_json(ex.deployment, ex.key, outcomes, best) for ex in experts]
         baselines["expert"] = baselines["experts"][0]
 
     # Schedules and link loads of the choice and of JAX's placement of the same strategy, for reports.
@@ -158,7 +183,9 @@ def plan_space(
             device_coords=same.placement.coords(topology).tolist(),
         )
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
-    doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes)
+    # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
+    chosen_flags = flags_by_key.get(best.key, flags)
+    doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
     plan = Plan(doc)
     if use_cache:
         cache.store(request, plan)
@@ -174,9 +201,10 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags):
+            reserve, backfill_for, flags, flags_by_key):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags)
+                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
+                  flags_by_key=flags_by_key)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
@@ -216,7 +244,8 @@ def _pair_json(pair: Scored, best: Scored | None = None) -> dict[str, Any]:
     return out
 
 
-def _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes) -> dict[str, Any]:
+def _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes,
+              flags: CompilerFlags) -> dict[str, Any]:
     import aoizora
 
     chosen = next(o for o in outcomes if o.key == best.key)
@@ -250,7 +279,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
             "device_kinds": sorted({d.device_kind for d in topology.devices}),
         },
         "toolchain": request["toolchain"],
-        "compiler": {"libtpu_args": request["libtpu_args"]},
+        "compiler": {"libtpu_args": str(flags)},
         "mesh": {"axis_names": list(best.placement.mesh.axis_names), "axis_sizes": list(best.placement.mesh.axis_sizes)},
         "strategy": {"key": best.key, **space.describe(chosen.strategy)},
         "placement": {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,8 +184,10 @@ def run_stage2(
     backfill_for: Collection[str] | None = None,
     on_backfill: Callable[[str], None] | None = None,
     flags: CompilerFlags | None = None,
+    flags_by_key: Mapping[str, CompilerFlags] | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
-    """Compile each kept strategy with compiler `flags`, score all its placements; recompile and re-score the best pairs.
+    """Compile each kept strategy with compiler `flags` (or its own in `flags_by_key`), score all its
+    placements; recompile and re-score the best pairs.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -193,6 +195,10 @@ def run_stage2(
     Returns the outcomes, seconds per phase, and notes (e.g. when a recompile changed the program).
     """
     model = CostModel(topology, options)
+
+    def flags_of(key: str) -> CompilerFlags | None:
+        return (flags_by_key or {}).get(key, flags)
+
     outcomes: list[StrategyOutcome] = []
     timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
     notes: list[str] = []
@@ -206,7 +212,7 @@ def run_stage2(
         default = space_p.placements[0]
         try:
             outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s, compile_cache,
-                                                flags)
+                                                flags_of(key))
             if outcome.compiled.from_cache:
                 cached.append(outcome.compiled.compile_seconds)
             else:
@@ -245,7 +251,7 @@ def run_stage2(
         outcome = by_key[s.key]
         try:
             own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s, compile_cache,
-                                   flags)
+                                   flags_of(s.key))
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
