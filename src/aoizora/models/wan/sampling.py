@@ -92,8 +92,9 @@ def _expanded_inputs(config: WanConfig, latents: jnp.ndarray, condition: jnp.nda
     keep = jnp.ones((nt, nh, nw), jnp.float32)
     x = latents
     if condition is not None:
-        if condition.shape != latents.shape:
-            raise ShapeError(f"the TI2V condition is an image latent shaped like the latents {latents.shape}, "
+        want = (latents.shape[:2], latents.shape[3:])
+        if (condition.shape[:2], condition.shape[3:]) != want or condition.shape[2] not in (1, nt):
+            raise ShapeError(f"the TI2V condition is an image latent (1, {c}, 1 or {nt}, {nh}, {nw}), "
                              f"got {condition.shape}")
         keep = keep.at[0].set(0.0)
         x = (1 - keep) * condition.astype(latents.dtype) + keep * latents
