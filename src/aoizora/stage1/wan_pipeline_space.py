@@ -159,3 +159,20 @@ class WanPipelineSpace(WanSpace):
             "swap_seconds_per_video": (SWAPS_PER_VIDEO * swap_s if swap_s is not None else None)
             if self.residency == "swap" else 0.0,
         }}
+
+
+def swap_estimate(space: WanPipelineSpace, topology: Any) -> str:
+    """What swapping an expert would cost on this slice with the weights sharded the most any legal
+    strategy shards them (every strategy keeps some expert bytes per chip; the fewest bound the swap)."""
+    p = space.pipeline
+    legal = [c.strategy for c in space.candidates(topology.num_devices) if c.legal]
+    if len(p.experts) < 2 or not legal:
+        return "no legal strategy to estimate an expert swap for"
+    per_device = min(expert_bytes_per_device(p.transformer_2, st) for st in legal)
+    bw, source = host_to_device_bandwidth(topology.generation)
+    gib = per_device / 2**30
+    if bw is None:
+        return f"with --expert-residency swap each swap copies {gib:.2f} GiB per chip; transfer time unknown ({source})"
+    return (f"both experts do not fit resident; with --expert-residency swap each chip copies at least {gib:.2f} GiB "
+            f"per swap at {bw / 1e9:.0f} GB/s: {per_device / bw:.2f} s, {SWAPS_PER_VIDEO * per_device / bw:.2f} s "
+            "per video")
