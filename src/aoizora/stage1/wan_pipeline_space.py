@@ -29,7 +29,7 @@ from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.params import param_dtype, param_table
 from aoizora.models.wan.pipeline import WanPipelineConfig
 from aoizora.models.wan.sampling import make_denoise_step
-from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
+from aoizora.models.wan.sharding import abstract_params
 from aoizora.models.wan.strategy import Strategy, logical_rules
 from aoizora.stage1.space import LoweringInputs
 from aoizora.stage1.wan_space import WanSpace
@@ -92,21 +92,20 @@ class WanPipelineSpace(WanSpace):
         return self.pipeline.experts[1:]
 
     def lowering_inputs(self, strategy: Strategy, mesh: Any) -> LoweringInputs:
-        step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
-                                 expand_timesteps=self.pipeline.expand_timesteps)
-        a = abstract_step_inputs(self.config, self.video, mesh, self.scheduler)
-        args = (abstract_params(self.config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
-                a["text_uncond"], a["image"], a["condition"])
-        self._meshes[strategy] = mesh
+        inp = super().lowering_inputs(strategy, mesh)  # the Wan step's arguments, as for Wan 2.1
+        fn, args = inp.fn, inp.args
+        if self.pipeline.expand_timesteps:
+            fn = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
+                                   expand_timesteps=True).jitted
         if not self.resident_experts:
-            return LoweringInputs(step.jitted, args)
+            return LoweringInputs(fn, args, inp.kwargs, inp.jit_kwargs)
         others = tuple(abstract_params(cfg, strategy, mesh) for cfg in self.resident_experts)
-        jitted = step.jitted
 
-        def step_with_resident_experts(*all_args: Any) -> Any:
-            return jitted(*all_args[: len(args)])  # the other experts only occupy HBM
+        def step_with_resident_experts(*all_args: Any, **kwargs: Any) -> Any:
+            return fn(*all_args[: len(args)], **kwargs)  # the other experts only occupy HBM
 
-        return LoweringInputs(step_with_resident_experts, args + others, jit_kwargs={"keep_unused": True})
+        return LoweringInputs(step_with_resident_experts, args + others, inp.kwargs,
+                              {**inp.jit_kwargs, "keep_unused": True})
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         out = super().describe(strategy)
