@@ -282,6 +282,8 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         _print_json(outcome.plan.data)
     else:
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
+        if "experts" in outcome.plan.data:
+            console.print(_experts_line(outcome.plan.data["experts"]))
 
 
 def _experts_line(experts: dict) -> str:
