@@ -1,6 +1,10 @@
 """Wan 2.2 pipelines through Stage 1 and Stage 2: both experts' weights in the step's memory
 (Stage 1's estimate and libtpu's compiled program), swap residency, per-token timesteps."""
 
+import math
+
+import jax
+import numpy as np
 import pytest
 
 from aoizora.models.wan.config import PRESETS, VideoShape
@@ -9,7 +13,7 @@ from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
 from aoizora.plan.stage2 import compile_strategy
 from aoizora.stage1 import analyse
-from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
+from aoizora.stage1.search import ArgumentsDoNotFit, _inputs, argument_bytes
 from aoizora.stage1.wan_pipeline_space import (
     WanPipelineSpace, expert_bytes_per_device, host_to_device_bandwidth, swap_estimate,
 )
@@ -28,15 +32,8 @@ def _spaces():
 
 
 def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
-    from aoizora.stage1.search import _inputs
-
     _, swap = _spaces()
     params_only = _inputs(swap, STRATEGY, topo_2x4).args[0]
-    import math
-
-    import numpy as np
-    import jax
-
     measured = sum(math.prod(a.sharding.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
                    for a in jax.tree.leaves(params_only))
     assert expert_bytes_per_device(EXPERT, STRATEGY) == measured
@@ -48,8 +45,6 @@ def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
 def test_stage1_counts_both_experts(topo_2x4):
     both, swap = _spaces()
     extra = expert_bytes_per_device(EXPERT, STRATEGY)
-    from aoizora.stage1.search import _inputs
-
     assert argument_bytes(_inputs(both, STRATEGY, topo_2x4)) - argument_bytes(_inputs(swap, STRATEGY, topo_2x4)) == extra
     _, _, mem_both, _, _ = analyse(both, STRATEGY, topo_2x4)
     _, _, mem_swap, _, _ = analyse(swap, STRATEGY, topo_2x4)

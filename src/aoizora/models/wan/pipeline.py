@@ -23,7 +23,6 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
