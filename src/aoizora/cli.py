@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, PlanningError
 
 EXIT_BAD_INPUT = 2
 
@@ -242,7 +242,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 
 @cli.command()
 @click.option("--model", required=True, metavar="MODEL",
-              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b or wan2.1-i2v-14b.")
+              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b, wan2.1-i2v-14b, wan2.2-t2v-a14b, wan2.2-i2v-a14b or wan2.2-ti2v-5b.")
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
 @click.option("--resolution", default="720p", show_default=True, help="480p, 720p or WIDTHxHEIGHT.")
 @click.option("--frames", type=int, default=81, show_default=True, help="Video frames (4n+1).")
@@ -258,11 +258,15 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
 @_libtpu_args_option
+@click.option("--expert-residency", type=click.Choice(["both", "swap"]), default="both", show_default=True,
+              help="Two-expert models (Wan 2.2 A14B): both experts in HBM, or one with the other "
+                   "copied in from host memory at the boundary.")
 @_ring_options
 def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, libtpu_args: str | None, ring_order: str, ring_direction: str) -> None:
-    """Plan a Wan 2.1 model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
+         verify_top: int, libtpu_args: str | None, expert_residency: str, ring_order: str,
+         ring_direction: str) -> None:
+    """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     from rich.console import Console
 
     from aoizora.cost import Q2Options
@@ -273,21 +277,31 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology
 
-    space = wan_space(model, resolution, frames)
+    space = wan_space(model, resolution, frames, expert_residency=expert_residency)
     topo = get_topology(topology_name)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
         result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
+        best = result.ranked[0].candidate.strategy if result.ranked else None
+        details = space.plan_details(best, topo) if best is not None else {}
         if as_json:
             _print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
-                         "seconds": result.seconds, "strategies": [e.to_json(space) for e in result.entries]})
+                         "seconds": result.seconds, **details, "strategies": [e.to_json(space) for e in result.entries]})
+        elif details:
+            console.print(_experts_line(details["experts"]))
+        if best is None:
+            _no_fit_hint(space, topo)
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
-    outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
-                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
-                         libtpu_args=flags)
+    try:
+        outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
+                             verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
+                             libtpu_args=flags)
+    except PlanningError:
+        _no_fit_hint(space, topo)
+        raise
     if out_path:
         outcome.plan.save(out_path)
     if report_dir:
@@ -298,6 +312,27 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         _print_json(outcome.plan.data)
     else:
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
+        if "experts" in outcome.plan.data:
+            console.print(_experts_line(outcome.plan.data["experts"]))
+
+
+def _experts_line(experts: dict) -> str:
+    gib = experts["expert_bytes_per_device"] / 2**30
+    if experts["residency"] == "both":
+        return f"experts: both resident, {2 * gib:.2f} GiB of weights per device ({gib:.2f} GiB each)"
+    swap = experts["swap_seconds_per_video"]
+    cost = f"{swap:.2f} s per video ({experts['swaps_per_video']} copies of {gib:.2f} GiB per chip at " \
+           f"{experts['host_to_device_Bps'] / 1e9:.0f} GB/s)" if swap is not None else "transfer time unknown " \
+           f"({experts['host_to_device_source']})"
+    return f"experts: one resident, the other swapped in from host memory: {cost}"
+
+
+def _no_fit_hint(space, topo) -> None:
+    """When both experts do not fit resident, say what swapping one would cost."""
+    from aoizora.stage1.wan_pipeline_space import WanPipelineSpace, swap_estimate
+
+    if isinstance(space, WanPipelineSpace) and space.residency == "both" and len(space.pipeline.experts) > 1:
+        click.echo(f"note: {swap_estimate(space, topo)}", err=True)
 
 
 def _run_report(report, title: str) -> None:

@@ -5,30 +5,53 @@ from __future__ import annotations
 import re
 
 from aoizora.errors import ShapeError
-from aoizora.models.wan.config import WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape, WanConfig
+from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.pipeline import (
+    WAN21_I2V_14B_PIPELINE, WAN21_T2V_14B_PIPELINE, WAN21_T2V_1_3B_PIPELINE, WAN22_I2V_A14B_PIPELINE,
+    WAN22_T2V_A14B_PIPELINE, WAN22_TI2V_5B_PIPELINE, WanPipelineConfig,
+)
 
-MODELS: dict[str, WanConfig] = {
-    "wan2.1-t2v-1.3b": WAN_T2V_1_3B,
-    "wan2.1-t2v-14b": WAN_T2V_14B,
-    "wan2.1-i2v-14b": WAN_I2V_14B,
+PIPELINES: dict[str, WanPipelineConfig] = {
+    "wan2.1-t2v-1.3b": WAN21_T2V_1_3B_PIPELINE,
+    "wan2.1-t2v-14b": WAN21_T2V_14B_PIPELINE,
+    "wan2.1-i2v-14b": WAN21_I2V_14B_PIPELINE,
+    "wan2.2-t2v-a14b": WAN22_T2V_A14B_PIPELINE,
+    "wan2.2-i2v-a14b": WAN22_I2V_A14B_PIPELINE,
+    "wan2.2-ti2v-5b": WAN22_TI2V_5B_PIPELINE,
 }
+#: The transformer of each model (the high-noise expert of the two-expert ones).
+MODELS: dict[str, WanConfig] = {name: p.transformer for name, p in PIPELINES.items()}
 
-# Wan's standard sizes: 480p is 832x480, 720p is 1280x720 (width x height).
+# Wan's standard sizes (width x height): 480p is 832x480, 720p is 1280x720 — or 1280x704 on the
+# Wan 2.2 VAE, whose 16x spatial stride with the 2x2 patch needs multiples of 32
+# (Wan-Video/Wan2.2 wan/configs/__init__.py, SUPPORTED_SIZES of ti2v-5B).
 RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
+RESOLUTIONS_32: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 704)}
+
+
+def _key(name: str) -> str:
+    key = name.strip().lower()
+    if key not in PIPELINES:
+        raise ShapeError(f"unknown model {name!r}; choose one of: {', '.join(PIPELINES)}")
+    return key
 
 
 def model_config(name: str) -> WanConfig:
-    key = name.strip().lower()
-    if key not in MODELS:
-        raise ShapeError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
-    return MODELS[key]
+    return MODELS[_key(name)]
 
 
-def parse_resolution(text: str) -> tuple[int, int]:
-    """`480p`, `720p` or `WIDTHxHEIGHT` -> (width, height)."""
+def pipeline_config(name: str) -> WanPipelineConfig:
+    return PIPELINES[_key(name)]
+
+
+def parse_resolution(text: str, config: WanConfig | None = None) -> tuple[int, int]:
+    """`480p`, `720p` or `WIDTHxHEIGHT` -> (width, height); named sizes follow the model's VAE."""
     key = text.strip().lower()
-    if key in RESOLUTIONS:
-        return RESOLUTIONS[key]
+    named = RESOLUTIONS
+    if config is not None and config.vae_stride[1] * config.patch_size[1] == 32:
+        named = RESOLUTIONS_32
+    if key in named:
+        return named[key]
     m = re.fullmatch(r"(\d+)x(\d+)", key)
     if not m:
         raise ShapeError(f"malformed resolution {text!r}; use 480p, 720p or WIDTHxHEIGHT such as 1280x720")
@@ -36,16 +59,23 @@ def parse_resolution(text: str) -> tuple[int, int]:
 
 
 def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
-    """The video geometry, validated against the model (frames 4n+1, sizes multiples of 16)."""
-    width, height = parse_resolution(resolution)
+    """The video geometry, validated against the model (frames 4n+1, sizes multiples of 16 or 32)."""
+    width, height = parse_resolution(resolution, config)
     video = VideoShape(frames=frames, height=height, width=width)
     video.validate(config)
     return video
 
 
-def wan_space(model: str, resolution: str, frames: int, **kwargs):
-    """The Stage 1 strategy space of a named Wan model at a video shape."""
+def wan_space(model: str, resolution: str, frames: int, *, expert_residency: str = "both", **kwargs):
+    """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
+    their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
+    per-token timesteps) with `expert_residency` "both" or "swap"."""
+    from aoizora.stage1.wan_pipeline_space import WanPipelineSpace
     from aoizora.stage1.wan_space import WanSpace
 
-    config = model_config(model)
-    return WanSpace(config, video_shape(config, resolution, frames), model_name=model.strip().lower(), **kwargs)
+    key = _key(model)
+    pipeline = PIPELINES[key]
+    video = video_shape(pipeline.transformer, resolution, frames)
+    if key.startswith("wan2.1-"):
+        return WanSpace(pipeline.transformer, video, model_name=key, **kwargs)
+    return WanPipelineSpace(pipeline, video, residency=expert_residency, model_name=key, **kwargs)

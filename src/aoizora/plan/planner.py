@@ -265,6 +265,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         alternatives.append(row)
     q2 = best.q2
     return {
+        **space.plan_details(chosen.strategy, topology),
         "schema_version": SCHEMA_VERSION,
         "aoizora_version": aoizora.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

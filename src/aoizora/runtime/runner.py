@@ -137,10 +137,16 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
     image = condition = None
     if config.is_i2v:
         image = jnp.asarray(rng.standard_normal((1, config.image_len, config.image_dim)), config.dtype)
-        condition = jnp.asarray(rng.standard_normal((1, config.in_channels - config.out_channels, t, h, w)), jnp.float32)
+    if config.condition_channels:
+        condition = jnp.asarray(rng.standard_normal((1, config.condition_channels, t, h, w)), jnp.float32)
 
+    from aoizora.models.registry import pipeline_config
+
+    # one expert's step (a two-expert plan's steps all have this program); TI2V's timesteps per token.
     # The plan's compiler flags are libtpu's: on the CPU stand-in they do not exist (nor matter).
-    step = make_denoise_step(config, scheduler, strategy, mesh, compiler_options=plan.compiler_options() if on_tpu else None)
+    expand = pipeline_config(plan.data["workload"]["name"]).expand_timesteps
+    step = make_denoise_step(config, scheduler, strategy, mesh, expand_timesteps=expand,
+                             compiler_options=plan.compiler_options() if on_tpu else None)
 
     def loop(step_fn, p):
         x, state = latents, scheduler.init_state(latents)
@@ -164,6 +170,6 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
     )
     if check:
         single_params = jax.device_put(jax.device_get(params), mesh.devices.flat[0])
-        ref, _, _ = loop(make_denoise_step(config, scheduler), single_params)
+        ref, _, _ = loop(make_denoise_step(config, scheduler, expand_timesteps=expand), single_params)
         report.check_relative_error = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
     return report

@@ -118,6 +118,11 @@ class StrategySpace(abc.ABC):
         """What is being planned, for the plan file and its cache key: name and input shapes."""
         return {"name": self.name, "shapes": {}}
 
+    def plan_details(self, strategy: Any, topology: Any) -> dict[str, Any]:
+        """Extra top-level sections of the plan for the chosen strategy on the slice (e.g. the
+        experts a pipeline holds); none by default."""
+        return {}
+
     def key_of(self, strategy: Any) -> str:
         """The key of a strategy as `candidates` labels it."""
         return getattr(strategy, "key", repr(strategy))

@@ -1,11 +1,25 @@
-"""Wan 2.1 video DiT (T2V-1.3B, T2V-14B, I2V-14B) in JAX, with parallel strategies as configuration.
+"""Wan video DiT in JAX — Wan 2.1 (T2V-1.3B, T2V-14B, I2V-14B) and Wan 2.2 (T2V-A14B and I2V-A14B
+with two experts, TI2V-5B) — with parallel strategies as configuration.
 
 Public API (what the planner imports)
 -------------------------------------
 Model and inputs
-    ``WanConfig``, presets ``WAN_T2V_1_3B``, ``WAN_T2V_14B``, ``WAN_I2V_14B`` (``PRESETS``);
-    ``VideoShape(frames, height, width)`` with ``.latent_shape(cfg)``, ``.grid(cfg)``,
-    ``.tokens(cfg)`` — raises ``ShapeError`` for frames ≠ 4n+1 or sizes not multiples of 16.
+    ``WanConfig``, presets ``WAN_T2V_1_3B``, ``WAN_T2V_14B``, ``WAN_I2V_14B``, ``WAN22_T2V_A14B``,
+    ``WAN22_I2V_A14B``, ``WAN22_TI2V_5B`` (``PRESETS``); ``cfg.vae_stride`` is the VAE's
+    compression (4×8×8, or 4×16×16 for TI2V-5B), ``cfg.condition_channels`` the I2V channels
+    concatenated to the latent. ``VideoShape(frames, height, width)`` with ``.latent_shape(cfg)``,
+    ``.grid(cfg)``, ``.tokens(cfg)`` — raises ``ShapeError`` for frames ≠ 4n+1 or sizes not
+    multiples of VAE stride × patch (16, or 32 for TI2V-5B). ``forward`` takes a timestep per
+    sample (B,) or per token (B, tokens) (TI2V-5B).
+
+Pipelines (Wan 2.2 experts)
+    ``WanPipelineConfig(transformer, transformer_2, boundary_ratio, expand_timesteps, shift, steps,
+    guidance_scale, guidance_scale_2)``: ``.expert_of_timestep(t)`` (high-noise expert 0 while
+    t >= boundary_ratio × 1000, low-noise expert 1 after), ``.guidance(expert)``, ``.scheduler()``.
+    ``load_pipeline_config(folder)`` and ``load_expert_params(folder, pipeline)`` read a diffusers
+    pipeline folder (``transformer/``, ``transformer_2/``, ``model_index.json``, ``vae/``,
+    ``scheduler/``); ``make_pipeline_steps`` gives one jitted step per expert and
+    ``sample_pipeline`` runs the loop, switching experts at the boundary.
 
 Strategy (logical sharding)
     ``Strategy(data, fsdp, context, tensor, attention, weights, kernel, context_ulysses=1,
@@ -63,11 +77,16 @@ Schedulers
 
 from aoizora.models.wan.attention import KernelCost
 from aoizora.models.wan.checkpoint import load_config, load_params, save_params
-from aoizora.models.wan.config import PRESETS, WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape, WanConfig
+from aoizora.models.wan.config import (
+    PRESETS, WAN22_I2V_A14B, WAN22_T2V_A14B, WAN22_TI2V_5B, WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape, WanConfig,
+)
 from aoizora.models.wan.model import forward
 from aoizora.models.wan.params import init_params, param_logical_axes, param_shapes, param_table
 from aoizora.models.wan.sampling import (
     denoise_step, lower_denoise_step, lower_forward, make_denoise_step, make_forward, opaque_kernel_costs, sample,
+)
+from aoizora.models.wan.pipeline import (
+    WanPipelineConfig, load_expert_params, load_pipeline_config, make_pipeline_steps, sample_pipeline,
 )
 from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler
 from aoizora.models.wan.sharding import (
@@ -80,7 +99,8 @@ from aoizora.models.wan.strategy import (
 
 __all__ = [
     "KernelCost", "load_config", "load_params", "save_params", "PRESETS", "WAN_I2V_14B", "WAN_T2V_1_3B",
-    "WAN_T2V_14B", "VideoShape", "WanConfig", "forward", "init_params", "param_logical_axes", "param_shapes",
+    "WAN_T2V_14B", "WAN22_T2V_A14B", "WAN22_I2V_A14B", "WAN22_TI2V_5B", "VideoShape", "WanConfig",
+    "WanPipelineConfig", "load_expert_params", "load_pipeline_config", "make_pipeline_steps", "sample_pipeline", "forward", "init_params", "param_logical_axes", "param_shapes",
     "param_table", "denoise_step", "lower_denoise_step", "lower_forward", "make_denoise_step", "make_forward",
     "opaque_kernel_costs", "sample", "EulerScheduler", "UniPCScheduler", "abstract_forward_inputs",
     "abstract_params", "abstract_step_inputs", "param_shardings", "ATTENTION_VARIANTS", "MESH_AXES", "ULYSSES_RING_MESH_AXES", "SplashBlocks",

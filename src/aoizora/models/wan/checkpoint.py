@@ -134,15 +134,35 @@ def load_params(
     each parameter is placed with its sharding as it is read. With `strict`, tensors the model
     does not use (other than ones diffusers ignores) are an error too.
     """
+    where = validate_checkpoint(path, config, strict)
+    specs = param_table(config)
+    # stream tensor by tensor
+    flat_shardings = _flatten_shardings(shardings, config)
+    tree: dict = {}
+    for spec in specs:
+        dtype = param_dtype(spec, config)
+        if spec.stacked:  # fill one preallocated (layers, ...) array: peak host memory ≈ one parameter
+            host = np.empty(spec.shape, dtype=dtype)
+            for i, src in enumerate(_sources(spec, config)):
+                host[i] = _convert(where[src].get(src), spec)
+        else:
+            host = _convert(where[spec.source].get(spec.source), spec).astype(dtype)
+        sh = flat_shardings.get(spec.path)
+        _set(tree, spec.path, jax.device_put(host, sh) if sh is not None else jax.numpy.asarray(host))
+    return tree
+
+
+def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, "SafetensorsFile"]:
+    """Check every tensor's presence and shape (and, with `strict`, that nothing is left over)
+    from the safetensors headers alone; returns where each tensor lives. Raises `CheckpointError`
+    naming the first bad tensor."""
     files = [SafetensorsFile(f) for f in _files(path)]
     where: dict[str, SafetensorsFile] = {}
     for f in files:
         for name in f.header:
             where[name] = f
-    specs = param_table(config)
     used: set[str] = set()
-    # 1. validate everything from headers
-    for spec in specs:
+    for spec in param_table(config):
         want = _expected_source_shape(spec, config)
         for src in _sources(spec, config):
             if src not in where:
@@ -158,20 +178,7 @@ def load_params(
                 f"checkpoint has {len(extra)} tensor(s) this config does not use, e.g. {extra[0]} "
                 "(wrong config? pass strict=False to ignore)"
             )
-    # 2. stream tensor by tensor
-    flat_shardings = _flatten_shardings(shardings, config)
-    tree: dict = {}
-    for spec in specs:
-        dtype = param_dtype(spec, config)
-        if spec.stacked:  # fill one preallocated (layers, ...) array: peak host memory ≈ one parameter
-            host = np.empty(spec.shape, dtype=dtype)
-            for i, src in enumerate(_sources(spec, config)):
-                host[i] = _convert(where[src].get(src), spec)
-        else:
-            host = _convert(where[spec.source].get(spec.source), spec).astype(dtype)
-        sh = flat_shardings.get(spec.path)
-        _set(tree, spec.path, jax.device_put(host, sh) if sh is not None else jax.numpy.asarray(host))
-    return tree
+    return where
 
 
 def _flatten_shardings(shardings: Any | None, config: WanConfig) -> dict:

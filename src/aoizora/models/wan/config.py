@@ -1,4 +1,4 @@
-"""Model configuration of the Wan 2.1 video DiT and the video-shape arithmetic around it."""
+"""Model configuration of the Wan 2.1 / 2.2 video DiT and the video-shape arithmetic around it."""
 
 from __future__ import annotations
 
@@ -10,18 +10,23 @@ import jax.numpy as jnp
 
 from aoizora.errors import ShapeError
 
-#: Temporal and spatial stride of the Wan VAE, and its latent channel count.
+#: Temporal and spatial stride of the Wan 2.1 VAE (also Wan 2.2 A14B's), and its latent channel count.
 VAE_STRIDE = (4, 8, 8)
 VAE_Z_DIM = 16
+#: The Wan 2.2 VAE of TI2V-5B: 4x16x16 compression into 48 latent channels.
+VAE22_STRIDE = (4, 16, 16)
+VAE22_Z_DIM = 48
 
 
 @dataclasses.dataclass(frozen=True)
 class WanConfig:
-    """Hyper-parameters of a Wan 2.1 transformer, named as in diffusers' `WanTransformer3DModel`.
+    """Hyper-parameters of a Wan transformer, named as in diffusers' `WanTransformer3DModel`.
 
     `dtype` is the dtype of weights and activations (bfloat16 for deployment, float32 for parity
     tests); norms, modulation, RoPE and softmax are computed in float32 regardless, as the
-    reference does.
+    reference does. `vae_stride` is the (time, height, width) compression of the VAE whose
+    latents the transformer takes (not a transformer argument: diffusers keeps it in the VAE's
+    config as `scale_factor_temporal` / `scale_factor_spatial`).
     """
 
     num_layers: int = 40
@@ -41,6 +46,7 @@ class WanConfig:
     rope_max_seq_len: int = 1024
     text_len: int = 512
     image_len: int = 257
+    vae_stride: tuple[int, int, int] = VAE_STRIDE
     dtype: Any = jnp.bfloat16
 
     @property
@@ -49,7 +55,14 @@ class WanConfig:
 
     @property
     def is_i2v(self) -> bool:
+        """Cross-attends to CLIP image tokens (Wan 2.1 I2V); Wan 2.2 I2V-A14B does not."""
         return self.added_kv_proj_dim is not None
+
+    @property
+    def condition_channels(self) -> int:
+        """Channels of the conditioning latent concatenated to the noisy latent (I2V: mask + image
+        latent, 4 + 16 = 20); 0 when the model takes the noisy latent alone."""
+        return self.in_channels - self.out_channels
 
     @property
     def patch_volume(self) -> int:
@@ -64,16 +77,21 @@ class WanConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_diffusers(cls, cfg: dict[str, Any], dtype: Any = jnp.bfloat16) -> "WanConfig":
-        """Build from a diffusers `config.json` dict of a `WanTransformer3DModel`."""
+    def from_diffusers(cls, cfg: dict[str, Any], dtype: Any = jnp.bfloat16,
+                       vae_stride: tuple[int, int, int] = VAE_STRIDE) -> "WanConfig":
+        """Build from a diffusers `config.json` dict of a `WanTransformer3DModel` (and the VAE's
+        stride, which lives in the VAE's config)."""
         if cfg.get("pos_embed_seq_len") is not None:
-            raise ShapeError("pos_embed_seq_len (Wan FLF2V) is not supported by aoizora's Wan 2.1 model")
+            raise ShapeError("pos_embed_seq_len (Wan FLF2V) is not supported by aoizora's Wan model")
         keys = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in cfg.items() if k in keys}
         if "patch_size" in kw:
             kw["patch_size"] = tuple(kw["patch_size"])
+        if kw.get("out_channels") is None:  # diffusers: out_channels defaults to in_channels
+            kw["out_channels"] = kw.get("in_channels", cls.in_channels)
         kw.pop("dtype", None)
-        return cls(**kw, dtype=dtype)
+        kw.pop("vae_stride", None)
+        return cls(**kw, dtype=dtype, vae_stride=tuple(vae_stride))
 
     def to_diffusers(self) -> dict[str, Any]:
         """The diffusers constructor arguments of the same architecture."""
@@ -90,11 +108,22 @@ class WanConfig:
 WAN_T2V_1_3B = WanConfig(num_layers=30, num_attention_heads=12, ffn_dim=8960)
 WAN_T2V_14B = WanConfig()
 WAN_I2V_14B = WanConfig(in_channels=36, image_dim=1280, added_kv_proj_dim=5120)
+# Wan 2.2 (Wan-Video/Wan2.2 wan/configs/wan_{t2v_A14B,i2v_A14B,ti2v_5B}.py): each A14B expert has
+# Wan 2.1 14B's architecture; I2V-A14B conditions by channel concatenation only (36 = 16 noisy +
+# 4 mask + 16 image latent channels, no CLIP image tokens); TI2V-5B is 24 heads x 128, 30 layers,
+# ffn 14336, on the Wan 2.2 VAE's 48 channels.
+WAN22_T2V_A14B = WanConfig()
+WAN22_I2V_A14B = WanConfig(in_channels=36)
+WAN22_TI2V_5B = WanConfig(num_layers=30, num_attention_heads=24, ffn_dim=14336, in_channels=VAE22_Z_DIM,
+                          out_channels=VAE22_Z_DIM, vae_stride=VAE22_STRIDE)
 
 PRESETS: dict[str, WanConfig] = {
     "t2v-1.3b": WAN_T2V_1_3B,
     "t2v-14b": WAN_T2V_14B,
     "i2v-14b": WAN_I2V_14B,
+    "2.2-t2v-a14b": WAN22_T2V_A14B,
+    "2.2-i2v-a14b": WAN22_I2V_A14B,
+    "2.2-ti2v-5b": WAN22_TI2V_5B,
 }
 
 
@@ -107,31 +136,28 @@ class VideoShape:
     width: int
 
     def validate(self, config: WanConfig) -> None:
-        if self.frames < 1 or (self.frames - 1) % VAE_STRIDE[0] != 0:
+        st, sh, sw = config.vae_stride
+        if self.frames < 1 or (self.frames - 1) % st != 0:
             raise ShapeError(
-                f"frame count {self.frames} is not 4n+1 (the Wan VAE compresses time by 4); "
-                f"use e.g. {4 * max(0, (self.frames - 1) // 4) + 1} or {4 * ((self.frames + 2) // 4) + 1}"
+                f"frame count {self.frames} is not {st}n+1 (the Wan VAE compresses time by {st}); "
+                f"use e.g. {st * max(0, (self.frames - 1) // st) + 1} or {st * ((self.frames + st - 2) // st) + 1}"
             )
-        unit = VAE_STRIDE[1] * config.patch_size[1]
-        unit_w = VAE_STRIDE[2] * config.patch_size[2]
+        unit = sh * config.patch_size[1]
+        unit_w = sw * config.patch_size[2]
         if self.height <= 0 or self.height % unit != 0 or self.width <= 0 or self.width % unit_w != 0:
             raise ShapeError(
                 f"resolution {self.width}x{self.height} is not a positive multiple of {unit} "
-                "(VAE stride 8 × patch 2) in both width and height"
+                f"(VAE stride {sh} × patch {config.patch_size[1]}) in both width and height"
             )
-        t = (self.frames - 1) // VAE_STRIDE[0] + 1
+        t = (self.frames - 1) // st + 1
         if t % config.patch_size[0] != 0:
             raise ShapeError(f"{t} latent frames are not divisible by the temporal patch {config.patch_size[0]}")
 
     def latent_shape(self, config: WanConfig) -> tuple[int, int, int, int]:
         """(channels, latent frames, latent height, latent width) of the transformer's input."""
         self.validate(config)
-        return (
-            config.in_channels,
-            (self.frames - 1) // VAE_STRIDE[0] + 1,
-            self.height // VAE_STRIDE[1],
-            self.width // VAE_STRIDE[2],
-        )
+        st, sh, sw = config.vae_stride
+        return (config.in_channels, (self.frames - 1) // st + 1, self.height // sh, self.width // sw)
 
     def grid(self, config: WanConfig) -> tuple[int, int, int]:
         """Token grid (t, h, w) after patchify."""

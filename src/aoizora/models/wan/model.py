@@ -1,5 +1,5 @@
-"""The Wan 2.1 DiT forward pass: pure JAX over a params pytree (see params.py), one strategy-aware
-code path for single-device and sharded execution."""
+"""The Wan DiT forward pass (Wan 2.1, Wan 2.2): pure JAX over a params pytree (see params.py), one
+strategy-aware code path for single-device and sharded execution."""
 
 from __future__ import annotations
 
@@ -61,11 +61,22 @@ def gelu_tanh(x: jnp.ndarray) -> jnp.ndarray:
 
 
 def timestep_embedding(t: jnp.ndarray, dim: int, max_period: float = 10000.0) -> jnp.ndarray:
-    """Sinusoidal embedding [cos | sin] of (fractional) timesteps, float32 (B, dim)."""
+    """Sinusoidal embedding [cos | sin] of (fractional) timesteps, float32 (*t.shape, dim)."""
     half = dim // 2
     freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=F32) / half)
-    arg = t.astype(F32)[:, None] * freqs[None, :]
+    arg = t.astype(F32)[..., None] * freqs
     return jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+
+
+def modulation(table: jnp.ndarray, proj: jnp.ndarray) -> list[jnp.ndarray]:
+    """Shift/scale/gate rows of a scale-shift `table` (n, dim) plus the timestep projection, in
+    float32, each broadcastable against activations (B, L, dim): `proj` is (B, n, dim) for one
+    timestep per sample, or (B, L, n, dim) for one per token (Wan 2.2 TI2V)."""
+    if proj.ndim == 3:
+        mod = table[None].astype(F32) + proj.astype(F32)
+        return [mod[:, i][:, None, :] for i in range(table.shape[0])]
+    mod = table[None, None].astype(F32) + proj.astype(F32)
+    return [mod[:, :, i] for i in range(table.shape[0])]
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,8 +121,7 @@ def _block(config: WanConfig, setup: attn.AttentionSetup, sc: ShardingContext, v
     h_ = config.num_attention_heads
     eps = config.eps
     qkv_axes = ("batch", "length", "heads_act", "head_dim")
-    mod = p["sst"][None].astype(F32) + tproj.astype(F32)  # (B, 6, dim)
-    shift, scale, gate, c_shift, c_scale, c_gate = [mod[:, i][:, None, :] for i in range(6)]
+    shift, scale, gate, c_shift, c_scale, c_gate = modulation(p["sst"], tproj)
 
     # 1. self-attention
     h = (layer_norm(x, eps) * (1 + scale) + shift).astype(dt)
@@ -180,8 +190,10 @@ def forward(
     strategy: Strategy | None = None,
     mesh: Mesh | None = None,
 ) -> jnp.ndarray:
-    """The transformer: latents (B, C_in, T, H, W), timestep (B,), text (B, 512, text_dim),
-    image (B, 257, image_dim) for I2V → flow prediction (B, C_out, T, H, W) in config.dtype.
+    """The transformer: latents (B, C_in, T, H, W), timestep (B,) — or (B, tokens) for one
+    timestep per token, as diffusers' Wan 2.2 TI2V pipeline passes it (tokens in (t, h, w)
+    order after patchify) — text (B, 512, text_dim), image (B, 257, image_dim) for Wan 2.1 I2V
+    → flow prediction (B, C_out, T, H, W) in config.dtype.
 
     With `strategy` and `mesh`, activations carry logical sharding constraints and attention
     runs the strategy's variant under shard_map; otherwise it is plain single-device code.
@@ -199,8 +211,9 @@ def forward(
         raise ShapeError("a T2V model takes no image embeddings")
     if text.ndim != 3 or text.shape[0] != b or text.shape[2] != config.text_dim:
         raise ShapeError(f"text embeddings must be ({b}, len, {config.text_dim}), got {text.shape}")
-    if timestep.shape != (b,):
-        raise ShapeError(f"timestep must have shape ({b},), got {timestep.shape}")
+    n_tok = math.prod(grid)
+    if timestep.shape not in ((b,), (b, n_tok)):
+        raise ShapeError(f"timestep must have shape ({b},) or ({b}, {n_tok}) (one per token), got {timestep.shape}")
     kernel = resolve_kernel(strategy, mesh)
     if strategy is not None:
         validate_strategy(strategy, config, batch=b)
@@ -219,7 +232,6 @@ def forward(
     x = latents.reshape(b, config.in_channels, t, pt, hh, ph, ww, pw)
     x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(b, t * hh * ww, -1)
     x = linear(x, params["patch_embed"], dt)
-    n_tok = t * hh * ww
     lp = padded_length(n_tok, strategy, splash=kernel.startswith("splash"))
     if lp > n_tok:
         x = jnp.pad(x, ((0, 0), (0, lp - n_tok), (0, 0)))
@@ -228,9 +240,15 @@ def forward(
     cos, sin = sc(cos, ("length", None)), sc(sin, ("length", None))
 
     # conditions
+    if timestep.ndim == 2:  # one timestep per token: padded and sharded like the tokens
+        timestep = sc(jnp.pad(timestep.astype(F32), ((0, 0), (0, lp - n_tok))), ("batch", "length"))
     temb = timestep_embedding(timestep, config.freq_dim)
     temb = linear(jax.nn.silu(linear(temb, params["time_1"], F32)), params["time_2"], F32).astype(dt)
-    tproj = linear(jax.nn.silu(temb), params["time_proj"], dt).reshape(b, 6, config.dim)
+    tproj = linear(jax.nn.silu(temb), params["time_proj"], dt)
+    tproj = tproj.reshape(*tproj.shape[:-1], 6, config.dim)  # (B, 6, dim) or (B, L, 6, dim)
+    if timestep.ndim == 2:
+        temb = sc(temb, ("batch", "length", "embed_act"))
+        tproj = sc(tproj, ("batch", "length", None, "embed_act"))
     ctx = linear(gelu_tanh(linear(text.astype(dt), params["text_1"], dt)), params["text_2"], dt)
     ctx_img = None
     if image is not None:
@@ -250,9 +268,8 @@ def forward(
     with attn.repeated(config.num_layers):
         x, _ = jax.lax.scan(body, x, params["blocks"])
 
-    # output head
-    mod = params["out_sst"][None].astype(F32) + temb.astype(F32)[:, None, :]
-    shift, scale = mod[:, 0][:, None, :], mod[:, 1][:, None, :]
+    # output head: the table plus temb itself (not projected), for both of its rows
+    shift, scale = modulation(params["out_sst"], jnp.expand_dims(temb, -2))
     x = (layer_norm(x, config.eps) * (1 + scale) + shift).astype(dt)
     x = linear(x, params["proj_out"], dt)[:, :n_tok]
     x = x.reshape(b, t, hh, ww, pt, ph, pw, config.out_channels)

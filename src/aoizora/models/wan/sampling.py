@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from aoizora.errors import ShapeError
 from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.model import forward
@@ -56,18 +57,26 @@ def denoise_step(
     guidance_scale: float = 5.0,
     strategy: Strategy | None = None,
     mesh: Mesh | None = None,
+    expand_timesteps: bool = False,
 ) -> tuple[jnp.ndarray, dict]:
     """One denoising step: the transformer on the CFG batch (cond, uncond), guidance, scheduler.
 
-    latents (1, C_out, T, H, W) float32; text_* (1, 512, text_dim); I2V also takes the image
-    embedding (1, 257, image_dim) and the conditioning latent (1, C_in − C_out, T, H, W) that is
-    concatenated on channels. Returns the next latents and scheduler state.
+    latents (1, C_out, T, H, W) float32; text_* (1, 512, text_dim); Wan 2.1 I2V also takes the
+    image embedding (1, 257, image_dim); I2V models take the conditioning latent
+    (1, C_in − C_out, T, H, W), concatenated on channels. With `expand_timesteps` (Wan 2.2
+    TI2V-5B) the transformer gets one timestep per token, and `condition` (1, C_out, T, H, W), if
+    given, is the image latent that replaces the first latent frame, whose tokens get timestep 0
+    (diffusers' `WanImageToVideoPipeline` with `expand_timesteps`). Returns the next latents and
+    scheduler state.
     """
     x = latents
-    if condition is not None:
+    t = scheduler.timestep(state).astype(jnp.float32)
+    if expand_timesteps:
+        x, t = _expanded_inputs(config, latents, condition, t)
+    elif condition is not None:
         x = jnp.concatenate([x, condition.astype(x.dtype)], axis=1)
     x = jnp.concatenate([x, x], axis=0).astype(config.dtype)
-    t = jnp.broadcast_to(scheduler.timestep(state).astype(jnp.float32), (2,))
+    t = jnp.broadcast_to(t, (2, *t.shape))
     text = jnp.concatenate([text_cond, text_uncond], axis=0).astype(config.dtype)
     img = None if image is None else jnp.concatenate([image, image], axis=0).astype(config.dtype)
     out = forward(params, x, t, text, img, config=config, strategy=strategy, mesh=mesh).astype(jnp.float32)
@@ -76,15 +85,34 @@ def denoise_step(
     return scheduler.step(state, guided, latents)
 
 
+def _expanded_inputs(config: WanConfig, latents: jnp.ndarray, condition: jnp.ndarray | None,
+                     t: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """TI2V's transformer input and per-token timesteps (tokens in (t, h, w) patch order)."""
+    _, c, nt, nh, nw = latents.shape
+    keep = jnp.ones((nt, nh, nw), jnp.float32)
+    x = latents
+    if condition is not None:
+        want = (latents.shape[:2], latents.shape[3:])
+        if (condition.shape[:2], condition.shape[3:]) != want or condition.shape[2] not in (1, nt):
+            raise ShapeError(f"the TI2V condition is an image latent (1, {c}, 1 or {nt}, {nh}, {nw}), "
+                             f"got {condition.shape}")
+        keep = keep.at[0].set(0.0)
+        x = (1 - keep) * condition.astype(latents.dtype) + keep * latents
+    pt, ph, pw = config.patch_size
+    return x, (keep[::pt, ::ph, ::pw] * t).reshape(-1)
+
+
 def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | None = None, mesh: Mesh | None = None,
-                      guidance_scale: float = 5.0, compiler_options: dict[str, str] | None = None) -> Callable:
+                      guidance_scale: float = 5.0, expand_timesteps: bool = False,
+                      compiler_options: dict[str, str] | None = None) -> Callable:
     """Jitted denoise_step(params, latents, state, text_cond, text_uncond, image=None, condition=None)
     for a strategy on a mesh. Latents/state/conditions are replicated; params use the strategy's
     shardings; activations are sharded inside. `compiler_options`: libtpu/XLA flags of the compile
     (a plan's `compiler_options()`, so the program run is the program planned)."""
     def fn(params, latents, state, text_cond, text_uncond, image=None, condition=None):
         return denoise_step(params, latents, state, text_cond, text_uncond, image, condition, config=config,
-                            scheduler=scheduler, guidance_scale=guidance_scale, strategy=strategy, mesh=mesh)
+                            scheduler=scheduler, guidance_scale=guidance_scale, strategy=strategy, mesh=mesh,
+                            expand_timesteps=expand_timesteps)
 
     options = dict(compiler_options) if compiler_options else None
     if strategy is None:

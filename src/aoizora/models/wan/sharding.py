@@ -78,5 +78,6 @@ def abstract_step_inputs(config: WanConfig, video: VideoShape, mesh: Mesh, sched
     out = {"latents": lat, "state": state, "text_cond": text, "text_uncond": text, "image": None, "condition": None}
     if config.is_i2v:
         out["image"] = sd((1, config.image_len, config.image_dim), config.dtype, sharding=rep)
-        out["condition"] = sd((1, config.in_channels - config.out_channels, t, h, w), jnp.float32, sharding=rep)
+    if config.condition_channels:  # I2V's mask + image latent, concatenated on channels
+        out["condition"] = sd((1, config.condition_channels, t, h, w), jnp.float32, sharding=rep)
     return out
