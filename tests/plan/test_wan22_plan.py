@@ -28,7 +28,8 @@ def test_stage1_only_json_counts_both_experts():
     assert ranked
     cfg = pipeline_config("wan2.2-t2v-a14b").transformer
     for s in ranked:  # every fitting strategy holds two experts' shards as arguments
-        st = Strategy(**s["strategy"]["mesh"], attention=s["strategy"]["attention"], weights=s["strategy"]["weights"])
+        st = Strategy.from_axis_sizes(s["strategy"]["mesh"], attention=s["strategy"]["attention"],
+                                      weights=s["strategy"]["weights"])
         assert s["memory"]["argument_bytes"] >= 2 * expert_bytes_per_device(cfg, st)
         assert s["strategy"]["expert_bytes_per_device"] == expert_bytes_per_device(cfg, st)
     # two 14B experts cannot both sit replicated on a 16 GiB chip: those strategies are over HBM

@@ -328,7 +328,8 @@ def run_stage1(
         if e.key in stand_ins:
             twin = stand_ins[e.key]
             e.verdict, e.reasons, e.q1, e.memory, e.prediction = twin.verdict, twin.reasons, twin.q1, twin.memory, twin.prediction
-            e.summary = {**(twin.summary or {}), "analysed_as": twin.key}
+            # a twin never lowered (over HBM on its arguments alone) has no summary to share
+            e.summary = {**twin.summary, "analysed_as": twin.key} if twin.summary is not None else None
 
     fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):
