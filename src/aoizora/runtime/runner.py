@@ -56,15 +56,12 @@ def small_config(config: Any) -> Any:
 
 
 def _strategy(plan: Plan) -> Any:
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.strategy import Strategy
 
     st = plan.strategy
     if "mesh" not in st or "attention" not in st:
         raise PlanMismatchError("this plan is not of a Wan model; `aoizora run` runs Wan plans")
-    blocks = st.get("splash_blocks")
-    return Strategy.from_axis_sizes(st["mesh"], attention=st["attention"], weights=st["weights"], kernel="auto",
-                                    ulysses_chunks=int(st.get("ulysses_chunks", 1)),
-                                    splash_blocks=SplashBlocks(**blocks) if blocks else None)
+    return Strategy.from_description(st)
 
 
 def run_plan(

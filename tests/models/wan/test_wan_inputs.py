@@ -224,3 +224,16 @@ def test_plan_description_round_trips_through_the_runner():
                Strategy(data=2, context=4, attention="allgather")):
         doc = json.loads(json.dumps(space.describe(st)))
         assert _strategy(SimpleNamespace(strategy=doc)) == st
+
+
+def test_a_plans_strategy_description_round_trips():
+    from aoizora.errors import StrategyError
+    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+
+    st = Strategy(data=2, context=4, attention="ulysses_ring", weights="gathered", context_ulysses=2,
+                  ulysses_chunks=2, splash_blocks=SplashBlocks(2048, 2048, 1024))
+    desc = {"mesh": st.axis_sizes, "attention": st.attention, "weights": st.weights, "ulysses_chunks": 2,
+            "splash_blocks": {"block_q": 2048, "block_kv": 2048, "block_kv_compute": 1024}}
+    assert Strategy.from_description(desc) == st
+    with pytest.raises(StrategyError, match="not a Wan strategy"):
+        Strategy.from_description({"mesh": {"data": 2}})

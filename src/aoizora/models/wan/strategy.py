@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
@@ -158,6 +158,19 @@ class Strategy:
             fields = dict(fields, context_ulysses=uly)
             fields.setdefault("attention", "ulysses_ring")
         return cls(**sizes, **fields)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> "Strategy":
+        """The strategy a plan describes (`plan.strategy`: mesh, attention, weights, and the Ulysses
+        chunks and splash blocks when set), to run the plan with."""
+        try:
+            blocks = description.get("splash_blocks")
+            return cls.from_axis_sizes(description["mesh"], attention=description["attention"],
+                                       weights=description["weights"], kernel=kernel,
+                                       ulysses_chunks=int(description.get("ulysses_chunks", 1)),
+                                       splash_blocks=SplashBlocks(**blocks) if blocks else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
     @property
     def num_devices(self) -> int:
