@@ -7,18 +7,38 @@ libtpu's no-TPU host-detection noise is filtered from stderr (see `_stderr`).
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
 
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, OutputPathError
 
 EXIT_BAD_INPUT = 2
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    """A click usage error as one line that says where to look."""
+    command = exc.ctx.command_path if exc.ctx is not None else "aoizora"
+    return f"aoizora: error: {exc.format_message().rstrip('.')}; see `{command} --help`"
+
+
 class _Group(click.Group):
-    """Turns aoizora's typed errors into one-line messages with exit code 2."""
+    """Turns aoizora's typed errors and bad options into one-line messages with exit code 2; Ctrl-C into 130."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:  # the group's own options
+            click.echo(_usage_line(exc), err=True)
+            raise click.exceptions.Exit(EXIT_BAD_INPUT) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -26,10 +46,88 @@ class _Group(click.Group):
         except AoizoraError as exc:
             click.echo(f"aoizora: error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except click.UsageError as exc:  # a subcommand's options or arguments
+            click.echo(_usage_line(exc), err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            click.echo("aoizora: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinity replaced by None: JSON has no such numbers."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _print_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2))
+    """Strict JSON on stdout (no NaN or Infinity: producers say why a number is undefined)."""
+    click.echo(json.dumps(_finite(obj), indent=2, allow_nan=False))
+
+
+class _Seconds(click.ParamType):
+    """A positive, finite number of seconds."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds; use e.g. 900", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive number of seconds; use e.g. 900", param, ctx)
+        return seconds
+
+
+def _check_output_file(path: str | None, option: str) -> None:
+    """Raise OutputPathError unless a file can be written at `path` (checked before any long work)."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise OutputPathError(f"{option} {path} is a directory; pass a file path such as {target / 'plan.json'}")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise OutputPathError(f"{option} {path} cannot be written (permission denied); pass a writable path")
+    _check_writable_dir(target.parent, option, path)
+
+
+def _check_output_dir(path: str | None, option: str) -> None:
+    """Raise OutputPathError unless `path` is (or can be made) a writable directory."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise OutputPathError(f"{option} {path} exists and is not a directory; pass a directory path")
+    _check_writable_dir(target, option, path)
+
+
+def _check_writable_dir(directory: Path, option: str, given: str) -> None:
+    """The nearest existing ancestor of `directory` must be a directory in which a file can be made.
+
+    Probed by creating (and removing) a file there: permission bits alone do not tell for root, for
+    read-only file systems or for network mounts. Nothing is left behind and no folder is created.
+    """
+    existing = directory if str(directory) else Path(".")
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputPathError(f"{option} {given}: {existing} is not a directory; pass a path inside a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aoizora-probe-", dir=existing)
+    except OSError as exc:
+        raise OutputPathError(
+            f"{option} {given} cannot be written ({existing}: {exc.strerror}); pass a writable path"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -165,12 +263,14 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     from aoizora.placement import MeshSpec, enumerate_placements
     from aoizora.report.tables import print_ranking, progress_bar
     from aoizora.topology import get_topology
-    from aoizora.validation.rank import rank_placements
+    from aoizora.validation.rank import check_program_mesh, rank_placements
 
     text = _read_text(hlo_path)
     program = build_program(text)
     topo = get_topology(topology_name)
-    space = enumerate_placements(topo, MeshSpec.parse(mesh_text))
+    mesh = MeshSpec.parse(mesh_text)
+    check_program_mesh(program, mesh)
+    space = enumerate_placements(topo, mesh)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     with progress_bar("scoring placements", len(space.placements), quiet=as_json) as advance:
         rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim, progress=advance)
@@ -198,6 +298,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     from aoizora.report.tables import print_validation, progress_bar
     from aoizora.topology import get_topology
     from aoizora.validation.programs import NamedProgram, default_suite
+    from aoizora.validation.rank import check_program_mesh
     from aoizora.validation.rank import validate as run_validation
 
     topo = get_topology(topology_name)
@@ -205,6 +306,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     space = enumerate_placements(topo, spec)
     if hlo_paths:
         programs = [NamedProgram(path, build_program(_read_text(path))) for path in hlo_paths]
+        for named in programs:
+            check_program_mesh(named.program, spec)
     else:
         programs = default_suite(topo, spec, suite)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
@@ -229,7 +332,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
 @click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
 @click.option("--no-cache", is_flag=True, help="Plan again even if an identical request is cached.")
-@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+@click.option("--compile-timeout", type=_Seconds(), default=900.0, show_default=True, help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=1, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
 @_ring_options
@@ -246,15 +349,23 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
     from aoizora.topology import get_topology
 
+    if stage1_only and (out_path or report_dir):
+        raise click.UsageError("--stage1-only makes no plan to write; drop --out and --report, or drop --stage1-only")
+    _check_output_file(out_path, "--out")
+    _check_output_dir(report_dir, "--report")
     space = wan_space(model, resolution, frames)
     topo = get_topology(topology_name)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k or DEFAULT_TOP_K
     if stage1_only:
+        from aoizora.plan.planner import nothing_fits
+
         result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
         if as_json:
             _print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
                          "seconds": result.seconds, "strategies": [e.to_json(space) for e in result.entries]})
+        if not result.kept:
+            raise nothing_fits(space, topo, result)
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
@@ -337,7 +448,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
 @click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
-@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+@click.option("--compile-timeout", type=_Seconds(), default=900.0, show_default=True, help="Seconds per TPU compile.")
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
           compile_timeout: float) -> None:
@@ -351,6 +462,7 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
     from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
     from aoizora.stage1 import DEFAULT_TOP_K
 
+    _check_output_dir(out_dir, "--out")
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
@@ -370,6 +482,7 @@ def explain(plan_path: str, out_dir: str) -> None:
     from aoizora.plan import load_plan
     from aoizora.report.html import write_report
 
+    _check_output_dir(out_dir, "--out")
     path = write_report(load_plan(plan_path), out_dir)
     click.echo(f"wrote {path}")
 

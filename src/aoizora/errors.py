@@ -57,6 +57,8 @@ class PlanningError(AoizoraError):
     """Planning could not produce a plan (e.g. no strategy fits or compiles)."""
 
 
+class OutputPathError(AoizoraError):
+    """An output path (--out, --report) that cannot be written."""
 
 
 class CheckpointError(AoizoraError):

@@ -29,7 +29,7 @@ def parse_resolution(text: str) -> tuple[int, int]:
     key = text.strip().lower()
     if key in RESOLUTIONS:
         return RESOLUTIONS[key]
-    m = re.fullmatch(r"(\d+)x(\d+)", key)
+    m = re.fullmatch(r"([0-9]{1,6})x([0-9]{1,6})", key)
     if not m:
         raise ShapeError(f"malformed resolution {text!r}; use 480p, 720p or WIDTHxHEIGHT such as 1280x720")
     return int(m.group(1)), int(m.group(2))

@@ -14,7 +14,7 @@ from aoizora.topology.hardware import HardwareProfile, canonical_generation, har
 
 Coords = tuple[int, ...]
 
-_NAME = re.compile(r"^\s*([A-Za-z0-9]+)\s*:\s*(\d+(?:x\d+)*)\s*$")
+_NAME = re.compile(r"\s*([A-Za-z0-9]+)\s*:\s*([0-9]{1,6}(?:x[0-9]{1,6})*)\s*")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class DevicePosition:
 
 def parse_topology_name(name: str) -> tuple[str, tuple[int, ...]]:
     """Split `v5e:2x4` into (canonical generation, shape); raises TopologyError if malformed."""
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if not m:
         raise TopologyError(
             f"malformed TPU slice name {name!r}; write GENERATION:SHAPE as JAX names it, e.g. v5e:2x4 or v4:2x2x2"

@@ -107,17 +107,21 @@ class VideoShape:
     width: int
 
     def validate(self, config: WanConfig) -> None:
-        if self.frames < 1 or (self.frames - 1) % VAE_STRIDE[0] != 0:
+        if self.frames < 1:
+            raise ShapeError(f"frame count {self.frames} is not positive; use 4n+1 frames, e.g. 1, 5 or 81")
+        if (self.frames - 1) % VAE_STRIDE[0] != 0:
+            below = 4 * ((self.frames - 1) // 4) + 1
             raise ShapeError(
                 f"frame count {self.frames} is not 4n+1 (the Wan VAE compresses time by 4); "
-                f"use e.g. {4 * max(0, (self.frames - 1) // 4) + 1} or {4 * ((self.frames + 2) // 4) + 1}"
+                f"use e.g. {below} or {below + 4}"
             )
         unit = VAE_STRIDE[1] * config.patch_size[1]
         unit_w = VAE_STRIDE[2] * config.patch_size[2]
         if self.height <= 0 or self.height % unit != 0 or self.width <= 0 or self.width % unit_w != 0:
             raise ShapeError(
                 f"resolution {self.width}x{self.height} is not a positive multiple of {unit} "
-                "(VAE stride 8 × patch 2) in both width and height"
+                f"(VAE stride 8 × patch 2) in both width and height; use e.g. "
+                f"{max(unit_w, round(self.width / unit_w) * unit_w)}x{max(unit, round(self.height / unit) * unit)}"
             )
         t = (self.frames - 1) // VAE_STRIDE[0] + 1
         if t % config.patch_size[0] != 0:
