@@ -269,6 +269,7 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     program = build_program(text)
     topo = get_topology(topology_name)
     mesh = MeshSpec.parse(mesh_text)
+    mesh.check_fits(topo.num_devices, topo.name)
     check_program_mesh(program, mesh)
     space = enumerate_placements(topo, mesh)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)

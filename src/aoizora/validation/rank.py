@@ -69,7 +69,11 @@ def check_program_mesh(program: Program, mesh: MeshSpec) -> None:
     from the compiled groups: the HLO does not name its mesh.)
     """
     if program.num_devices != mesh.size:
-        return  # the device count is checked, and said, where placements are applied
+        raise MeshSpecError(
+            f"the program was compiled for {program.num_devices} devices but mesh {mesh} has {mesh.size} "
+            f"positions; pass the mesh it was compiled for (sizes multiplying to {program.num_devices}) "
+            f"and a slice of {program.num_devices} devices"
+        )
     digits = [f for size in mesh.axis_sizes for f in _prime_factors(size)] or [1]
     ids = np.arange(mesh.size).reshape(digits)
     formed = set()
