@@ -240,3 +240,8 @@ def test_ctrl_c_exits_130_with_one_line():
         pytest.fail("Ctrl-C did not stop the command")
     assert proc.returncode == 130, err
     assert [line for line in err.splitlines() if line.strip()] == ["aoizora: interrupted"]
+
+
+def test_hlo_from_stdin_that_is_not_utf8_is_one_line():
+    result = CliRunner().invoke(cli, ["hlo", "-"], input=b"\xff\xfe HloModule")
+    one_line(result, "not UTF-8 text")

@@ -492,7 +492,10 @@ def _read_text(path: str) -> str:
     from aoizora.errors import AoizoraError
 
     if path == "-":
-        return sys.stdin.read()
+        try:
+            return sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise AoizoraError("cannot read standard input: not UTF-8 text; pipe in compiled HLO text") from None
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
