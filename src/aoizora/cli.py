@@ -19,8 +19,6 @@ import click
 from aoizora.errors import AoizoraError, OutputPathError
 
 EXIT_BAD_INPUT = 2
-
-
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 
 
