@@ -7,19 +7,37 @@ libtpu's no-TPU host-detection noise is filtered from stderr (see `_stderr`).
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
 
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
-from aoizora.errors import AoizoraError, PlanningError
+from aoizora.errors import AoizoraError, OutputPathError, PlanningError
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    """A click usage error as one line that says where to look."""
+    command = exc.ctx.command_path if exc.ctx is not None else "aoizora"
+    return f"aoizora: error: {exc.format_message().rstrip('.')}; see `{command} --help`"
 
 
 class _Group(click.Group):
-    """Turns aoizora's typed errors into one-line messages with exit code 2."""
+    """Turns aoizora's typed errors and bad options into one-line messages with exit code 2; Ctrl-C into 130."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:  # the group's own options
+            click.echo(_usage_line(exc), err=True)
+            raise click.exceptions.Exit(EXIT_BAD_INPUT) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -27,10 +45,88 @@ class _Group(click.Group):
         except AoizoraError as exc:
             click.echo(f"aoizora: error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except click.UsageError as exc:  # a subcommand's options or arguments
+            click.echo(_usage_line(exc), err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            click.echo("aoizora: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def _finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinity replaced by None: JSON has no such numbers."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _print_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2))
+    """Strict JSON on stdout (no NaN or Infinity: producers say why a number is undefined)."""
+    click.echo(json.dumps(_finite(obj), indent=2, allow_nan=False))
+
+
+class _Seconds(click.ParamType):
+    """A positive, finite number of seconds."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds; use e.g. 900", param, ctx)
+        if not math.isfinite(seconds) or seconds <= 0:
+            self.fail(f"{value!r} is not a positive number of seconds; use e.g. 900", param, ctx)
+        return seconds
+
+
+def _check_output_file(path: str | None, option: str) -> None:
+    """Raise OutputPathError unless a file can be written at `path` (checked before any long work)."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise OutputPathError(f"{option} {path} is a directory; pass a file path such as {target / 'plan.json'}")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise OutputPathError(f"{option} {path} cannot be written (permission denied); pass a writable path")
+    _check_writable_dir(target.parent, option, path)
+
+
+def _check_output_dir(path: str | None, option: str) -> None:
+    """Raise OutputPathError unless `path` is (or can be made) a writable directory."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise OutputPathError(f"{option} {path} exists and is not a directory; pass a directory path")
+    _check_writable_dir(target, option, path)
+
+
+def _check_writable_dir(directory: Path, option: str, given: str) -> None:
+    """The nearest existing ancestor of `directory` must be a directory in which a file can be made.
+
+    Probed by creating (and removing) a file there: permission bits alone do not tell for root, for
+    read-only file systems or for network mounts. Nothing is left behind and no folder is created.
+    """
+    existing = directory if str(directory) else Path(".")
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputPathError(f"{option} {given}: {existing} is not a directory; pass a path inside a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aoizora-probe-", dir=existing)
+    except OSError as exc:
+        raise OutputPathError(
+            f"{option} {given} cannot be written ({existing}: {exc.strerror}); pass a writable path"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -188,12 +284,15 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     from aoizora.placement import MeshSpec, enumerate_placements
     from aoizora.report.tables import print_ranking, progress_bar
     from aoizora.topology import get_topology
-    from aoizora.validation.rank import rank_placements
+    from aoizora.validation.rank import check_program_mesh, rank_placements
 
     text = _read_text(hlo_path)
     program = build_program(text)
     topo = get_topology(topology_name)
-    space = enumerate_placements(topo, MeshSpec.parse(mesh_text))
+    mesh = MeshSpec.parse(mesh_text)
+    mesh.check_fits(topo.num_devices, topo.name)
+    check_program_mesh(program, mesh)
+    space = enumerate_placements(topo, mesh)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     with progress_bar("scoring placements", len(space.placements), quiet=as_json) as advance:
         rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim, progress=advance)
@@ -221,6 +320,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     from aoizora.report.tables import print_validation, progress_bar
     from aoizora.topology import get_topology
     from aoizora.validation.programs import NamedProgram, default_suite
+    from aoizora.validation.rank import check_program_mesh
     from aoizora.validation.rank import validate as run_validation
 
     topo = get_topology(topology_name)
@@ -228,6 +328,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     space = enumerate_placements(topo, spec)
     if hlo_paths:
         programs = [NamedProgram(path, build_program(_read_text(path))) for path in hlo_paths]
+        for named in programs:
+            check_program_mesh(named.program, spec)
     else:
         programs = default_suite(topo, spec, suite)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
@@ -253,7 +355,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
 @click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
 @click.option("--no-cache", is_flag=True, help="Plan again even if an identical request is cached.")
-@click.option("--compile-timeout", type=float, default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
+@click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
@@ -277,12 +379,18 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology
 
+    if stage1_only and (out_path or report_dir):
+        raise click.UsageError("--stage1-only makes no plan to write; drop --out and --report, or drop --stage1-only")
+    _check_output_file(out_path, "--out")
+    _check_output_dir(report_dir, "--report")
     space = wan_space(model, resolution, frames, expert_residency=expert_residency)
     topo = get_topology(topology_name)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
+        from aoizora.plan.planner import nothing_fits
+
         result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
         best = result.ranked[0].candidate.strategy if result.ranked else None
         details = space.plan_details(best, topo) if best is not None else {}
@@ -291,8 +399,9 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
                          "seconds": result.seconds, **details, "strategies": [e.to_json(space) for e in result.entries]})
         elif details:
             console.print(_experts_line(details["experts"]))
-        if best is None:
+        if not result.kept:
             _no_fit_hint(space, topo)
+            raise nothing_fits(space, topo, result)
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     try:
@@ -404,7 +513,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
               help="Run nothing: tabulate and plot the cells already in --out/cells (all of them unless --cell or "
                    "--quick), whatever their oracle sweep and K; cells computed by another version of aoizora are "
                    "marked as such.")
-@click.option("--compile-timeout", type=float, default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
+@click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @_libtpu_args_option
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
@@ -420,6 +529,7 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
     from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
     from aoizora.toolchain import CompilerFlags, environment_flags
 
+    _check_output_dir(out_dir, "--out")
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
     if report_only and not cells and not quick:
         grid = None  # every finished cell in --out
@@ -442,6 +552,7 @@ def explain(plan_path: str, out_dir: str) -> None:
     from aoizora.plan import load_plan
     from aoizora.report.html import write_report
 
+    _check_output_dir(out_dir, "--out")
     path = write_report(load_plan(plan_path), out_dir)
     click.echo(f"wrote {path}")
 
@@ -450,7 +561,10 @@ def _read_text(path: str) -> str:
     from aoizora.errors import AoizoraError
 
     if path == "-":
-        return sys.stdin.read()
+        try:
+            return sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise AoizoraError("cannot read standard input: not UTF-8 text; pipe in compiled HLO text") from None
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()

@@ -61,6 +61,10 @@ class PlanningError(AoizoraError):
     """Planning could not produce a plan (e.g. no strategy fits or compiles)."""
 
 
+class OutputPathError(AoizoraError):
+    """An output path (--out, --report) that cannot be written."""
+
+
 class CheckpointError(AoizoraError):
     """A model checkpoint that is missing a tensor, has a wrongly shaped one, or cannot be read."""
 

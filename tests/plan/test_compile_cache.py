@@ -83,3 +83,33 @@ def test_key_ignores_where_the_code_is_installed(tmp_path, monkeypatch):
     key = cache.key(here, "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN)
     assert cache.key(there, "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN) == key
     assert cache.key(lowered_text(splash_attention_kernel, 256), "v5e:2x2", [0, 1, 2, 3], TOOLCHAIN) != key
+
+
+def _rewrite(path, edit):
+    import json
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        entry = json.load(f)
+    edit(entry)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(entry, f)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda e: e["record"].update(hlo_text="HloModule tampered"),  # reads back cleanly, checksum disagrees
+        lambda e: e.update(key="another-key"),  # an entry moved under another key
+        lambda e: e.pop("sha256"),  # no checksum (e.g. written by an older aoizora)
+    ],
+)
+def test_entries_that_do_not_match_their_checksum_or_key_are_discarded_and_logged(tmp_path, caplog, edit):
+    cache = CompileCache(tmp_path)
+    cache.put("k", CompileRecord("HloModule m", (0, 1), 123, 4.5))
+    _rewrite(tmp_path / "k.json.gz", edit)
+    with caplog.at_level("WARNING", logger="aoizora.cache"):
+        assert cache.get("k") is None
+    assert not (tmp_path / "k.json.gz").exists()
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "discarded compile-cache entry k" in message and "\n" not in message
+    assert (cache.hits, cache.misses) == (0, 1)

@@ -76,7 +76,8 @@ def test_cache_hit_is_fast_and_corruption_is_recomputed(planned):
     entry.write_text(entry.read_text()[:200])  # truncated: corrupt
     again = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
     assert not again.from_cache
-    assert load_plan(entry).strategy == again.plan.strategy  # rewritten, valid
+    hit = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    assert hit.from_cache and hit.plan.strategy == again.plan.strategy  # rewritten, valid
     bypass = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=1, verify_top=0, progress=False, use_cache=False)
     assert not bypass.from_cache
 
@@ -227,3 +228,64 @@ def test_plan_is_reported_against_every_expert_deployment():
     assert {a["strategy"] for a in plan.data["alternatives"]} >= {"data | by-data flags", "tensor"}
     won_with = "--xla_enable_async_all_reduce=true" if plan.strategy["key"] == "data | by-data flags" else ""
     assert plan.data["compiler"]["libtpu_args"] == won_with  # the flags of the chosen program
+
+
+def _entry_of(cache_dir, plan):
+    from aoizora.plan.cache import cache_key
+
+    return cache_dir / f"{cache_key(plan.data['request'])}.json"
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda e: e.update(plan={**e["plan"], "notes": ["edited"]}),  # valid plan, checksum disagrees
+        lambda e: e["plan"]["prediction"].update(step_seconds=1e-9),  # an edited number
+        lambda e: e.update(key="0" * 32),  # an entry copied under another key
+    ],
+)
+def test_plan_cache_entries_that_do_not_match_their_checksum_are_recomputed(planned, caplog, corrupt):
+    topo = planned.topo
+    first = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    entry = _entry_of(planned.cache, first.plan)
+    doc = json.loads(entry.read_text())
+    corrupt(doc)
+    entry.write_text(json.dumps(doc))
+    with caplog.at_level("WARNING", logger="aoizora.cache"):
+        again = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    assert not again.from_cache and again.plan.predicted_step_seconds == first.plan.predicted_step_seconds
+    assert any("discarded plan-cache entry" in r.getMessage() for r in caplog.records)
+
+
+def test_plan_cache_entry_that_is_not_utf8_is_recomputed(planned):
+    topo = planned.topo
+    first = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    entry = _entry_of(planned.cache, first.plan)
+    entry.write_bytes(b"\xff\xfe" + entry.read_bytes())
+    again = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
+    assert not again.from_cache
+
+
+def test_compile_cache_entry_with_unparseable_hlo_is_discarded_and_recompiled(planned, caplog):
+    """An entry that reads back cleanly (checksum and key right) but whose HLO does not parse must
+    not drop its strategy: it is deleted, logged, and the program compiled again."""
+    from aoizora.plan.compile_cache import CompileCache
+
+    compiled_dir = planned.cache / "compiled"
+    cache = CompileCache(compiled_dir)
+    for path in compiled_dir.glob("*.json.gz"):
+        key = path.name[: -len(".json.gz")]
+        record = cache.get(key)
+        if record is not None and record.hlo_text is not None:
+            cache.put(key, type(record)("HloModule broken\n\nENTRY %e {", record.device_ids, record.memory_bytes,
+                                        record.compile_seconds, label=record.label))
+    with caplog.at_level("WARNING", logger="aoizora.cache"):
+        result = plan_function(mlp, ARGS, STRATEGIES, planned.topo, top_k=3, verify_top=1, progress=False,
+                               use_cache=False, compile_cache=cache)
+    assert not any(str(a.get("dropped", "")).startswith("compile failed") for a in result.plan.data["alternatives"])
+    assert result.plan.strategy == planned.result.plan.strategy
+    assert result.plan.predicted_step_seconds == pytest.approx(planned.result.plan.predicted_step_seconds, rel=1e-12)
+    assert any("discarded compile-cache entry" in r.getMessage() for r in caplog.records)
+    for path in compiled_dir.glob("*.json.gz"):  # rewritten with the real program
+        record = cache.get(path.name[: -len(".json.gz")])
+        assert record is None or record.hlo_text is None or "broken" not in record.hlo_text

@@ -346,12 +346,14 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     rho = None
     if len(pairs) >= 3:
         rho = float(spearmanr([p["q2_seconds"] for p in pairs], [p["sim_seconds"] for p in pairs]).statistic)
+        rho = rho if math.isfinite(rho) else None  # every pair ties: undefined, and JSON has no NaN
     best_sim = {}
     for p in pairs:
         best_sim[p["strategy"]] = min(best_sim.get(p["strategy"], math.inf), p["sim_seconds"])
     q1 = doc["stage1"]["q1_seconds"]
     common = [k for k in best_sim if k in q1 and k in ranks]
     rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None
+    rho_q1 = rho_q1 if rho_q1 is not None and math.isfinite(rho_q1) else None
 
     mem_est, verdicts = doc["stage1"]["memory_bytes"], doc["stage1"]["verdicts"]
     mem_err, accepted_but_dropped = [], []

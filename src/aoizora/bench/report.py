@@ -110,8 +110,13 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
         "max_k_for_full_recall": max((d["metrics"]["k_for_full_recall"] for d in docs
                                       if d["metrics"]["k_for_full_recall"] is not None), default=None),
         "within_cell_spearman_q2_sim": [d["metrics"]["spearman_q2_sim"] for d in docs],
-        "pooled_spearman_q2_sim": float(spearmanr(q2, sim).statistic) if len(q2) >= 3 else None,
+        "pooled_spearman_q2_sim": _finite_or_none(float(spearmanr(q2, sim).statistic)) if len(q2) >= 3 else None,
     }
+
+
+def _finite_or_none(x: float) -> float | None:
+    """A statistic for JSON: None where it is undefined (NaN, e.g. every value ties)."""
+    return x if math.isfinite(x) else None
 
 
 #: results.csv: identifiers and categories in the text columns, numbers (or empty) in every other

@@ -26,7 +26,7 @@ from math import prod
 from typing import Any
 
 from aoizora.errors import HloParseError
-from aoizora.hlo.lexer import Lexer
+from aoizora.hlo.lexer import HLO_FIX, Lexer
 
 Groups = tuple[tuple[int, ...], ...]
 
@@ -87,7 +87,7 @@ def parse_pairs(raw: str | None) -> tuple[tuple[int, int], ...]:
     pairs = _nested_int_lists(lx)
     for p in pairs:
         if len(p) != 2:
-            raise HloParseError(f"source_target_pairs entry {p} is not a pair")
+            raise HloParseError(f"source_target_pairs entry {p} is not a pair; {HLO_FIX}")
     return tuple((p[0], p[1]) for p in pairs)
 
 
@@ -98,7 +98,7 @@ def iota_ids(reshape: Sequence[int], perm: Sequence[int] | None) -> list[int]:
     if not perm:
         return list(range(n))
     if sorted(perm) != list(range(len(reshape))):
-        raise HloParseError(f"iota transpose T{tuple(perm)} is not a permutation")
+        raise HloParseError(f"iota transpose T{tuple(perm)} is not a permutation; {HLO_FIX}")
     strides = [0] * len(reshape)
     acc = 1
     for d in range(len(reshape) - 1, -1, -1):
@@ -217,7 +217,7 @@ def _mesh_groups(lx: Lexer, device_ids_raw: str | None) -> tuple[Groups, bool]:
         if not dl.at_eof():
             raise dl.error("unexpected text after device_ids")
         if len(order) != n:
-            raise HloParseError(f"device_ids has {len(order)} ids for a mesh of {n} devices")
+            raise HloParseError(f"device_ids has {len(order)} ids for a mesh of {n} devices; {HLO_FIX}")
     if axes_txt is None:
         raise lx.error("mesh replica groups without the grouped axes {'axis'}")
     refs = [(m.group(1), m.group(2), m.group(3)) for m in _AXIS_REF.finditer(axes_txt)]
@@ -253,7 +253,7 @@ def _groups_over_axes(
         covered = 1
         for pre, sub, i in subs:
             if pre % covered:
-                raise HloParseError(f"sub-axis {refs[i]} does not tile axis {name!r}")
+                raise HloParseError(f"sub-axis {refs[i]} does not tile axis {name!r}; {HLO_FIX}")
             if pre != covered:
                 fs.append(pre // covered)
                 covered = pre
@@ -261,13 +261,13 @@ def _groups_over_axes(
             fs.append(sub)
             covered *= sub
         if size % covered:
-            raise HloParseError(f"sub-axes of {name!r} do not divide its size {size}")
+            raise HloParseError(f"sub-axes of {name!r} do not divide its size {size}; {HLO_FIX}")
         if covered != size:
             fs.append(size // covered)
         factors.append(fs)
     missing = [refs[i][0] for i in range(len(refs)) if i not in ref_slot]
     if missing:
-        raise HloParseError(f"replica groups name unknown mesh axes {missing}")
+        raise HloParseError(f"replica groups name unknown mesh axes {missing}; {HLO_FIX}")
     flat_sizes: list[int] = []
     offset: list[int] = []
     for fs in factors:

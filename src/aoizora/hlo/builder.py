@@ -174,11 +174,32 @@ class _Builder:
                     if self.nodes[i].kind in (NodeKind.COMPUTE, NodeKind.OPAQUE, NodeKind.UNKNOWN)
                 )
 
+    def _check_devices(
+        self, inst: Instruction, groups: tuple[tuple[int, ...], ...], pairs: tuple[tuple[int, int], ...]
+    ) -> None:
+        """Every device a collective names must be one of the module's, each at most once per group set."""
+        named = [d for g in groups for d in g] + [d for p in pairs for d in p]
+        outside = sorted({d for d in named if not 0 <= d < self.num_devices})
+        if outside:
+            raise HloModelError(
+                f"{inst.opcode} {inst.name!r} names device(s) {outside[:4]} but the module has {self.num_devices} "
+                f"(num_partitions x replica_count); pass the HLO exactly as the compiler printed it"
+            )
+        flat = [d for g in groups for d in g]
+        if len(set(flat)) != len(flat):
+            raise HloModelError(
+                f"{inst.opcode} {inst.name!r} lists a device in more than one replica group; pass the HLO "
+                "exactly as the compiler printed it"
+            )
+
     def walk(self, comp: Computation, args: list[Val], mult: int, loop: int | None) -> Val:
         """Emit the nodes of ``comp`` with its parameters bound to ``args``; return its root."""
         self._depth += 1
         if self._depth > 64:
-            raise HloModelError(f"calls nested deeper than 64 levels at {comp.name!r}")
+            raise HloModelError(
+                f"calls nested deeper than 64 levels at {comp.name!r} (a computation that calls itself?); "
+                "pass the HLO exactly as the compiler printed it"
+            )
         env: dict[str, Val] = {}
         for inst in comp.instructions:
             env[inst.name] = self.instruction(comp, inst, env, args, mult, loop)
@@ -446,6 +467,7 @@ class _Builder:
             groups = A.parse_replica_groups(
                 coll_inst.attr("replica_groups"), coll_inst.attr("device_ids"), self.num_devices
             )
+        self._check_devices(coll_inst, groups, pairs)
         group_size = len(groups[0]) if groups else 2
         fused_compute: tuple[str, ...] = ()
         if inner_comp is not None and mode is not CollectiveMode.ASYNC:

@@ -29,6 +29,8 @@ _PUNCT1 = frozenset("{}[]()=,:;*<>!#@+?")
 _CHUNK = re.compile(r'[^,\n{}\[\]()"]*')
 _GROUP_CHUNK = re.compile(r'[^{}\[\]()"]*')
 _JSON = json.JSONDecoder()
+#: What to do about HLO that does not parse: every HloParseError ends with it.
+HLO_FIX = "pass compiled HLO text as jax prints it (`jax.jit(f).lower(...).compile().as_text()`)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,10 @@ class Lexer:
         line, col = self.line_col(p)
         snippet = self.text[p : p + 30].split("\n", 1)[0]
         found = repr(snippet) if snippet else "end of input"
-        return HloParseError(f"{message} at line {line}, column {col} (found {found})", line, col)
+        return HloParseError(
+            f"{message} at line {line}, column {col} (found {found}); {HLO_FIX}",
+            line, col,
+        )
 
     # -- tokens ---------------------------------------------------------------------------
     def skip_space(self) -> None:
@@ -215,6 +220,8 @@ class Lexer:
             obj, end = _JSON.raw_decode(self.text, self.pos)
         except json.JSONDecodeError as exc:
             raise self.error(f"malformed JSON ({exc.msg})", exc.pos) from None
+        except RecursionError:
+            raise self.error("JSON nested too deeply") from None
         self.pos = end
         return obj
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.errors import HloParseError
-from aoizora.hlo.lexer import Lexer
+from aoizora.hlo.lexer import HLO_FIX, Lexer
 from aoizora.hlo.shapes import Shape
 
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)(?:\[([^\]]*)\](\{[^{}\s]*\})?)?")
@@ -84,7 +84,7 @@ class HloModule:
         key = name.lstrip("%")
         comp = self.computations.get(key)
         if comp is None:
-            raise HloParseError(f"HLO refers to an undefined computation {name!r}")
+            raise HloParseError(f"HLO refers to an undefined computation {name!r}; {HLO_FIX}")
         return comp
 
     @property
@@ -101,16 +101,22 @@ class HloModule:
 def parse_hlo(text: str) -> HloModule:
     """Parse HLO module text; raise HloParseError naming line and column on bad input."""
     if not isinstance(text, str):
-        raise HloParseError(f"HLO text must be a string, not {type(text).__name__}")
+        raise HloParseError(f"HLO text must be a string, not {type(text).__name__}; {HLO_FIX}")
     return _Parser(text).module()
 
 
+#: Tuple shapes nest a few levels in compiled programs (a loop state holding a tuple); far deeper
+#: nesting is not a program libtpu printed, and would exhaust Python's recursion limit.
+MAX_TUPLE_DEPTH = 100
+
+
 class _Parser:
-    __slots__ = ("lx", "_shape_cache")
+    __slots__ = ("lx", "_shape_cache", "_tuple_depth")
 
     def __init__(self, text: str) -> None:
         self.lx = Lexer(text)
         self._shape_cache: dict[str, Shape] = {}
+        self._tuple_depth = 0
 
     # -- module ---------------------------------------------------------------------------
     def module(self) -> HloModule:
@@ -332,6 +338,11 @@ class _Parser:
         lx = self.lx
         lx.skip_space()
         if lx.accept("("):
+            if self._tuple_depth >= MAX_TUPLE_DEPTH:
+                raise lx.error(
+                    f"tuple shape nested deeper than {MAX_TUPLE_DEPTH} levels"
+                )
+            self._tuple_depth += 1
             elems: list[Shape] = []
             if not lx.accept(")"):
                 while True:
@@ -340,6 +351,7 @@ class _Parser:
                         continue
                     lx.expect(")", "to close a tuple shape")
                     break
+            self._tuple_depth -= 1
             return Shape("tuple", (), None, tuple(elems))
         m = _ARRAY_SHAPE.match(lx.text, lx.pos)
         if not m or m.end() == lx.pos:

@@ -52,7 +52,7 @@ def parse_resolution(text: str, config: WanConfig | None = None) -> tuple[int, i
         named = RESOLUTIONS_32
     if key in named:
         return named[key]
-    m = re.fullmatch(r"(\d+)x(\d+)", key)
+    m = re.fullmatch(r"([0-9]{1,6})x([0-9]{1,6})", key)
     if not m:
         raise ShapeError(f"malformed resolution {text!r}; use 480p, 720p or WIDTHxHEIGHT such as 1280x720")
     return int(m.group(1)), int(m.group(2))

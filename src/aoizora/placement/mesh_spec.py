@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from aoizora.errors import MeshSpecError
 
-_AXIS = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\d+)$")
+_AXIS = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=([0-9]{1,9})")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class MeshSpec:
         """Parse `NAME=SIZE,NAME=SIZE,...` (e.g. `sp=2,tp=4`)."""
         names, sizes = [], []
         for part in (p.strip() for p in text.split(",")):
-            m = _AXIS.match(part)
+            m = _AXIS.fullmatch(part)
             if not m:
                 raise MeshSpecError(
                     f"malformed mesh axis {part!r} in {text!r}; write NAME=SIZE,... e.g. --mesh sp=2,tp=4"

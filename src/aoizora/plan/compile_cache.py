@@ -9,8 +9,12 @@ installed: a Pallas kernel's serialized Mosaic body carries debug locations nami
 (`.../site-packages/jax/...`), which differ between two clones' virtualenvs and would otherwise
 make every such program a miss; the key reads each body without them. The value is the compiled HLO text,
 the memory the compiler reported, how long the compile took, or the compiler's refusal (out of
-HBM), which is just as deterministic. Entries that do not read back cleanly are deleted, never
-trusted.
+HBM), which is just as deterministic.
+
+No entry is trusted: each stores its key and a SHA-256 checksum of its payload, and is used only if
+it reads back, names the key it was looked up by, matches its checksum and (checked by the caller,
+which parses it anyway) holds HLO that parses. Anything else is deleted, logged in one line, and
+recompiled.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import functools
 import gzip
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -28,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.toolchain import CompilerFlags
+
+log = logging.getLogger("aoizora.cache")
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class CompileCache:
         return self.root / f"{key}.json.gz"
 
     def get(self, key: str) -> CompileRecord | None:
+        """The record stored under `key`, or None (a bad entry is discarded and counts as a miss)."""
         path = self._path(key)
         if not path.exists():
             self.misses += 1
@@ -107,19 +115,18 @@ class CompileCache:
         try:
             with gzip.open(path, "rt", encoding="utf-8") as f:
                 d = json.load(f)
-            record = CompileRecord(
-                hlo_text=d["hlo_text"], device_ids=tuple(d["device_ids"]) if d["device_ids"] is not None else None,
-                memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
-                label=str(d.get("label", "")),
-            )
-            if (record.hlo_text is None) == (record.error is None):
-                raise ValueError("an entry holds either a program or an error")
-        except Exception:  # corrupt or from another format: discard and recompile
-            path.unlink(missing_ok=True)
+            record = _record_from_entry(d, key)
+        except Exception as exc:  # corrupt, tampered with or from another format: discard and recompile
+            self.discard(key, f"{type(exc).__name__}: {exc}")
             self.misses += 1
             return None
         self.hits += 1
         return record
+
+    def discard(self, key: str, reason: str) -> None:
+        """Delete the entry of `key` (one that must not be used) and say so in one line."""
+        self._path(key).unlink(missing_ok=True)
+        log.warning("aoizora: discarded compile-cache entry %s (%s); recompiling", key, _one_line(reason))
 
     def put(self, key: str, record: CompileRecord) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -131,14 +138,45 @@ class CompileCache:
             "error": record.error,
             "label": record.label,
         }
+        entry = {"key": key, "sha256": _checksum(doc), "record": doc}
         fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
-                json.dump(doc, f)
+                json.dump(entry, f)
             os.replace(tmp, self._path(key))  # atomic: readers never see half an entry
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _checksum(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _record_from_entry(entry: Any, key: str) -> CompileRecord:
+    """The record of a cache entry read back; ValueError unless it is whole and belongs to `key`."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
+        raise ValueError("not a compile-cache entry of this format")
+    if entry.get("key") != key:
+        raise ValueError(f"entry names key {entry.get('key')!r}")
+    d = entry["record"]
+    if entry.get("sha256") != _checksum(d):
+        raise ValueError("payload does not match its checksum")
+    record = CompileRecord(
+        hlo_text=d["hlo_text"], device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
+        memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
+        label=str(d.get("label", "")),
+    )
+    if (record.hlo_text is None) == (record.error is None):
+        raise ValueError("an entry holds either a program or an error")
+    if record.hlo_text is not None and not isinstance(record.hlo_text, str):
+        raise ValueError("hlo_text is not text")
+    return record
 
 
 def default_compile_cache() -> CompileCache:

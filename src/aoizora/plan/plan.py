@@ -24,18 +24,7 @@ class Plan:
     data: dict[str, Any]
 
     def __post_init__(self) -> None:
-        validate_plan_json(self.data)
-        coords = np.asarray(self.data["placement"]["device_coords"])
-        expected = tuple(self.axis_sizes) + (len(self.data["topology"]["shape"]) + (self.cores_per_chip > 1),)
-        if coords.dtype.kind not in "iu" or coords.shape != expected:
-            raise PlanFormatError(
-                f"plan placement.device_coords has shape {coords.shape}, expected {expected} for mesh "
-                f"{self.axis_sizes}; re-run `aoizora plan`"
-            )
-        n_chips = math.prod(self.data["topology"]["shape"]) * self.cores_per_chip
-        flat = [tuple(c) for c in coords.reshape(-1, coords.shape[-1]).tolist()]
-        if len(set(flat)) != len(flat) or len(flat) != n_chips:
-            raise PlanFormatError("plan placement.device_coords does not list every device of the slice exactly once")
+        check_plan(self.data)
 
     # --- what the plan says -------------------------------------------------------------------
     @property
@@ -132,7 +121,7 @@ class Plan:
         fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.data, fh, indent=2)
+                json.dump(self.data, fh, indent=2, allow_nan=False)
                 fh.write("\n")
             os.replace(tmp, path)
         except BaseException:
@@ -144,15 +133,138 @@ class Plan:
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read and validate a plan file; PlanFormatError says what is wrong with a bad one."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise PlanFormatError(f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
+    return plan_from_bytes(raw, source=f"plan {path}")
+
+
+def plan_from_bytes(raw: bytes, source: str = "plan") -> Plan:
+    """A plan from the bytes of a plan file (UTF-8 strict JSON); PlanFormatError names `source` if bad."""
     try:
-        data = json.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanFormatError(
+            f"{source} is not UTF-8 text (byte {exc.start}); it is not a plan file, re-run `aoizora plan`"
+        ) from None
+    try:
+        data = strict_json_loads(text)
     except json.JSONDecodeError as exc:
         raise PlanFormatError(
-            f"plan {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); re-run `aoizora plan`"
+            f"{source} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); re-run `aoizora plan`"
         ) from None
-    if isinstance(data, dict):
-        validate_plan_json(data, source=f"plan {path}")
+    except (ValueError, RecursionError) as exc:
+        raise PlanFormatError(f"{source} is not valid JSON ({exc}); re-run `aoizora plan`") from None
+    check_plan(data, source=source)
     return Plan(data)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def strict_json_loads(text: str) -> Any:
+    """`json.loads` that refuses NaN and Infinity (which Python's json accepts but JSON does not)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """The path of the first non-finite number in a JSON document, None if all are finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "(top level)"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{where}/{k}" if where else str(k))
+        if found:
+            return found
+    return None
+
+
+def check_plan(data: Any, source: str = "plan") -> None:
+    """Raise PlanFormatError unless `data` is a valid plan whose parts agree with each other.
+
+    Beyond the schema: finite numbers; axis names distinct and as many as the sizes; the mesh uses
+    every device of the slice; the slice name, generation, shape and device kinds describe the same
+    slice; the device coordinates are integers inside the slice, one per device.
+    """
+    validate_plan_json(data, source=source)
+    fix = "re-run `aoizora plan` to write a new one"
+    bad_number = _non_finite(data)
+    if bad_number:
+        raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
+    names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
+    if len(names) != len(sizes):
+        raise PlanFormatError(f"{source} names {len(names)} mesh axes but gives {len(sizes)} sizes; {fix}")
+    if len(set(names)) != len(names):
+        raise PlanFormatError(f"{source} repeats a mesh axis name in {names}; {fix}")
+    topo = data["topology"]
+    _check_slice(topo, source, fix)
+    cores = int(topo["cores_per_chip"])
+    n_devices = math.prod(topo["shape"]) * cores
+    if math.prod(sizes) != n_devices:
+        raise PlanFormatError(
+            f"{source} has mesh sizes {sizes} ({math.prod(sizes)} devices) on {topo['name']} with {n_devices}; {fix}"
+        )
+    _check_coords(data["placement"]["device_coords"], tuple(sizes), topo, f"{source} placement.device_coords", fix)
+    same = data.get("baselines", {}).get("same_strategy_jax_default", {})
+    if isinstance(same, dict) and "device_coords" in same:
+        _check_coords(same["device_coords"], tuple(sizes), topo,
+                      f"{source} baselines.same_strategy_jax_default.device_coords", fix)
+
+
+def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
+    from aoizora.errors import TopologyError
+    from aoizora.topology.hardware import hardware_profile
+    from aoizora.topology.slice import parse_topology_name
+
+    try:
+        generation, shape = parse_topology_name(topo["name"])
+        profile = hardware_profile(topo["generation"])
+    except TopologyError as exc:
+        raise PlanFormatError(f"{source} names a slice aoizora does not know ({exc}); {fix}") from None
+    if generation != profile.generation:
+        raise PlanFormatError(
+            f"{source} names slice {topo['name']} but generation {topo['generation']}; {fix}"
+        )
+    if list(shape) != list(topo["shape"]):
+        raise PlanFormatError(
+            f"{source} names slice {topo['name']} but gives shape {'x'.join(map(str, topo['shape']))}; {fix}"
+        )
+    foreign = sorted(set(topo["device_kinds"]) - set(profile.device_kinds))
+    if foreign:
+        raise PlanFormatError(
+            f"{source} is for {topo['name']} but lists device kind(s) {', '.join(foreign)} "
+            f"(a {profile.generation} chip is {' or '.join(profile.device_kinds)}); {fix}"
+        )
+
+
+def _check_coords(value: Any, sizes: tuple[int, ...], topo: dict[str, Any], what: str, fix: str) -> None:
+    cores = int(topo["cores_per_chip"])
+    dims = len(topo["shape"])
+    expected = (*sizes, dims + (cores > 1))
+    try:
+        coords = np.asarray(value)
+    except ValueError:  # ragged nesting
+        coords = np.asarray([], dtype=object)
+    if coords.shape != expected:
+        raise PlanFormatError(
+            f"{what} is nested as {coords.shape}, expected {expected} (one coordinate list of "
+            f"{expected[-1]} per mesh position of {sizes}); {fix}"
+        )
+    if coords.dtype.kind not in "iu":
+        raise PlanFormatError(f"{what} holds non-integer coordinates (dtype {coords.dtype}); {fix}")
+    limits = np.array([*topo["shape"], *([cores] if cores > 1 else [])])
+    flat = coords.reshape(-1, coords.shape[-1])
+    outside = (flat < 0) | (flat >= limits)
+    if outside.any():
+        row = flat[np.nonzero(outside.any(axis=1))[0][0]].tolist()
+        raise PlanFormatError(
+            f"{what} has coordinates {row} outside the {'x'.join(map(str, topo['shape']))} slice; {fix}"
+        )
+    if len({tuple(c) for c in flat.tolist()}) != len(flat):
+        raise PlanFormatError(f"{what} does not list every device of the slice exactly once; {fix}")

@@ -136,11 +136,7 @@ def plan_space(
         t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
     kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
     if not kept:
-        reasons = sorted({r for e in stage1.entries for r in e.reasons})[:3]
-        raise PlanningError(
-            f"no strategy of {space.name} fits on {topology.name} ({'; '.join(reasons) or 'none legal'}); "
-            "use a larger slice or a smaller workload"
-        )
+        raise nothing_fits(space, topology, stage1)
 
     # The expert deployments are compiled anyway (they are baselines, with their own flags), so
     # they also compete: a plan is never worse than the baselines it reports, whatever Stage 1's recall.
@@ -323,6 +319,15 @@ def plan_for_pair(plan: Plan, key: str, description: dict[str, Any], placement: 
     doc["prediction"] = dict(prediction)
     doc["notes"] = list(doc.get("notes", [])) + [f"derived from the plan for {plan.strategy['key']} to run {key}"]
     return Plan(doc)
+
+
+def nothing_fits(space: StrategySpace, topology: Topology, stage1: Stage1Result) -> PlanningError:
+    """The error of a Stage 1 that kept no strategy: a few of the reasons, and what to do."""
+    reasons = sorted({r for e in stage1.entries for r in e.reasons})[:3]
+    return PlanningError(
+        f"no strategy of {space.name} fits on {topology.name} ({'; '.join(reasons) or 'none legal'}); "
+        "use a larger slice or a smaller workload"
+    )
 
 
 def plan_function(

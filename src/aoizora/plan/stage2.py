@@ -16,6 +16,7 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
+from aoizora.errors import AoizoraError
 from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.plan.compile_cache import CompileCache, CompileRecord
@@ -114,8 +115,13 @@ def compile_strategy(
         if record is not None:
             if record.error is not None:
                 raise CachedCompileError(record.error)
-            program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
-            return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name, from_cache=True)
+            try:
+                program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
+            except AoizoraError as exc:  # unparseable: the entry is not trusted, the program is compiled again
+                cache.discard(entry, f"{type(exc).__name__}: {exc}")
+            else:
+                return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name,
+                                from_cache=True)
     label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:

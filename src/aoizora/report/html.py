@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from aoizora.errors import PlanFormatError
 from aoizora.plan.plan import Plan
 from aoizora.report.heatmap import link_heatmaps
 from aoizora.report.timeline import timeline_figure
@@ -36,17 +40,70 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def write_report(plan: Plan, out_dir: str | Path) -> Path:
-    """Write `index.html` (and the same images as PNG files) into `out_dir`; returns the HTML path."""
+    """Write `index.html` (and the same images as PNG files) into `out_dir`; returns the HTML path.
+
+    The files are written into a temporary directory first and moved into `out_dir` only when all
+    are complete (`index.html` last): an error or Ctrl-C leaves `out_dir` as it was (not created,
+    or holding the previous report).
+    """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     d = plan.data
     topo = get_topology(d["topology"]["name"])
     pred = d["prediction"]
     same = d.get("baselines", {}).get("same_strategy_jax_default", {})
+    panels = [(f"plan: {d['placement']['name']}", _link_bytes(pred, topo, "prediction"), plan.device_coords)]
+    if "link_bytes" in same and "device_coords" in same:
+        panels.append(("same strategy, jax-default", _link_bytes(same, topo, "baselines.same_strategy_jax_default"),
+                       np.asarray(same["device_coords"])))
+    staging = Path(tempfile.mkdtemp(prefix=".aoizora-report-", dir=_staging_parent(out)))
+    try:
+        _write_files(plan, topo, panels, staging)
+        _move_into(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / "index.html"
 
-    panels = [(f"plan: {d['placement']['name']}", np.asarray(pred["link_bytes"]), plan.device_coords)]
-    if "link_bytes" in same:
-        panels.append(("same strategy, jax-default", np.asarray(same["link_bytes"]), np.asarray(same["device_coords"])))
+
+def _link_bytes(section: dict[str, Any], topo: Any, where: str) -> np.ndarray:
+    """The per-link byte loads of a prediction, checked against the slice's links."""
+    try:
+        loads = np.asarray(section.get("link_bytes", []), dtype=float)
+    except (TypeError, ValueError):
+        loads = np.asarray([np.nan])
+    if loads.shape != (len(topo.links),) or not np.isfinite(loads).all() or (loads < 0).any():
+        raise PlanFormatError(
+            f"plan {where}.link_bytes holds {loads.size} values but {topo.name} has {len(topo.links)} links "
+            "(or some are negative or not finite); re-run `aoizora plan`"
+        )
+    return loads
+
+
+def _staging_parent(out: Path) -> Path:
+    """Where to stage the files: inside `out` if it exists (same file system), else beside it."""
+    if out.is_dir():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out.parent
+
+
+def _move_into(staging: Path, out: Path) -> None:
+    """Move the finished files into `out`: one rename of the folder when `out` is new, else file by
+    file with `index.html` last."""
+    if not out.exists():
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # as a folder made by mkdir, not mkdtemp's owner-only mode
+        staging.rename(out)
+        return
+    files = sorted(staging.iterdir(), key=lambda f: f.name == "index.html")
+    for f in files:
+        os.replace(f, out / f.name)
+
+
+def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.ndarray]], out: Path) -> None:
+    d = plan.data
+    pred = d["prediction"]
+    same = d.get("baselines", {}).get("same_strategy_jax_default", {})
     heat = link_heatmaps(topo, panels)
     heat.savefig(out / "links.png", dpi=110, bbox_inches="tight")
     heat_src = _png(heat)
@@ -90,6 +147,4 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{
 <h2>Placements of the chosen strategy</h2>{_table(["placement", "step ms", "exposed comm ms"], placements)}
 <h2>Planning</h2>{_table(["stage", "time"], timings)}<p>Stage 1: {html.escape(str(d.get('stage1', {}).get('counts', {})))}</p>
 <ul>{notes}</ul><p>toolchain: {html.escape(str(d['toolchain']))}</p></body></html>"""
-    path = out / "index.html"
-    path.write_text(doc, encoding="utf-8")
-    return path
+    (out / "index.html").write_text(doc, encoding="utf-8")

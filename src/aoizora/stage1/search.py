@@ -192,7 +192,11 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory_slack: float, keep: bool) -> None:
+    import signal
+
     import aoizora  # noqa: F401  (libtpu's multi-process switch, before jax starts)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
     from aoizora.topology import get_topology
 
     _WORKER.update(space=pickle.loads(space_blob), topology=get_topology(topology_name), overlap=overlap,
@@ -303,8 +307,9 @@ def run_stage1(
                 g = pending.popleft()
                 running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
 
-        with ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
-                                 initargs=(blob, topology.name, overlap, memory_slack, keep_predictions)) as pool:
+        pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
+                                   initargs=(blob, topology.name, overlap, memory_slack, keep_predictions))
+        try:
             feed(pool)
             while pending:
                 for e in pending.pop():  # the smallest group left: the others may take the large ones
@@ -314,6 +319,14 @@ def run_stage1(
                     feed(pool)
             while running:
                 collect(block=True)
+        except BaseException:
+            # Ctrl-C or an error: stop the workers now rather than wait for the lowerings they hold
+            # (the executor's own shutdown waits for them, and hangs when a worker was interrupted).
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()  # SIGKILL: libtpu prints a crash report on SIGTERM
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     if progress:
         from rich.progress import Progress

@@ -18,8 +18,8 @@ from aoizora.topology.hardware import HardwareProfile, canonical_generation, har
 
 Coords = tuple[int, ...]
 
-_NAME = re.compile(r"^\s*([A-Za-z0-9]+)\s*:\s*(\d+(?:x\d+)*)\s*$")
-_ACCELERATOR_TYPE = re.compile(r"^\s*([A-Za-z0-9]+)-(\d+)\s*$")  # Cloud/xpk device types, e.g. tpu7x-8
+_NAME = re.compile(r"\s*([A-Za-z0-9]+)\s*:\s*([0-9]{1,6}(?:x[0-9]{1,6})*)\s*")
+_ACCELERATOR_TYPE = re.compile(r"\s*([A-Za-z0-9]+)-([0-9]{1,6})\s*")  # Cloud/xpk device types, e.g. tpu7x-8
 
 #: How the two cores of a chip reach the chip's ICI links (see `Topology`).
 CoreIci = Literal["direct", "via-core0"]
@@ -82,12 +82,12 @@ def parse_topology_name(name: str) -> tuple[str, tuple[int, ...]]:
     Also accepts generation aliases (`v7x:2x2x1` for `tpu7x:2x2x1`) and the Cloud/xpk
     accelerator types a generation lists in hardware.json (`tpu7x-8`: 8 TensorCores, 2x2x1).
     """
-    m = _NAME.match(name)
+    m = _NAME.fullmatch(name)
     if m:
         generation = canonical_generation(m.group(1))
         shape = tuple(int(n) for n in m.group(2).split("x"))
     else:
-        a = _ACCELERATOR_TYPE.match(name)
+        a = _ACCELERATOR_TYPE.fullmatch(name)
         if not a:
             raise TopologyError(
                 f"malformed TPU slice name {name!r}; write GENERATION:SHAPE as JAX names it, e.g. v5e:2x4, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,19 +50,56 @@ class ValidationReport:
         return float(np.mean(vals)) if vals else float("nan")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """Strict JSON: an undefined statistic is null, and `undefined` says why (statistic -> reason)."""
+        q2, ref = [p.q2_seconds for p in self.pairs], [p.reference_seconds for p in self.pairs]
+        pooled_reason = undefined_rank_reason(q2, ref)
+        doc: dict[str, Any] = {
             "pairs": len(self.pairs),
             "spearman": self.spearman,
             "kendall": self.kendall,
             "top1_agreement": self.top1_agreement,
             "max_regret": self.max_regret,
             "mean_within_program_spearman": self.mean_within_program_spearman,
-            "per_program": self.per_program,
+            "per_program": {},
         }
+        reasons = {
+            "spearman": pooled_reason, "kendall": pooled_reason,
+            "top1_agreement": "no programs", "max_regret": "no programs",
+            "mean_within_program_spearman": "no program has a defined Spearman rho (each ties)",
+        }
+        for name, row in self.per_program.items():
+            mine = [p for p in self.pairs if p.program == name]
+            reason = undefined_rank_reason([p.q2_seconds for p in mine], [p.reference_seconds for p in mine])
+            doc["per_program"][name] = _with_reasons(dict(row), {"spearman": reason, "kendall": reason})
+        return _with_reasons(doc, reasons)
+
+
+def _with_reasons(doc: dict[str, Any], reasons: dict[str, str | None]) -> dict[str, Any]:
+    """`doc` with non-finite statistics as null, and an `undefined` map saying why each is."""
+    undefined = {}
+    for key, reason in reasons.items():
+        value = doc.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            doc[key] = None
+            undefined[key] = reason or "not a finite number"
+    if undefined:
+        doc["undefined"] = undefined
+    return doc
+
+
+def undefined_rank_reason(q2: Sequence[float], ref: Sequence[float]) -> str | None:
+    """Why a rank correlation of `q2` against `ref` is undefined (None when it is defined)."""
+    if len(q2) < 2:
+        return f"{len(q2)} pair(s): a rank correlation needs at least 2"
+    if np.ptp(q2) == 0:
+        return f"all {len(q2)} placements tie under Q2 (a rank correlation needs two distinct values)"
+    if np.ptp(ref) == 0:
+        return f"all {len(ref)} placements tie under the reference (a rank correlation needs two distinct values)"
+    return None
 
 
 def _rank_stats(q2: Sequence[float], ref: Sequence[float]) -> tuple[float, float]:
-    if len(q2) < 2 or np.ptp(q2) == 0 or np.ptp(ref) == 0:
+    if undefined_rank_reason(q2, ref) is not None:
         return float("nan"), float("nan")
     return float(stats.spearmanr(q2, ref).statistic), float(stats.kendalltau(q2, ref).statistic)
 

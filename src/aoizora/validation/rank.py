@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from aoizora.cost import CostModel, Q2Options, Q2Result
+from aoizora.errors import MeshSpecError
 from aoizora.hlo.program import Program
-from aoizora.placement import JAX_DEFAULT, Placement
+from aoizora.placement import JAX_DEFAULT, MeshSpec, Placement
 from aoizora.topology import Topology
 from aoizora.validation.compare import PairScore, ValidationReport, compare_scores
 from aoizora.validation.programs import NamedProgram
@@ -41,6 +46,52 @@ def simulator_options(options: Q2Options) -> dict[str, Any]:
     direction = {"auto": "auto", "uni": "unidirectional", "bi": "bidirectional"}[options.ring_direction]
     order = {"auto": "reordering-map", "listed": "listed", "best": "best"}[options.ring_order]
     return {"ring_order": order, "ring_direction": direction}
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out
+
+
+def check_program_mesh(program: Program, mesh: MeshSpec) -> None:
+    """Raise MeshSpecError unless every collective's groups are formed by axes (or sub-axes) of `mesh`.
+
+    A program compiled for a mesh groups its devices (logical mesh positions, row-major) along
+    that mesh's axes, or along parts of an axis: libtpu's program of a Wan strategy with context=4
+    all-gathers over pairs {0,1},{2,3} of that axis. So groups are checked against every set of
+    the mesh's axes split into prime factors; groups none forms mean the program was compiled for
+    another mesh. (Meshes whose factors coincide, such as sp=4 and sp=2,tp=2, cannot be told apart
+    from the compiled groups: the HLO does not name its mesh.)
+    """
+    if program.num_devices != mesh.size:
+        raise MeshSpecError(
+            f"the program was compiled for {program.num_devices} devices but mesh {mesh} has {mesh.size} "
+            f"positions; pass the mesh it was compiled for (sizes multiplying to {program.num_devices}) "
+            f"and a slice of {program.num_devices} devices"
+        )
+    digits = [f for size in mesh.axis_sizes for f in _prime_factors(size)] or [1]
+    ids = np.arange(mesh.size).reshape(digits)
+    formed = set()
+    for r in range(len(digits) + 1):
+        for axes in itertools.combinations(range(len(digits)), r):
+            moved = np.moveaxis(ids, list(axes), list(range(len(digits) - r, len(digits))))
+            size = math.prod(digits[a] for a in axes)
+            formed.add(frozenset(frozenset(int(i) for i in row) for row in moved.reshape(-1, size)))
+    for coll in program.collectives:
+        if not coll.groups:
+            continue
+        if frozenset(frozenset(g) for g in coll.groups) not in formed:
+            shown = ",".join("{" + ",".join(map(str, g)) + "}" for g in coll.groups[:4])
+            raise MeshSpecError(
+                f"the program's {coll.kind.value} groups devices as {shown}{',...' if len(coll.groups) > 4 else ''}, "
+                f"which no axes of mesh {mesh} form: it was compiled for another mesh; pass the mesh the "
+                "program was compiled for (--mesh NAME=SIZE,... in the order of its device array)"
+            )
 
 
 def rank_placements(

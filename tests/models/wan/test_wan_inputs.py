@@ -237,3 +237,49 @@ def test_a_plans_strategy_description_round_trips():
     assert Strategy.from_description(desc) == st
     with pytest.raises(StrategyError, match="not a Wan strategy"):
         Strategy.from_description({"mesh": {"data": 2}})
+
+
+def _safetensors_bytes(header: dict, data: bytes = b"") -> bytes:
+    import struct
+
+    blob = json.dumps(header).encode()
+    return struct.pack("<Q", len(blob)) + blob + data
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        (np.random.default_rng(0).bytes(4096), "not a safetensors file"),  # random bytes: a huge length field
+        (b'{"weight_map": {"a": "b"}}' + b" " * 64, "not a safetensors file"),  # a JSON file
+        (b"\x01\x00", "too short"),
+        (b"\x04\x00\x00\x00\x00\x00\x00\x00\xff\xfe\xfd\xfc", "no readable safetensors header"),  # not UTF-8
+        (b"\x03\x00\x00\x00\x00\x00\x00\x00NaN", "no readable safetensors header"),
+        (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "not a JSON object"),
+        (_safetensors_bytes({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4), "malformed"),
+        (_safetensors_bytes({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 0]}}), "malformed"),
+        (_safetensors_bytes({"w": {"dtype": "F32", "shape": [2]}}), "malformed"),
+    ],
+)
+def test_corrupt_safetensors_files_raise_checkpoint_error(tmp_path, content, fragment):
+    from aoizora.models.wan.checkpoint import SafetensorsFile
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=fragment) as info:
+        SafetensorsFile(path)
+    assert str(path) in str(info.value) and "; " in str(info.value)  # names the file and what to do
+
+
+def test_corrupt_index_and_config_raise_checkpoint_error(tmp_path):
+    from aoizora.models.wan.checkpoint import load_config
+
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_bytes(b"\xff\xfe not utf-8")
+    with pytest.raises(CheckpointError, match="cannot read checkpoint index"):
+        load_params(index, TINY_T2V)
+    index.write_text('{"weight_map": [1, 2]}')
+    with pytest.raises(CheckpointError, match="no weight_map"):
+        load_params(index, TINY_T2V)
+    (tmp_path / "config.json").write_bytes(b"\xff")
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_config(tmp_path)

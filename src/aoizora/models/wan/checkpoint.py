@@ -10,6 +10,7 @@ when `shardings` is given, placed directly with their sharding.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -27,6 +28,10 @@ _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
 }
+#: The safetensors format caps its JSON header at 100 MB (huggingface/safetensors,
+#: safetensors/src/tensor.rs, MAX_HEADER_SIZE, commit 000a16f45cff0d4169ca15b67ea002895234d671);
+#: a larger length field means the file is not safetensors.
+MAX_HEADER_BYTES = 100_000_000
 #: Tensors diffusers itself ignores on load.
 IGNORED = ("norm_added_q",)
 
@@ -36,15 +41,26 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        fix = "pass a diffusers .safetensors checkpoint (re-download it if it was cut short)"
         try:
+            size = self.path.stat().st_size
             with open(self.path, "rb") as fh:
-                (n,) = struct.unpack("<Q", fh.read(8))
-                header = json.loads(fh.read(n))
-        except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"cannot read safetensors header of {self.path}: {exc}") from exc
-        header.pop("__metadata__", None)
+                prefix = fh.read(8)
+                if len(prefix) < 8:
+                    raise CheckpointError(f"{self.path} is {len(prefix)} bytes, too short for a safetensors file; {fix}")
+                (n,) = struct.unpack("<Q", prefix)
+                if n > min(size - 8, MAX_HEADER_BYTES):  # the header length is read from the file: bound it
+                    raise CheckpointError(
+                        f"{self.path} is not a safetensors file (its header length field says {n} bytes, "
+                        f"the file has {size - 8} after it); {fix}"
+                    )
+                header = json.loads(fh.read(n).decode("utf-8"), parse_constant=_reject_constant)
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {self.path}: {exc.strerror}; {fix}") from None
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise CheckpointError(f"{self.path} has no readable safetensors header ({exc}); {fix}") from None
         self.offset = 8 + n
-        self.header: dict[str, dict] = header
+        self.header: dict[str, dict] = _check_header(header, self.path, size - self.offset, fix)
         self._mm: np.memmap | None = None
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -53,15 +69,51 @@ class SafetensorsFile:
     def get(self, name: str) -> np.ndarray:
         info = self.header[name]
         if info["dtype"] not in _DTYPES:
-            raise CheckpointError(f"tensor {name} in {self.path} has unsupported dtype {info['dtype']}")
+            raise CheckpointError(
+                f"tensor {name} in {self.path} has unsupported dtype {info['dtype']} (aoizora reads "
+                f"{', '.join(_DTYPES)}); convert the checkpoint to bfloat16 or float32"
+            )
         if self._mm is None:
             self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
         start, end = info["data_offsets"]
         raw = self._mm[self.offset + start: self.offset + end]
         dt = np.dtype(_DTYPES[info["dtype"]])
-        if raw.size != dt.itemsize * int(np.prod(info["shape"], dtype=np.int64)):
-            raise CheckpointError(f"tensor {name} in {self.path}: data size does not match its shape")
+        if raw.size != dt.itemsize * math.prod(info["shape"]):
+            raise CheckpointError(
+                f"tensor {name} in {self.path}: data size does not match its shape; the file is damaged, "
+                "re-download it"
+            )
         return raw.view(dt).reshape(info["shape"])
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_header(header: object, path: Path, data_bytes: int, fix: str) -> dict[str, dict]:
+    """The tensor entries of a parsed header; CheckpointError unless each has a dtype, a shape and
+    data offsets inside the file."""
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path} has a safetensors header that is not a JSON object; {fix}")
+    header = dict(header)
+    header.pop("__metadata__", None)
+    for name, info in header.items():
+        ok = (
+            isinstance(info, dict)
+            and isinstance(info.get("dtype"), str)
+            and isinstance(info.get("shape"), list)
+            and all(type(d) is int and d >= 0 for d in info["shape"])
+            and isinstance(info.get("data_offsets"), list)
+            and len(info["data_offsets"]) == 2
+            and all(type(o) is int for o in info["data_offsets"])
+            and 0 <= info["data_offsets"][0] <= info["data_offsets"][1] <= data_bytes
+        )
+        if not ok:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} has a malformed header entry (dtype, shape and data offsets inside "
+                f"the file's {data_bytes} data bytes are required); {fix}"
+            )
+    return header
 
 
 def _files(path: str | os.PathLike) -> list[Path]:
@@ -69,10 +121,15 @@ def _files(path: str | os.PathLike) -> list[Path]:
     if p.is_file():
         if p.name.endswith(".index.json"):
             try:
-                index = json.loads(p.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise CheckpointError(f"cannot read checkpoint index {p}: {exc}") from exc
-            return sorted({p.parent / f for f in index.get("weight_map", {}).values()})
+                index = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8 or not JSON
+                raise CheckpointError(f"cannot read checkpoint index {p}: {exc}; pass an intact checkpoint") from None
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
+            if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+                raise CheckpointError(
+                    f"checkpoint index {p} has no weight_map of tensor name to file name; pass an intact checkpoint"
+                )
+            return sorted({p.parent / f for f in weight_map.values()})
         return [p]
     if p.is_dir():
         idx = sorted(p.glob("*.safetensors.index.json"))
@@ -89,9 +146,13 @@ def load_config(path: str | os.PathLike, **overrides: Any) -> WanConfig:
     p = Path(path)
     cfg_path = p / "config.json" if p.is_dir() else p.parent / "config.json"
     try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {cfg_path}: {exc}") from exc
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not UTF-8 or not JSON
+        raise CheckpointError(
+            f"cannot read {cfg_path}: {exc}; the checkpoint folder needs the diffusers config.json"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{cfg_path} is not a JSON object; pass the diffusers config.json of the checkpoint")
     return WanConfig.from_diffusers(cfg, **overrides)
 
 
@@ -166,10 +227,16 @@ def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool
         want = _expected_source_shape(spec, config)
         for src in _sources(spec, config):
             if src not in where:
-                raise CheckpointError(f"checkpoint {path} is missing tensor {src} (shape {want})")
+                raise CheckpointError(
+                    f"checkpoint {path} is missing tensor {src} (shape {want}); pass the diffusers "
+                    "WanTransformer3DModel checkpoint of this model (the `transformer` folder, all shards)"
+                )
             got = where[src].shape(src)
             if got != want:
-                raise CheckpointError(f"tensor {src} has shape {got}, the config expects {want}")
+                raise CheckpointError(
+                    f"tensor {src} has shape {got}, the config expects {want}; pass the checkpoint of the "
+                    "planned model (its config.json must match)"
+                )
             used.add(src)
     if strict:
         extra = sorted(n for n in where if n not in used and not any(s in n for s in IGNORED))

@@ -137,17 +137,21 @@ class VideoShape:
 
     def validate(self, config: WanConfig) -> None:
         st, sh, sw = config.vae_stride
-        if self.frames < 1 or (self.frames - 1) % st != 0:
+        if self.frames < 1:
+            raise ShapeError(f"frame count {self.frames} is not positive; use {st}n+1 frames, e.g. 1, {st + 1} or 81")
+        if (self.frames - 1) % st != 0:
+            below = st * ((self.frames - 1) // st) + 1
             raise ShapeError(
                 f"frame count {self.frames} is not {st}n+1 (the Wan VAE compresses time by {st}); "
-                f"use e.g. {st * max(0, (self.frames - 1) // st) + 1} or {st * ((self.frames + st - 2) // st) + 1}"
+                f"use e.g. {below} or {below + st}"
             )
         unit = sh * config.patch_size[1]
         unit_w = sw * config.patch_size[2]
         if self.height <= 0 or self.height % unit != 0 or self.width <= 0 or self.width % unit_w != 0:
             raise ShapeError(
                 f"resolution {self.width}x{self.height} is not a positive multiple of {unit} "
-                f"(VAE stride {sh} × patch {config.patch_size[1]}) in both width and height"
+                f"(VAE stride {sh} × patch {config.patch_size[1]}) in both width and height; use e.g. "
+                f"{max(unit_w, round(self.width / unit_w) * unit_w)}x{max(unit, round(self.height / unit) * unit)}"
             )
         t = (self.frames - 1) // st + 1
         if t % config.patch_size[0] != 0:
