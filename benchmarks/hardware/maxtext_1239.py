@@ -16,8 +16,9 @@ Orders compared here (v6e:2x4; libtpu numbers the chips x-minor: id 2k is (0, k)
 Program (stated choice, the PR does not publish one): the collectives and matmuls of one
 Llama-2-70B decoder layer, tensor-parallel over the 8 devices as MaxText's inference does
 (Megatron-style: QKV and gate/up projections column-sharded, attention-output and down
-projections row-sharded, each followed by an all-reduce of the bf16 activations), for a batch
-of 1024 tokens (an offline prefill chunk). Attention itself is left out (no collective).
+projections row-sharded, each followed by an all-reduce of the bf16 activations). Two token
+counts: a decode step of 64 sequences (the output tokens/s the PR reports are made in decode)
+and a prefill chunk of 1024 tokens. Attention itself (no collective) is left out.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ SOURCE = Source(
     url="https://github.com/AI-Hypercomputer/maxtext/pull/1239",
     where="PR description: MLPerf Offline samples/s before/after; optimize_mesh_for_tpu_v6e",
 )
-TOKENS, D, F, QKV = 1024, 8192, 28672, 8192 + 2 * 8 * 128  # Llama-2-70B: 64 heads, 8 KV heads of 128
+D, F, QKV = 8192, 28672, 8192 + 2 * 8 * 128  # Llama-2-70B: 64 heads, 8 KV heads of 128
 
 
-def _layer(mesh):
+def _layer(tokens: int):
+    return lambda mesh: _layer_program(mesh, tokens)
+
+
+def _layer_program(mesh, tokens: int):
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -57,7 +62,7 @@ def _layer(mesh):
     fn = jax.jit(layer, out_shardings=rep)
     bf = jnp.bfloat16
     return fn, (
-        sharded((TOKENS, D), bf, mesh, None, None),
+        sharded((tokens, D), bf, mesh, None, None),
         sharded((D, QKV), bf, mesh, None, "tensor"),
         sharded((D, D), bf, mesh, "tensor", None),
         sharded((D, F), bf, mesh, None, "tensor"),
@@ -74,14 +79,18 @@ def _reverse_last_four(ids: np.ndarray) -> np.ndarray:
 
 def entries() -> list:
     mesh = (("tensor", 8),)
-    setup = "v6e-8 (2x4), one mesh axis 'tensor' of 8; Llama-2-70B decoder layer, TP=8, 1024 tokens, bf16"
-    return [ComparisonEntry(
-        "maxtext-1239/v6e-ring-order", "v6e-8 device order: before vs optimize_mesh_for_tpu_v6e (last four reversed)",
-        SOURCE,
-        (
-            Config("before", "v6e:2x4", mesh, _layer, order=_reverse_last_four, setup=setup + "; order ids 0..7"),
-            Config("after", "v6e:2x4", mesh, _layer, setup=setup + "; order ids 0,1,2,3,7,6,5,4"),
-        ),
-        (10.3444, 11.5125), "samples/s", higher_is_better=True,
-        notes="measured: MLPerf Offline throughput of the whole model; predicted: one decoder layer",
-    )]
+    out = []
+    for tokens, what in ((64, "decode step, 64 sequences"), (1024, "prefill chunk, 1024 tokens")):
+        setup = f"v6e-8 (2x4), one mesh axis 'tensor' of 8; Llama-2-70B decoder layer, TP=8, {what}, bf16"
+        out.append(ComparisonEntry(
+            f"maxtext-1239/v6e-ring-order-{tokens}tok",
+            f"v6e-8 device order, before vs optimize_mesh_for_tpu_v6e, one layer: {what}", SOURCE,
+            (
+                Config(f"before-{tokens}", "v6e:2x4", mesh, _layer(tokens), order=_reverse_last_four,
+                       setup=setup + "; order ids 0..7"),
+                Config(f"after-{tokens}", "v6e:2x4", mesh, _layer(tokens), setup=setup + "; order ids 0,1,2,3,7,6,5,4"),
+            ),
+            (10.3444, 11.5125), "samples/s", higher_is_better=True,
+            notes="measured: MLPerf Offline throughput of the whole model; predicted: one decoder layer",
+        ))
+    return out

@@ -27,6 +27,7 @@ class HardwareProfile:
     clock_hz: float
     hop_latency_s: float
     wraparound: str  # rule name, see `wraps`
+    collective_launch_s: float = 0.0  # fixed time of every collective however small (launch and completion)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:
@@ -52,6 +53,7 @@ class HardwareProfile:
             "peak_bf16_flops": self.peak_bf16_flops,
             "clock_hz": self.clock_hz,
             "hop_latency_s": self.hop_latency_s,
+            "collective_launch_s": self.collective_launch_s,
             "sources": dict(self.sources),
         }
 
