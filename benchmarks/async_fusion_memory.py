@@ -8,7 +8,7 @@ For each Wan strategy: compile it (libtpu, compile-only) with an HLO dump, read 
 assignment's preallocated temp in HBM (color 0; color 1 is on-chip memory, which memory_analysis()
 does not report), and print memory_analysis()'s temp, the assignment's and the difference; then
 the same with `xla_tpu_enable_async_collective_fusion=false`. Evidence for Stage 1's rule that an
-all-gather of an activation holds a second buffer (benchmarks/RESULTS.md).
+all-gather of an activation holds a second buffer (docs/notebook/memory-model.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ same. Prints the median wall/CPU seconds per program side by side with libtpu's 
 durations and the final program bundle count (a deterministic measure of generated code size,
 useful on a shared host where timings are noisy). The bare block is the program of
 `benchmarks/bench_hlo_parse.py` (40 layers, 14B dims, v5e:4x4, splash, tensor=4, no
-modulation/RoPE/scheduler) — the one DESIGN.md quotes as "~5.5 s".
+modulation/RoPE/scheduler), the reference a ~5.5 s expectation was stated for
+(docs/notebook/planning-time.md, "Compile time of the Wan program").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stage 1's HBM check against libtpu's buffer assignment, on every legal strategy of the grid.
 
-    .venv/bin/python benchmarks/memory_assignment.py --out /tmp/assign.jsonl            # 18 cells
+    .venv/bin/python benchmarks/memory_assignment.py --out assign.jsonl                 # 18 cells
     .venv/bin/python benchmarks/memory_assignment.py --topologies v5e:2x2 --frames 21 --out F
 
 libtpu writes its buffer assignment (`xla_dump_to`) a few seconds into a compile whose back end

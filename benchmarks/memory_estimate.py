@@ -1,6 +1,6 @@
 """Stage 1's memory estimate against the compiler's, on every strategy an `aoizora bench` run compiled.
 
-    .venv/bin/python benchmarks/memory_estimate.py /work/bench-grid/cells /work/bench-nooracle/cells
+    .venv/bin/python benchmarks/memory_estimate.py OUT1/cells [OUT2/cells ...]     # aoizora bench output directories
 
 Each bench cell records the compiled `memory_analysis()` total per strategy, or the compiler's
 out-of-HBM refusal; this lowers the same strategies again (no compile) and prints the estimate, the

@@ -1,6 +1,6 @@
 """Stage 1's memory estimate against `memory_analysis()` on its survivors (the Top-K of each cell).
 
-    .venv/bin/python benchmarks/memory_survivors.py --out /tmp/survivors.jsonl        # 18 cells
+    .venv/bin/python benchmarks/memory_survivors.py --out survivors.jsonl             # 18 cells
     .venv/bin/python benchmarks/memory_survivors.py --cells v5e:2x4/720p/81 --out F
 
 For each grid cell (Wan 14B), run Stage 1, compile its Top-K with libtpu (full compiles, ~30-80 s

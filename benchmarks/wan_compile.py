@@ -2,10 +2,11 @@
 abstract inputs (no weights), through libtpu's compile-only devices.
 
     .venv/bin/python benchmarks/wan_compile.py [--topologies v5e:2x4 v5e:4x4] [--variants allgather ulysses ring]
-        [--out benchmarks/RESULTS.md]
+        [--out benchmarks/wan_compile.md]
 
 Records lower/compile seconds, `memory_analysis()` per device and the opaque (splash) kernels'
-FLOPs/bytes, and rewrites the Wan section of RESULTS.md (plus a JSON next to it).
+FLOPs/bytes, and rewrites its section of a markdown file (default benchmarks/wan_compile.md; a
+JSON of the same results goes next to it).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--topologies", nargs="+", default=["v5e:2x4", "v5e:4x4"])
     ap.add_argument("--variants", nargs="+", default=["allgather", "ulysses", "ring"])
-    ap.add_argument("--out", default=str(Path(__file__).with_name("RESULTS.md")))
+    ap.add_argument("--out", default=str(Path(__file__).with_name("wan_compile.md")))
     args = ap.parse_args()
     video = VideoShape(81, 720, 1280)
     results = []

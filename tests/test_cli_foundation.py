@@ -92,4 +92,18 @@ def test_top_k_help_states_the_default(command):
     from aoizora.stage1 import DEFAULT_TOP_K
 
     result = CliRunner().invoke(cli, [command, "--help"])
-    assert result.exit_code == 0 and f"default {DEFAULT_TOP_K}" in " ".join(result.output.split())
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and (f"default {DEFAULT_TOP_K}" in text or f"default: {DEFAULT_TOP_K};" in text)
+
+
+def test_library_and_cli_plan_with_the_same_defaults():
+    import inspect
+
+    from aoizora.cli import plan as plan_command
+    from aoizora.plan import plan_space
+
+    library = inspect.signature(plan_space).parameters
+    cli_defaults = {p.name: p.default for p in plan_command.params}
+    assert cli_defaults["top_k"] == library["top_k"].default
+    assert cli_defaults["compile_timeout"] == library["compile_timeout_s"].default
+    assert cli_defaults["verify_top"] == library["verify_top"].default

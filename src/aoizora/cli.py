@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import AoizoraError
 
 EXIT_BAD_INPUT = 2
@@ -91,8 +92,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
     ctx.invoke(
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
-        stage1_only=False, no_cache=False, compile_timeout=900.0, verify_top=1, ring_order="auto",
-        ring_direction="auto",
+        stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
+        libtpu_args=None, ring_order="auto", ring_direction="auto",
     )
 
 
@@ -149,6 +150,16 @@ def _ring_options(fn):
     for option in reversed(_RING_OPTIONS):
         fn = option(fn)
     return fn
+
+
+_libtpu_args_option = click.option(
+    "--libtpu-args",
+    metavar="FLAGS",
+    default=None,
+    help="libtpu/XLA flags every compile uses, written as LIBTPU_INIT_ARGS writes them (e.g. "
+    "'--xla_tpu_enable_async_collective_fusion=true'), on top of those in LIBTPU_INIT_ARGS; recorded in the "
+    "plan. Default: only LIBTPU_INIT_ARGS (empty: libtpu's defaults).",
+)
 
 
 @cli.command()
@@ -223,33 +234,38 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
 @click.option("--resolution", default="720p", show_default=True, help="480p, 720p or WIDTHxHEIGHT.")
 @click.option("--frames", type=int, default=81, show_default=True, help="Video frames (4n+1).")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Strategies Stage 1 passes to Stage 2 (default 8).")
+@click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
+              help="Strategies Stage 1 passes to Stage 2.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan here.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None, help="Also write the HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
 @click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
 @click.option("--no-cache", is_flag=True, help="Plan again even if an identical request is cached.")
-@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
-@click.option("--verify-top", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--compile-timeout", type=float, default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
+              help="Seconds per TPU compile.")
+@click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
+@_libtpu_args_option
 @_ring_options
-def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int | None, out_path: str | None,
+def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, ring_order: str, ring_direction: str) -> None:
+         verify_top: int, libtpu_args: str | None, ring_order: str, ring_direction: str) -> None:
     """Plan a Wan 2.1 model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     from rich.console import Console
 
     from aoizora.cost import Q2Options
     from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
+    from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
-    from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
+    from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology
 
     space = wan_space(model, resolution, frames)
     topo = get_topology(topology_name)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
-    k = top_k or DEFAULT_TOP_K
+    k = top_k
+    flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
         result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
         if as_json:
@@ -258,7 +274,8 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
-                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console)
+                         verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
+                         libtpu_args=flags)
     if out_path:
         outcome.plan.save(out_path)
     if report_dir:
@@ -329,18 +346,23 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
               help="Run only these cells, e.g. v5e:2x4/720p/81 (repeatable). Default: the whole grid.")
 @click.option("--out", "out_dir", default="bench-out", show_default=True, type=click.Path(file_okay=False),
               help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="aoizora's Top-K (default 8; 2 with --quick).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help=f"aoizora's Top-K (default {DEFAULT_TOP_K}; 2 with --quick).")
 @click.option("--no-oracle", is_flag=True, help="Do not compile every legal strategy (no recall, partial oracle).")
 @click.option("--exhaustive-oracle", is_flag=True,
               help="Compile every legal strategy, also those whose Q1 (a lower bound) proves they cannot win.")
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
 @click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
-@click.option("--report-only", is_flag=True, help="Only tabulate the cells already finished in --out, with or without the oracle sweep (run nothing).")
-@click.option("--compile-timeout", type=float, default=900.0, show_default=True, help="Seconds per TPU compile.")
+@click.option("--report-only", is_flag=True,
+              help="Run nothing: tabulate and plot the cells already in --out/cells (all of them unless --cell or "
+                   "--quick), whatever their oracle sweep and K; cells computed by another version of aoizora are "
+                   "marked as such.")
+@click.option("--compile-timeout", type=float, default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
+              help="Seconds per TPU compile.")
+@_libtpu_args_option
 def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
-          compile_timeout: float) -> None:
+          compile_timeout: float, libtpu_args: str | None) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -349,12 +371,15 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
     from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
-    from aoizora.stage1 import DEFAULT_TOP_K
+    from aoizora.toolchain import CompilerFlags, environment_flags
 
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
+    if report_only and not cells and not quick:
+        grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
-                        compile_timeout_s=compile_timeout)
+                        compile_timeout_s=compile_timeout,
+                        flags=environment_flags().merged(CompilerFlags.parse(libtpu_args)))
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
                      run_missing=not report_only)

@@ -12,6 +12,10 @@ class ToolchainError(AoizoraError):
     """The TPU compile-only toolchain (jax + libtpu) is missing or unusable."""
 
 
+class CompilerFlagError(AoizoraError):
+    """Compiler (libtpu/XLA) flags that are malformed or that the compiler does not accept."""
+
+
 class TopologyError(AoizoraError):
     """A TPU slice name or description that aoizora cannot use."""
 
@@ -55,8 +59,6 @@ class PlanMismatchError(AoizoraError):
 
 class PlanningError(AoizoraError):
     """Planning could not produce a plan (e.g. no strategy fits or compiles)."""
-
-
 
 
 class CheckpointError(AoizoraError):

@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from aoizora.errors import ToolchainError, TopologyError
+from aoizora.errors import CompilerFlagError, ToolchainError, TopologyError
 
 
 # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) when it loads, so a second process that
@@ -50,3 +52,86 @@ def compile_only_devices(topology_name: str) -> tuple[Any, ...]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------
+# Compiler flags
+# --------------------------------------------------------------------------------------------
+_FLAG = re.compile(r"--([A-Za-z][A-Za-z0-9_]*)(?:=(\S*))?$")
+
+
+@dataclass(frozen=True)
+class CompilerFlags:
+    """libtpu/XLA flags a program is compiled with, as `LIBTPU_INIT_ARGS` writes them.
+
+    Deployments run with flags (MaxDiffusion's Wan commands set `LIBTPU_INIT_ARGS`), and the flags
+    change the compiled program (e.g. async collective fusion), so they are part of a plan. aoizora
+    passes them to each compile as `compiler_options` rather than through the environment, which
+    libtpu reads once per process. Held sorted by name, the last value of a repeated flag winning
+    (as the command line does), so equal flag sets compare and hash equal.
+    """
+
+    items: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> "CompilerFlags":
+        """Flags from `--name=value --other` text (a bare `--name` means `true`)."""
+        values: dict[str, str] = {}
+        for token in (text or "").split():
+            m = _FLAG.match(token)
+            if m is None:
+                raise CompilerFlagError(
+                    f"malformed compiler flag {token!r}; write flags as LIBTPU_INIT_ARGS does, e.g. "
+                    "--xla_tpu_enable_async_collective_fusion=true"
+                )
+            values[m.group(1)] = m.group(2) if m.group(2) is not None else "true"
+        return cls(tuple(sorted(values.items())))
+
+    def merged(self, other: "CompilerFlags") -> "CompilerFlags":
+        """These flags with `other`'s values taking precedence."""
+        return CompilerFlags(tuple(sorted({**dict(self.items), **dict(other.items)}.items())))
+
+    def compiler_options(self) -> dict[str, str]:
+        """The flags as `jax.jit(...).lower(...).compile(compiler_options=...)` takes them."""
+        return dict(self.items)
+
+    def __str__(self) -> str:
+        return " ".join(f"--{name}={value}" for name, value in self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+def environment_flags() -> CompilerFlags:
+    """The flags in `LIBTPU_INIT_ARGS`, which libtpu applies to every compile of this process."""
+    return CompilerFlags.parse(os.environ.get("LIBTPU_INIT_ARGS", ""))
+
+
+def compile_lowered(lowered: Any, flags: CompilerFlags | None = None) -> Any:
+    """`lowered.compile()` with `flags` as compiler options."""
+    if flags:
+        return lowered.compile(compiler_options=flags.compiler_options())
+    return lowered.compile()
+
+
+@functools.lru_cache(maxsize=32)
+def check_compiler_flags(flags: CompilerFlags, topology_name: str) -> None:
+    """Raise CompilerFlagError unless libtpu accepts `flags` for a slice (a tiny compile, ~1 s).
+
+    Checked before any long work: libtpu validates names and values (`true`, `false`, `auto`, ...)
+    only when it compiles.
+    """
+    if not flags:
+        return
+    import jax
+    import jax.numpy as jnp
+
+    device = compile_only_devices(topology_name)[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    lowered = jax.jit(lambda x: x + 1).lower(jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=sharding))
+    try:
+        compile_lowered(lowered, flags)
+    except Exception as exc:  # libtpu reports unknown flags and bad values as INVALID_ARGUMENT
+        raise CompilerFlagError(
+            f"libtpu refuses the compiler flags ({_first_line(exc)}); fix or drop that flag in --libtpu-args"
+        ) from None

@@ -56,7 +56,7 @@ def test_jax_default_is_exactly_mesh_utils(topo_name, shape):
 
 
 def test_jax_default_on_v5e_2x4_is_the_tray_ring():
-    # DESIGN.md: create_device_mesh((2,4)) on v5e:2x4 steps diagonally inside each 4-device group.
+    # create_device_mesh((2,4)) on v5e:2x4 steps diagonally inside each 4-device group (checked below).
     topo = get_topology("v5e:2x4")
     default = enumerate_placements(topo, MeshSpec.parse("sp=2,tp=4")).by_name(JAX_DEFAULT)
     assert default.coords(topo).tolist() == [[[0, 0], [1, 0], [0, 1], [1, 1]], [[1, 3], [0, 3], [1, 2], [0, 2]]]

@@ -21,7 +21,7 @@ def test_arguments_and_outputs_exact(micro, transformer_cases):
 # q, k and v too large for on-chip memory (libtpu keeps buffers of up to ~100 MiB in v5e's VMEM,
 # which Stage 1 does not model): the estimate's liveness and sharding are exercised. The fused
 # scaling of q and k is computed inside the scores' contraction, which reads q and k then: an
-# estimate that lets them die at the scaling is 16.5 % under here (benchmarks/RESULTS.md).
+# estimate that lets them die at the scaling is 16.5 % under here (docs/notebook/memory-model.md, "Fused values").
 LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, seq=8192, batch=2)
 
 
@@ -200,7 +200,7 @@ def test_computed_shard_map_operands_are_written_out_as_its_arguments():
     """Ring attention with q, k, v computed outside the shard_map (a projection and a tanh each):
     nothing fuses into the body, so a computed operand is written out and the body owns it until
     its last use there (q through every step; k and v until they are rotated). libtpu holds 5
-    activations here; without the rule Stage 1 saw 3 (benchmarks/RESULTS.md, "Kernel outputs,
+    activations here; without the rule Stage 1 saw 3 (docs/notebook/memory-model.md, "Kernel outputs,
     shard_map arguments and the scheduler's memory limit")."""
     lowered, act = probes.ring_layer(get_topology("v5e:2x2"), steps=2, seq=151552)
     pred = predict(read_module(lowered))

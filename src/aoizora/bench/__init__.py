@@ -19,32 +19,40 @@ from aoizora.bench.report import markdown, summary, write_outputs
 from aoizora.plan.compile_cache import CompileCache
 
 
-def run_bench(cells: list[Cell], opts: BenchOptions, out_dir: str | os.PathLike[str], *,
+def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.PathLike[str], *,
               compile_cache: CompileCache | None = None, resume: bool = True, progress: bool = True,
               console: Any = None, log: Callable[[str], None] = lambda _: None,
               run_missing: bool = True) -> list[dict[str, Any]]:
     """Run every cell (each written to `out_dir/cells/` as it finishes; finished cells with the same
     options are reused when `resume`), then the table, CSV, JSON and plots in `out_dir`.
 
-    `run_missing=False` only reports the cells already finished (e.g. while a long grid runs)."""
-    from aoizora.plan.compile_cache import default_compile_cache
-
-    cache = compile_cache or default_compile_cache()
+    `run_missing=False` only reports the cells already finished (e.g. while a long grid runs, or
+    published per-cell data), whichever version of aoizora computed them; `cells=None` then reports
+    every cell in `out_dir/cells/`. A run needs the cells it is to compute."""
     cell_dir = Path(out_dir) / "cells"
-    cell_dir.mkdir(parents=True, exist_ok=True)
+    if run_missing:
+        if cells is None:
+            from aoizora.errors import BenchError
+
+            raise BenchError("a bench run needs its cells (cells=None only reports finished cells)")
+        cell_dir.mkdir(parents=True, exist_ok=True)
+    paths = (sorted(cell_dir.glob("*.json"), key=_grid_order) if cells is None
+             else [cell_dir / f"{cell.id}.json" for cell in cells])
     docs = []
-    for cell in cells:
-        path = cell_dir / f"{cell.id}.json"
+    for cell, path in zip(cells if cells is not None else [None] * len(paths), paths):
         # --report-only tabulates what was computed, by whichever version of aoizora (each cell
         # records its source fingerprint); a run recomputes cells from other code
         doc = _read_cell(path, opts, same_source=run_missing) if resume or not run_missing else None
         if doc is None and not run_missing:
             continue
         if doc is None:
-            doc = run_cell_with_fallback(cell, opts, cache, progress=progress, console=console, log=log)
+            from aoizora.plan.compile_cache import default_compile_cache
+
+            compile_cache = compile_cache or default_compile_cache()
+            doc = run_cell_with_fallback(cell, opts, compile_cache, progress=progress, console=console, log=log)
             _write_atomic(path, doc)
         else:
-            log(f"{cell.label()}: reused {path}")
+            log(f"reused {path}")
         docs.append(doc)
     if not docs:
         from aoizora.errors import BenchError
@@ -66,6 +74,7 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
     same = doc.get("source") == ("measured" if opts.measure else "simulated")
     if same_source:
         same = (same and doc.get("top_k") == opts.top_k and doc.get("oracle_complete") == opts.oracle
+                and doc.get("libtpu_args", "") == str(opts.flags)
                 # an exhaustive oracle answers a bounded request, not the other way round
                 and (not opts.oracle or opts.oracle_bound or not doc.get("oracle_bounded", False))
                 and doc.get("aoizora_source") == source_fingerprint())
@@ -73,6 +82,14 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
         return None
     doc["metrics"] = cell_metrics(doc)  # recomputed: metrics follow the code, the raw results do not change
     return doc
+
+
+def _grid_order(path: Path) -> tuple[str, int, int, str]:
+    """Cell files in the grid's order: topology, resolution, frames (ids are TOPO_RESp_Ff_MODEL)."""
+    parts = path.stem.split("_", 3)
+    if len(parts) != 4 or not parts[1][:-1].isdigit() or not parts[2][:-1].isdigit():
+        return (path.stem, 0, 0, "")
+    return (parts[0], int(parts[1][:-1]), int(parts[2][:-1]), parts[3])
 
 
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.cost import Q2Options
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
@@ -37,6 +38,7 @@ from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_rea
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.stage1.space import StrategySpace
+from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
 
@@ -52,8 +54,9 @@ class BenchOptions:
     oracle_bound: bool = True  # skip strategies whose Q1 proves they cannot beat the best simulated pair
     measure: bool = False
     measure_steps: int = 5
-    compile_timeout_s: float | None = 900.0
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S
     options: Q2Options | None = None
+    flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
 
 
 def _not_compilable(e: Entry) -> str | None:
@@ -86,7 +89,8 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
     log(f"{cell.label()}: planning with aoizora (Top-{opts.top_k})")
     planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
-                         use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console)
+                         use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console,
+                         libtpu_args=opts.flags)
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
 
@@ -132,6 +136,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     doc: dict[str, Any] = {
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
         "top_k": opts.top_k,
+        "libtpu_args": str(opts.flags),
         "oracle_complete": opts.oracle,
         "oracle_bounded": opts.oracle and opts.oracle_bound,
         "aoizora_source": source_fingerprint(),
@@ -178,7 +183,7 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
     try:
         compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
-                                    opts.compile_timeout_s, cache)
+                                    opts.compile_timeout_s, cache, opts.flags)
     except Exception as exc:
         return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
     sim = simulate(compiled.program, topo, placement, **simulator_options(options))
@@ -192,7 +197,7 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
     placements = enumerate_placements(topo, spec).placements
     try:
         compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                                        opts.compile_timeout_s, cache)
+                                                        opts.compile_timeout_s, cache, opts.flags)
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return

@@ -1,4 +1,9 @@
-"""The bench's outputs: a markdown table (stdout and RESULTS.md), CSV, JSON and plots."""
+"""The bench's outputs: a markdown table (stdout and table.md), CSV, JSON and plots.
+
+A report may hold cells computed by another version of aoizora (published per-cell data read by
+`aoizora bench --report-only`): each cell records the fingerprint of the source that computed it
+(`aoizora_source`), and the table and CSV say which cells another source computed. Their metrics
+are recomputed from their raw results by this code; their latencies are that code's."""
 
 from __future__ import annotations
 
@@ -27,7 +32,24 @@ def _x(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if x is not None else "–"
 
 
-def row(doc: dict[str, Any]) -> dict[str, str]:
+def current_source() -> str:
+    """The fingerprint of the aoizora source running now (what a cell's `aoizora_source` is compared with)."""
+    from aoizora.plan.planner import source_fingerprint
+
+    return source_fingerprint()
+
+
+def other_code(doc: dict[str, Any], current: str) -> bool:
+    """Whether another version of aoizora (another source fingerprint) computed this cell."""
+    return doc.get("aoizora_source") != current
+
+
+OTHER_CODE_MARK = " †"
+
+
+def row(doc: dict[str, Any], current: str | None = None) -> dict[str, str]:
+    """One table row, formatted for reading; `current`: the running source's fingerprint, to mark
+    cells another version computed (None: not marked)."""
     m, c, t = doc["metrics"], doc["cell"], doc["planning_seconds"]
     lat = m["latency_seconds"]
     if m["top1_recall"] is None:
@@ -49,7 +71,9 @@ def row(doc: dict[str, Any]) -> dict[str, str]:
         return "does not fit" if dropped.startswith(OUT_OF_HBM) else "did not compile"
 
     return {
-        "cell": f"{c['topology']} {c['resolution']} {c['frames']}f", "model": model,
+        "cell": f"{c['topology']} {c['resolution']} {c['frames']}f"
+                + (OTHER_CODE_MARK if current is not None and other_code(doc, current) else ""),
+        "model": model,
         "expert_ms": contender("expert"), "logical_ms": contender("logical"), "aoizora_ms": _ms(lat["aoizora"]),
         "oracle_ms": _ms(lat["oracle"]) + ("" if m["oracle"]["complete"] else "*"),
         "vs_expert": _x(m["speedup_over_expert"]), "vs_logical": _x(m["speedup_over_logical"]),
@@ -90,14 +114,80 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def markdown(docs: list[dict[str, Any]]) -> str:
+#: results.csv: identifiers and categories in the text columns, numbers (or empty) in every other
+#: column; milliseconds, ratios, counts and seconds as plain numbers, booleans as 0/1.
+CSV_TEXT_COLUMNS = ["cell", "topology", "resolution", "model", "source", "aoizora_source", "expert_status",
+                    "logical_status", "aoizora_strategy", "aoizora_placement", "oracle_strategy", "oracle_placement"]
+CSV_NUMERIC_COLUMNS = [
+    "frames", "fallback_to_1_3b", "other_code", "top_k", "oracle_complete", "oracle_bounded",
+    "expert_ms", "logical_ms", "aoizora_ms", "oracle_ms", "speedup_over_expert", "speedup_over_logical",
+    "aoizora_over_oracle", "placement_spread", "top1_recall", "oracle_stage1_rank", "aoizora_stage1_rank",
+    "spearman_q2_sim", "spearman_q1_best_sim", "pairs_scored", "strategies_compiled", "strategies_pruned_by_q1",
+    "strategies_failed_to_compile", "q1_bound_violations", "memory_estimate_max_rel_error",
+    "stage1_s", "compile_s", "score_s", "verify_s",
+]
+CSV_COLUMNS = CSV_TEXT_COLUMNS[:3] + ["frames"] + CSV_TEXT_COLUMNS[3:] + [c for c in CSV_NUMERIC_COLUMNS if c != "frames"]
+
+
+def _status(doc: dict[str, Any], role: str) -> str:
+    """Whether a contender has a latency: ok, does not fit (refused for HBM), did not compile, absent."""
+    if doc["metrics"]["latency_seconds"][role] is not None:
+        return "ok"
+    dropped = doc["strategies"].get(doc[role]["strategy"] or "", {}).get("dropped")
+    if dropped is None:
+        return "absent"
+    return "does not fit" if dropped.startswith(OUT_OF_HBM) else "did not compile"
+
+
+def csv_row(doc: dict[str, Any], current: str) -> dict[str, Any]:
+    """One CSV row: numbers as numbers (None: empty), no units or notes in numeric columns."""
+    m, c, t = doc["metrics"], doc["cell"], doc["planning_seconds"]
+    lat = m["latency_seconds"]
+
+    def ms(x: float | None) -> float | None:
+        return x * 1e3 if x is not None else None
+
+    def flag(x: bool | None) -> int | None:
+        return None if x is None else int(bool(x))
+
+    ranks = doc.get("stage1", {}).get("ranks", {})
+    return {
+        "cell": f"{c['topology']}/{c['resolution']}/{c['frames']}", "topology": c["topology"],
+        "resolution": c["resolution"], "frames": c["frames"], "model": c["model"], "source": doc["source"],
+        "aoizora_source": doc.get("aoizora_source", ""),
+        "expert_status": _status(doc, "expert"), "logical_status": _status(doc, "logical"),
+        "aoizora_strategy": doc["aoizora"]["strategy"], "aoizora_placement": doc["aoizora"]["placement"],
+        "oracle_strategy": m["oracle"]["strategy"] or "", "oracle_placement": m["oracle"]["placement"] or "",
+        "fallback_to_1_3b": flag(bool(doc.get("fallback_reason"))), "other_code": flag(other_code(doc, current)),
+        "top_k": doc["top_k"], "oracle_complete": flag(m["oracle"]["complete"]),
+        "oracle_bounded": flag(doc.get("oracle_bounded", False)),
+        "expert_ms": ms(lat["expert"]), "logical_ms": ms(lat["logical"]), "aoizora_ms": ms(lat["aoizora"]),
+        "oracle_ms": ms(lat["oracle"]), "speedup_over_expert": m["speedup_over_expert"],
+        "speedup_over_logical": m["speedup_over_logical"], "aoizora_over_oracle": m["oracle_over_aoizora"],
+        "placement_spread": m["placement_spread"], "top1_recall": flag(m["top1_recall"]),
+        "oracle_stage1_rank": m["oracle"]["stage1_rank"], "aoizora_stage1_rank": ranks.get(doc["aoizora"]["strategy"]),
+        "spearman_q2_sim": m["spearman_q2_sim"], "spearman_q1_best_sim": m.get("spearman_q1_best_sim"),
+        "pairs_scored": m["pairs_scored"], "strategies_compiled": m["strategies_compiled"],
+        "strategies_pruned_by_q1": m.get("strategies_pruned_by_q1", 0),
+        "strategies_failed_to_compile": len(m.get("strategies_failed_to_compile", [])),
+        "q1_bound_violations": len(m.get("q1_bound_violations", [])),
+        "memory_estimate_max_rel_error": m.get("memory_estimate_max_rel_error"),
+        "stage1_s": t.get("stage1", 0.0), "compile_s": t.get("compile", 0.0) + t.get("compile_cached", 0.0),
+        "score_s": t.get("score", 0.0), "verify_s": t.get("verify", 0.0) + t.get("verify_cached", 0.0),
+    }
+
+
+def markdown(docs: list[dict[str, Any]], current: str | None = None) -> str:
+    """The table and its summary; cells computed by a source other than `current` (default: the
+    running one) are marked and named below the table."""
+    current = current or current_source()
     source = {d["source"] for d in docs}
     lines = [
         "| " + " | ".join(h for _, h in COLUMNS) + " |",
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
     for d in docs:
-        r = row(d)
+        r = row(d, current)
         lines.append("| " + " | ".join(r[k] for k, _ in COLUMNS) + " |")
     s = summary(docs)
     lines.append("")
@@ -126,6 +216,11 @@ def markdown(docs: list[dict[str, Any]]) -> str:
         lines.append("`*` oracle over the strategies compiled anyway (aoizora's Top-K, expert, logical), not every "
                      "legal strategy: recall is not measured in such cells; \"pick at r\" is Stage 1's rank of the "
                      "strategy aoizora chose.")
+    others = sorted({d.get("aoizora_source") or "unrecorded" for d in docs if other_code(d, current)})
+    if others:
+        lines.append(f"`†` computed by another version of aoizora (source fingerprint {', '.join(others)}; this "
+                     f"code is {current}): the latencies, choices and timings are that version's, the metrics are "
+                     "recomputed from its raw results by this code.")
     if any(d["source"] == "measured" and not all(m.get("on_planned_slice") for m in d.get("measured", {}).values())
            for d in docs):
         lines.append("**Measured on devices that are not the planned TPU slice (a small CPU stand-in config): "
@@ -140,15 +235,16 @@ def write_outputs(docs: list[dict[str, Any]], out_dir: str | Path) -> list[Path]
     path = out / "results.json"
     path.write_text(json.dumps({"summary": summary(docs), "cells": docs}, indent=1))
     written.append(path)
+    current = current_source()
     path = out / "results.csv"
     with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[k for k, _ in COLUMNS])
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for d in docs:
-            w.writerow(row(d))
+            w.writerow(csv_row(d, current))
     written.append(path)
     path = out / "table.md"
-    path.write_text(markdown(docs) + "\n")
+    path.write_text(markdown(docs, current) + "\n")
     written.append(path)
     written += plots(docs, out)
     return written
@@ -161,7 +257,8 @@ def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    labels = [row(d)["cell"] for d in docs]
+    current = current_source()
+    labels = [row(d, current)["cell"] for d in docs]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(docs) + 2), 4))
     xs = range(len(docs))
     w = 0.38

@@ -4,7 +4,7 @@ A 14B Wan step takes libtpu 40-130 s to compile on a small host, and the same pr
 again by every tool that looks at it (the planner with another Top-K, the benchmark's baselines and
 its oracle). The key is everything the compiled program depends on: the lowered module's text, the
 device order of the mesh (the compiler's algorithm choice can depend on it), the slice, the
-toolchain versions and the compiler flags in the environment — but not where the code is
+toolchain versions, the compiler flags passed to the compile and those in the environment — but not where the code is
 installed: a Pallas kernel's serialized Mosaic body carries debug locations naming its source files
 (`.../site-packages/jax/...`), which differ between two clones' virtualenvs and would otherwise
 make every such program a miss; the key reads each body without them. The value is the compiled HLO text,
@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from aoizora.toolchain import CompilerFlags
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,13 @@ class CompileCache:
         self.hits = 0
         self.misses = 0
 
-    def key(self, lowered_text: str, topology_name: str, device_ids: list[int], toolchain: dict[str, str]) -> str:
+    def key(self, lowered_text: str, topology_name: str, device_ids: list[int], toolchain: dict[str, str],
+            flags: CompilerFlags | None = None) -> str:
         digest = hashlib.sha256()
-        header = {"topology": topology_name, "devices": list(device_ids), "toolchain": toolchain, "env": _env_flags()}
+        header: dict[str, Any] = {"topology": topology_name, "devices": list(device_ids), "toolchain": toolchain,
+                                  "env": _env_flags()}
+        if flags:  # absent when there are none, so keys of programs compiled without flags stay as they were
+            header["compiler_options"] = flags.compiler_options()
         digest.update(json.dumps(header, sort_keys=True).encode())
         digest.update(_without_source_paths(lowered_text).encode())
         return digest.hexdigest()[:40]

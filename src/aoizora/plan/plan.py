@@ -14,6 +14,7 @@ import numpy as np
 
 from aoizora.errors import PlanFormatError, PlanMismatchError
 from aoizora.plan.schema import validate_plan_json
+from aoizora.toolchain import CompilerFlags
 
 
 @dataclass
@@ -65,6 +66,15 @@ class Plan:
     @property
     def predicted_step_seconds(self) -> float:
         return float(self.data["prediction"]["step_seconds"])
+
+    @property
+    def compiler_flags(self) -> CompilerFlags:
+        """The libtpu/XLA flags the plan's program was compiled with (none in plans that record none)."""
+        return CompilerFlags.parse(self.data.get("compiler", {}).get("libtpu_args", ""))
+
+    def compiler_options(self) -> dict[str, str]:
+        """The plan's flags as `jax.jit(..., compiler_options=...)` takes them; run the plan with these."""
+        return self.compiler_flags.compiler_options()
 
     # --- applying it ----------------------------------------------------------------------------
     def mesh(self, devices: Any = None) -> Any:

@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.plan.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
-from aoizora.stage1 import DEFAULT_TOP_K, Stage1Result, run_stage1
+from aoizora.stage1 import Stage1Result, run_stage1
 from aoizora.stage1.space import StrategySpace
+from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags
 from aoizora.topology import Topology
 
 
@@ -64,25 +66,31 @@ def plan_space(
     *,
     top_k: int = DEFAULT_TOP_K,
     options: Q2Options | None = None,
-    compile_timeout_s: float | None = 600.0,
-    verify_top: int = 2,
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S,
+    verify_top: int = DEFAULT_VERIFY_TOP,
     use_cache: bool = True,
     progress: bool = True,
     console: Any = None,
     compile_cache: CompileCache | None = None,
     stage1: Stage1Result | None = None,
+    libtpu_args: str | CompilerFlags | None = None,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
     `use_cache` reads/writes the plan cache and, unless `compile_cache` is given, the default
     compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
+    `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
+    those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
+    records the union, checked with libtpu before any work.
     """
     import aoizora
 
     options = options or Q2Options()
+    flags = planning_flags(libtpu_args, topology.name)
     request = {
         "workload": space.workload(),
         "topology": topology.name,
+        "libtpu_args": str(flags),
         "toolchain": toolchain_versions(),
         "aoizora": aoizora.__version__,
         "source": source_fingerprint(),
@@ -122,7 +130,7 @@ def plan_space(
     taken = {k for k, _ in kept}
     reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
     outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
-                                     compile_cache, reserve, [e.key for e in stage1.kept])
+                                     compile_cache, reserve, [e.key for e in stage1.kept], flags)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -158,10 +166,18 @@ def plan_space(
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
 
 
+def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) -> CompilerFlags:
+    """The flags a plan compiles with: `LIBTPU_INIT_ARGS` overridden by `libtpu_args`, checked by libtpu."""
+    given = libtpu_args if isinstance(libtpu_args, CompilerFlags) else CompilerFlags.parse(libtpu_args)
+    flags = environment_flags().merged(given)
+    check_compiler_flags(flags, topology_name)
+    return flags
+
+
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for):
+            reserve, backfill_for, flags):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for)
+                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
@@ -225,6 +241,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
             "device_kinds": sorted({d.device_kind for d in topology.devices}),
         },
         "toolchain": request["toolchain"],
+        "compiler": {"libtpu_args": request["libtpu_args"]},
         "mesh": {"axis_names": list(best.placement.mesh.axis_names), "axis_sizes": list(best.placement.mesh.axis_sizes)},
         "strategy": {"key": best.key, **space.describe(chosen.strategy)},
         "placement": {

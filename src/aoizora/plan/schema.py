@@ -53,6 +53,11 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "device_kinds": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             },
         },
+        "compiler": {
+            "type": "object",
+            "required": ["libtpu_args"],
+            "properties": {"libtpu_args": {"type": "string"}},
+        },
         "toolchain": {
             "type": "object",
             "required": ["jax", "jaxlib", "libtpu"],

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.plan.compile_cache import CompileCache, CompileRecord
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.stage1.space import StrategySpace
+from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
 
@@ -67,13 +69,13 @@ class StrategyOutcome:
         return next((s for s in self.scored if s.placement.name == JAX_DEFAULT), None)
 
 
-def compile_with_timeout(lowered: Any, timeout_s: float | None) -> Any:
-    """`lowered.compile()` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
+def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerFlags | None = None) -> Any:
+    """`lowered.compile()` with `flags` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["compiled"] = lowered.compile()
+            box["compiled"] = compile_lowered(lowered, flags)
         except BaseException as exc:  # reported to the caller
             box["error"] = exc
 
@@ -90,8 +92,9 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None) -> Any:
 def compile_strategy(
     space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
     cache: CompileCache | None = None,
+    flags: CompilerFlags | None = None,
 ) -> Compiled:
-    """Compile `strategy` over `placement`'s device order (or read it from `cache`).
+    """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
     """
@@ -105,7 +108,8 @@ def compile_strategy(
     hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
     entry = None
     if cache is not None:
-        entry = cache.key(lowered.as_text(), topology.name, [d.id for d in mesh.devices.flat], toolchain_versions())
+        entry = cache.key(lowered.as_text(), topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(),
+                          flags)
         record = cache.get(entry)
         if record is not None:
             if record.error is not None:
@@ -115,7 +119,7 @@ def compile_strategy(
     label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:
-        compiled = compile_with_timeout(lowered, timeout_s)
+        compiled = compile_with_timeout(lowered, timeout_s, flags)
     except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
@@ -172,15 +176,16 @@ def run_stage2(
     topology: Topology,
     *,
     options: Q2Options | None = None,
-    compile_timeout_s: float | None = 600.0,
-    verify_top: int = 2,
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S,
+    verify_top: int = DEFAULT_VERIFY_TOP,
     on_compiled: Callable[[StrategyOutcome], None] | None = None,
     compile_cache: CompileCache | None = None,
     reserve: list[tuple[str, Any]] | None = None,
     backfill_for: Collection[str] | None = None,
     on_backfill: Callable[[str], None] | None = None,
+    flags: CompilerFlags | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
-    """Compile each kept strategy, score all its placements; recompile and re-score the best pairs.
+    """Compile each kept strategy with compiler `flags`, score all its placements; recompile and re-score the best pairs.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -200,7 +205,8 @@ def run_stage2(
         space_p = enumerate_placements(topology, space.mesh_spec(strategy))
         default = space_p.placements[0]
         try:
-            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s, compile_cache)
+            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s, compile_cache,
+                                                flags)
             if outcome.compiled.from_cache:
                 cached.append(outcome.compiled.compile_seconds)
             else:
@@ -238,7 +244,8 @@ def run_stage2(
             continue
         outcome = by_key[s.key]
         try:
-            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s, compile_cache)
+            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s, compile_cache,
+                                   flags)
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue

@@ -148,6 +148,8 @@ def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = No
                           f"({ms(base['step_seconds'])} ms)")
         elif base:
             console.print(f"  {label}: {escape(str(base.get('dropped')))}")
+    flags = d.get("compiler", {}).get("libtpu_args", "")
+    console.print(f"  compiler flags: {escape(flags) if flags else 'none (libtpu defaults)'}")
     t = d["timings"]
     console.print("  planning time: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items()))
     for note in d.get("notes", []):

@@ -137,7 +137,8 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
         image = jnp.asarray(rng.standard_normal((1, config.image_len, config.image_dim)), config.dtype)
         condition = jnp.asarray(rng.standard_normal((1, config.in_channels - config.out_channels, t, h, w)), jnp.float32)
 
-    step = make_denoise_step(config, scheduler, strategy, mesh)
+    # The plan's compiler flags are libtpu's: on the CPU stand-in they do not exist (nor matter).
+    step = make_denoise_step(config, scheduler, strategy, mesh, compiler_options=plan.compiler_options() if on_tpu else None)
 
     def loop(step_fn, p):
         x, state = latents, scheduler.init_state(latents)

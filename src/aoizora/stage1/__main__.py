@@ -15,7 +15,8 @@ import json
 import sys
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
-from aoizora.stage1.search import DEFAULT_TOP_K, run_stage1
+from aoizora.defaults import DEFAULT_TOP_K
+from aoizora.stage1.search import run_stage1
 from aoizora.topology import get_topology
 
 

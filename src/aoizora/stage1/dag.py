@@ -198,7 +198,7 @@ VIEW_OPS = {"stablehlo.transpose", "stablehlo.reshape"}
 # depth varies with the program (probes on v5e:2x4, scanned layers of FSDP weights gathered up
 # front: 3 of 6 32 MiB weights live at once, 4 of 6 72 MiB ones, all 4 of 4 128 MiB ones); 3
 # reproduces the two probes where it holds back. On the 741 Wan 14B programs of the grid the
-# compiler accepts, depths 3 to 8 fit its buffer assignments about equally (benchmarks/RESULTS.md,
+# compiler accepts, depths 3 to 8 fit its buffer assignments about equally (docs/notebook/memory-model.md,
 # "Weights fetched ahead of use, and lane relayouts").
 WEIGHT_PREFETCH_OPS = 3
 
@@ -270,11 +270,11 @@ class _Walker:
         # values available before any compute of their region (parameters, loop invariants and
         # slices of them): the scheduler may issue their all-gathers early (prefetchable comm).
         # Their gathered buffers are counted at their consumer only: compiled Wan programs hold
-        # one layer weight's gather at a time, not the whole layer's (benchmarks/RESULTS.md)
+        # one layer weight's gather at a time, not the whole layer's (docs/notebook/memory-model.md)
         self.early: set[tuple[int, int]] = set()
         # results of all-gathers of computed values (activations) written in the program: libtpu
         # runs them as async collective fusions, which hold a second buffer of the result outside
-        # the buffer assignment while it is live (benchmarks/RESULTS.md, "async collective fusion").
+        # the buffer assignment while it is live (docs/notebook/memory-model.md, "Async collective fusion buffers").
         # The compiler's HBM check does not count these copies (they go on the timeline as `outside`).
         self.async_gathered: set[tuple[int, int]] = set()
         # the walk's current region: its arguments, live buffers and computed fused values (for
@@ -738,7 +738,7 @@ def _permute_issue_points(region: Region) -> dict[int, list[tuple[int, TensorTyp
     permutes (ring attention's K/V rotation, which needs no compute between steps) runs back to
     back before the first step's kernel and every step's K/V shard is live at once (Wan 14B
     720p/81f on v5e:2x4, context = 8: all 14 permuted shards hold their own buffer;
-    benchmarks/RESULTS.md). Maps the index of the op after which a permute is issued (-1: before
+    docs/notebook/memory-model.md). Maps the index of the op after which a permute is issued (-1: before
     the first op) to (result, result type, the chain's first operand, whose sharding it has).
     """
     defined = {r: i for i, op in enumerate(region.ops) for r in op.results}
@@ -781,7 +781,7 @@ def _fusion_ends(region: Region) -> tuple[dict[int, int], set[int]]:
     is written out once instead (a residual sum, the normalized activation feeding q, k and v),
     unless it is larger than the buffers it is computed from: a float32 cast of an activation, or
     the float32 exponentials of bf16 attention scores, are recomputed by each reader.
-    benchmarks/RESULTS.md, "Fused values".
+    docs/notebook/memory-model.md, "Fused values".
     """
     ops = region.ops
     fused = [_continues_fusion(op) for op in ops]

@@ -6,7 +6,7 @@ never moves it; a large buffer born later finds the space fragmented and goes on
 libtpu's own dumped live ranges (`xla_dump_to`: `*live-range.txt`, `*buffer-assignment.txt`)
 this way gives the size of its temp allocation on every Wan program checked, where a global
 best fit by decreasing size (XLA's heap simulator default) gives back the live peak, 1.1-1.6x
-less (benchmarks/RESULTS.md, "The compiler's temp allocation is a linear scan").
+less (docs/notebook/memory-model.md, "The compiler's temp allocation is a linear scan").
 
 The liveness walk of the prediction DAG (`dag.py`) records every buffer it holds on a
 `Timeline`; `packed_bytes` replays that allocation.

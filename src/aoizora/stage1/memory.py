@@ -29,7 +29,7 @@ The async collective copies and the scratch of an all-reduce or an all-to-all (a
 payload) are outside libtpu's buffer assignment: `memory_analysis()` reports them, but the
 compiler's out-of-HBM check does not count them (programs reported at up to 15.99 GiB compiled
 under v5e's 15.75 GiB limit). So the estimate includes them and the fit leaves them out
-(benchmarks/RESULTS.md, "Async collective fusion buffers", "The compiler's temp allocation is a
+(docs/notebook/memory-model.md, "Async collective fusion buffers", "The compiler's temp allocation is a
 linear scan", "All-to-all scratch", "Kernel outputs, shard_map arguments and the scheduler's
 memory limit").
 """
@@ -106,7 +106,7 @@ def predict_within_hbm(module: IRModule, hardware: HardwareProfile, kernel_cost:
     just before its step (v5e:2x2 720p/41f `context=2,tensor=2 | weights=tensor | attn=ring`: start
     and done adjacent, after the local step; v5e:4x4 720p/81f `context=8,tensor=2`: two of 14
     rotated shards live at once). So a program that does not fit with its permutes hoisted is
-    walked again with them in place, and that walk decides (benchmarks/RESULTS.md, "Kernel
+    walked again with them in place, and that walk decides (docs/notebook/memory-model.md, "Kernel
     outputs, shard_map arguments and the scheduler's memory limit").
     """
     pred = predict(module, kernel_cost)

@@ -21,7 +21,7 @@ How they combine is a switch, `overlap`:
   independent of them (neither feeds them nor needs their result) in the same loop iteration,
   each op's time hiding at most one collective, nearest ops first; all-reduces, reduce-scatters
   and all-to-alls add: `max(compute, prefetchable) + exposed async + other communication`.
-  Evidence on libtpu 0.0.42.1 (benchmarks/RESULTS.md, "Q1 with asynchronous all-gathers"):
+  Evidence on libtpu 0.0.42.1 (docs/notebook/q1-and-recall.md, "Q1 with asynchronous all-gathers"):
   compiled Wan programs run activation all-gathers as async collective fusions and permutes as
   start/done pairs around independent fusions, while every all-reduce and all-to-all is a
   synchronous instruction.
@@ -29,7 +29,7 @@ How they combine is a switch, `overlap`:
 * `"none"`: compute + all communication (no overlap at all).
 * `"full"`: max(compute, communication), a bound even if every collective were hidden
   (collective matmul), at the price of ranking power: it hides communication whenever compute
-  is larger. See benchmarks/RESULTS.md for the recall of each. The tests check Q1 <= Q2 for
+  is larger. See docs/notebook/q1-and-recall.md for the recall of each. The tests check Q1 <= Q2 for
   every placement on compiled programs.
 """
 

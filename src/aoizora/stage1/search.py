@@ -22,12 +22,12 @@ import numpy as np
 
 from aoizora.stage1.dag import Prediction
 from aoizora.stage1.ir import read_module
+from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
 from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
-DEFAULT_TOP_K = 8  # the smallest K with full top-1 recall on the full-oracle grid cells (benchmarks/RESULTS.md)
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 
 ILLEGAL = "illegal"

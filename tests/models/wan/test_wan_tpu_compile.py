@@ -1,7 +1,7 @@
 """Compile for TPU (libtpu compile-only devices) from abstract inputs: the splash kernel is
 emitted, its cost is reported, and the program fits. The full 14B model at 720p/81 frames is
 compiled once (one strategy on v5e:2x4, ~1-2 min); every variant on both slices is in
-benchmarks/wan_compile.py (RESULTS.md). The other tests run the real 720p/81-frame token count
+benchmarks/wan_compile.py (docs/notebook/planning-time.md). The other tests run the real 720p/81-frame token count
 (75,600) through a model of reduced width."""
 
 from __future__ import annotations

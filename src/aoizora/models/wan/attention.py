@@ -221,7 +221,7 @@ def _all_visible_mask_type():
     Pallas turns the mask into block-sparse tables in NumPy at trace time: for every (q block,
     kv block) tile of every head it asks whether the tile has any and all entries set. `FullMask`
     allocates and scans each tile, ~0.9 s per mask at 75k tokens, a fifth of Stage 1
-    (benchmarks/RESULTS.md). Here a tile is a read-only all-true view that answers `any`/`all`
+    (docs/notebook/planning-time.md). Here a tile is a read-only all-true view that answers `any`/`all`
     without scanning. The tables, and so the lowered program, are the same. One class: Pallas
     caches the tables by mask type and shape.
     """

@@ -77,21 +77,24 @@ def denoise_step(
 
 
 def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | None = None, mesh: Mesh | None = None,
-                      guidance_scale: float = 5.0) -> Callable:
+                      guidance_scale: float = 5.0, compiler_options: dict[str, str] | None = None) -> Callable:
     """Jitted denoise_step(params, latents, state, text_cond, text_uncond, image=None, condition=None)
     for a strategy on a mesh. Latents/state/conditions are replicated; params use the strategy's
-    shardings; activations are sharded inside."""
+    shardings; activations are sharded inside. `compiler_options`: libtpu/XLA flags of the compile
+    (a plan's `compiler_options()`, so the program run is the program planned)."""
     def fn(params, latents, state, text_cond, text_uncond, image=None, condition=None):
         return denoise_step(params, latents, state, text_cond, text_uncond, image, condition, config=config,
                             scheduler=scheduler, guidance_scale=guidance_scale, strategy=strategy, mesh=mesh)
 
+    options = dict(compiler_options) if compiler_options else None
     if strategy is None:
-        return jax.jit(fn)
+        return jax.jit(fn, compiler_options=options)
     check_mesh(strategy, mesh)
     validate_strategy(strategy, config, batch=2)
     rep = replicated(mesh)
     ps = param_shardings(config, strategy, mesh)
-    return _with_defaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep)), 7)
+    return _with_defaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep),
+                                  compiler_options=options), 7)
 
 
 def sample(step_fn: Callable, params: dict, latents: jnp.ndarray, scheduler: Any, text_cond, text_uncond,

@@ -1,0 +1,12 @@
+"""The planner's defaults, in one place: the library (`plan_space`, `run_stage1`, the bench) and the CLI read them here."""
+
+#: Strategies Stage 1 passes to Stage 2: the smallest K with full top-1 recall on the tuning grid
+#: (docs/methodology.md, "How K was chosen").
+DEFAULT_TOP_K = 8
+
+#: Seconds one TPU compile may take before its strategy is dropped: a Wan 14B 720p/81-frame step
+#: takes one to two minutes on a 2-core host, several times that under load.
+DEFAULT_COMPILE_TIMEOUT_S = 900.0
+
+#: Best (strategy, placement) pairs recompiled with their own device order before the choice.
+DEFAULT_VERIFY_TOP = 1
