@@ -164,10 +164,10 @@ def predict(config: Config, cache: Any) -> Prediction:
 
     try:
         topology = get_topology(config.topology)
+        placement = placement_for(config, topology)
+        placement.check(topology)
     except AoizoraError as exc:
         raise NotRunnable(f"slice {config.topology}: {exc}") from exc
-    placement = placement_for(config, topology)
-    placement.check(topology)
     mesh = placement.jax_mesh(topology)
     saved = {k: os.environ.get(k) for k in config.env}
     os.environ.update(config.env)
@@ -180,7 +180,10 @@ def predict(config: Config, cache: Any) -> Prediction:
         from_cache = record is not None
         if record is None:
             t0 = time.perf_counter()
-            compiled = lowered.compile()
+            try:
+                compiled = lowered.compile()
+            except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
+                raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
             seconds = time.perf_counter() - t0
             program = build_program(compiled.as_text())
             record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
