@@ -42,12 +42,24 @@ def cli() -> None:
 @cli.command()
 @click.argument("topology_name", metavar="TOPO")
 @click.option("--json", "as_json", is_flag=True, help="Print the full description as JSON.")
-def topology(topology_name: str, as_json: bool) -> None:
-    """Chips, directed ICI links and hardware profile of a TPU slice (e.g. v5e:2x4)."""
+@click.option(
+    "--core-ici", type=click.Choice(["direct", "via-core0"]), default="direct", show_default=True,
+    help="TPU7x: how a chip's two cores reach its ICI links. direct: each core drives them itself; "
+    "via-core0: core 1's traffic to other chips crosses the die-to-die link first.",
+)
+def topology(topology_name: str, as_json: bool, core_ici: str) -> None:
+    """Chips, directed ICI and die-to-die links and hardware profile of a TPU slice.
+
+    TOPO is named as JAX names it: GENERATION:SHAPE, e.g. v5e:2x4, v6e:4x4, v4:2x2x2, v5p:2x2x4,
+    tpu7x:2x2x1 (libtpu accepts tpu7x 2x2x1, 2x2x2, 2x2x4, 2x4x4 and whole 4x4x4 cubes; it refuses
+    1x1x1 and 2x1x1). Aliases: v5litepod, v5 (v5p), v6 (v6e), v7x (tpu7x: libtpu itself refuses
+    v7x:...). Cloud accelerator types tpu7x-8, -16, -32, -64, -128 (TensorCores) name 2x2x1, 2x2x2,
+    2x2x4, 2x4x4 and 4x4x4.
+    """
     from aoizora.report.tables import print_topology
     from aoizora.topology import get_topology
 
-    topo = get_topology(topology_name)
+    topo = get_topology(topology_name, core_ici)  # type: ignore[arg-type]
     if as_json:
         _print_json(topo.to_json())
     else:

@@ -15,11 +15,15 @@ class Incidence:
     """Routes of every device pair as a sparse (N*N, links) 0/1 matrix; rows are `src * N + dst`.
 
     Devices are numbered 0..N-1 by `row` (device id -> row index); `hops[i, j]` counts links.
+    `bandwidth[l]` is link l's one-way bandwidth (ICI and D2D links differ), `weight[l]` its time
+    per byte relative to an ICI link (1 for ICI, less for a faster D2D link).
     """
 
     matrix: sp.csr_matrix
     hops: np.ndarray
     row: dict[int, int]
+    bandwidth: np.ndarray
+    weight: np.ndarray
 
     @property
     def num_devices(self) -> int:
@@ -29,12 +33,17 @@ class Incidence:
         """Bytes on each directed link for an (N, N) matrix of bytes sent from row i to row j."""
         return self.matrix.T @ traffic.ravel()
 
+    def link_seconds(self, loads: np.ndarray) -> np.ndarray:
+        """Seconds each directed link needs to carry `loads` bytes at its own bandwidth."""
+        return loads / self.bandwidth
+
 
 _CACHE: dict[str, Incidence] = {}
 
 
 def incidence(topology: Topology) -> Incidence:
-    hit = _CACHE.get(topology.name)
+    """The route incidence of a slice (cached per slice and core-to-ICI assumption)."""
+    hit = _CACHE.get(topology.route_key)
     if hit is not None:
         return hit
     ids = sorted(topology.positions)
@@ -50,6 +59,8 @@ def incidence(topology: Topology) -> Incidence:
             hops[row[a], row[b]] = len(route)
     data = np.ones(len(rows), dtype=np.float64)
     matrix = sp.csr_matrix((data, (rows, cols)), shape=(n * n, len(topology.links)))
-    result = Incidence(matrix, hops, row)
-    _CACHE[topology.name] = result
+    bandwidth = np.array([l.bandwidth_Bps for l in topology.links], dtype=float)
+    weight = topology.chip_hardware.link_bandwidth_Bps / bandwidth if bandwidth.size else bandwidth
+    result = Incidence(matrix, hops, row, bandwidth, weight)
+    _CACHE[topology.route_key] = result
     return result

@@ -1,7 +1,7 @@
 """Q2: the topology-aware, contention-aware latency of one compiled program on one placement.
 
 Collective time = launch cost
-                  + (bytes on its most loaded directed link) / link bandwidth
+                  + max over directed links of (bytes on the link / the link's bandwidth)
                   + (hops on the longest path one chunk travels) x per-hop latency,
 phase by phase (an N-D strategy runs one ring pass per grid dimension), where the launch cost is
 the fixed time every collective takes however small (`collective_launch_s` of the hardware
@@ -36,7 +36,7 @@ class CollectiveEstimate:
     name: str
     kind: str
     seconds: float  # one execution
-    bottleneck_bytes: float
+    bottleneck_bytes: float  # bytes on the bottleneck link (the link that takes longest)
     bottleneck_link: int | None
     steps: int
     max_hops: int
@@ -129,16 +129,18 @@ class CostModel:
         hw = self.topology.hardware
         loads = np.zeros(len(self.topology.links))
         seconds, peak, top, steps, max_hops, latency = 0.0, 0.0, None, 0, 0, 0.0
+        slowest = 0.0
         for phase in phases:
             phase_loads = self.inc.link_loads(phase.matrix)
             loads += phase_loads
-            phase_top = int(np.argmax(phase_loads)) if phase_loads.size else 0
-            phase_peak = float(phase_loads[phase_top]) if phase_loads.size else 0.0
+            link_seconds = self.inc.link_seconds(phase_loads)
+            phase_top = int(np.argmax(link_seconds)) if link_seconds.size else 0
+            phase_transfer = float(link_seconds[phase_top]) if link_seconds.size else 0.0
             phase_latency = phase.chain_hops * hw.hop_latency_s
             latency += phase_latency
-            seconds += phase_peak / hw.link_bandwidth_Bps + phase_latency
-            if phase_peak > peak:
-                peak, top = phase_peak, phase_top
+            seconds += phase_transfer + phase_latency
+            if phase_transfer > slowest:
+                slowest, peak, top = phase_transfer, float(phase_loads[phase_top]), phase_top
             steps += phase.steps
             max_hops = max(max_hops, phase.max_hops)
         if phases:  # a collective that moves nothing is not launched
@@ -164,7 +166,7 @@ class CostModel:
             per_collective.append(loads)
             link_bytes += loads * coll.multiplicity
         segments: list[dict[str, Any]] | None = [] if timeline else None
-        links = _LinkQueue(per_collective, [e.latency_seconds for e in estimates], self.topology.hardware.link_bandwidth_Bps)
+        links = _LinkQueue(per_collective, [e.latency_seconds for e in estimates], self.inc.bandwidth)
         step, compute, uncosted = _schedule(program, self.topology, estimates, segments, links)
         return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted, segments)
 
@@ -179,10 +181,10 @@ class _LinkQueue:
     max-min sharing ends the last of two equal collectives at the same time.
     """
 
-    def __init__(self, loads: list[np.ndarray], latencies: list[float], bandwidth_Bps: float):
+    def __init__(self, loads: list[np.ndarray], latencies: list[float], bandwidth_Bps: np.ndarray):
         self.loads = loads
         self.latencies = latencies
-        self.bandwidth = bandwidth_Bps
+        self.bandwidth = bandwidth_Bps  # per directed link
         self.free = np.zeros(loads[0].size if loads else 0)
 
     def run(self, collective: int | None, start: float, alone_seconds: float) -> float:
@@ -193,7 +195,7 @@ class _LinkQueue:
         used = loads > 0
         if not used.any():
             return start + alone_seconds
-        cleared = np.maximum(self.free[used], start) + loads[used] / self.bandwidth
+        cleared = np.maximum(self.free[used], start) + loads[used] / self.bandwidth[used]
         self.free[used] = cleared
         return max(start + alone_seconds, float(cleared.max()) + self.latencies[collective])
 

@@ -59,7 +59,8 @@ def _ring_matrix(order: tuple[int, ...], n: int, per_edge: float, bidirectional:
 class RingOrderer:
     """Chooses the ring order over a group's members that the compiler would use (`best`).
 
-    The order minimises the most loaded link of the ring alone, then its total hops. Routes are
+    The order minimises the busiest link of the ring alone (its load over the link's bandwidth,
+    relative to an ICI link), then its total hops. Routes are
     translation invariant, so the choice is cached by the members' positions relative to the
     group's corner: the many translated groups of one collective, and the same group shape in
     other placements, cost one search.
@@ -96,6 +97,7 @@ class RingOrderer:
         loads = rows[src, dst].sum(axis=1)
         if bidirectional:
             loads = (loads + rows[dst, src].sum(axis=1)) / 2
+        loads = loads * self.inc.weight  # time, not bytes: a D2D link carries its load faster
         hops = self.inc.hops[idx[src], idx[dst]].sum(axis=1)
         best = np.lexsort((hops, loads.max(axis=1)))[0]
         return tuple(int(v) for v in tours[best])

@@ -80,7 +80,7 @@ _OTHER_KNOWN = frozenset(
     call while conditional copy-start slice-start send send-done recv recv-done infeed outfeed
     rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve topk
     batch-norm-training batch-norm-inference batch-norm-grad dynamic-reshape
-    set-dimension-size async-start async-update async-done""".split()
+    set-dimension-size async-start async-update async-done call-start call-done""".split()
 )
 KNOWN_OPCODES = (
     _FREE | ELEMENTWISE_FLOP_OPS | MOVEMENT_OPS | set(_COLLECTIVE_OPS) | set(_ASYNC_STARTS)
@@ -90,10 +90,11 @@ KNOWN_OPCODES = (
 
 FREE_CUSTOM_CALLS = frozenset(
     {"AllocateBuffer", "ConcatBitcast", "Sharding", "SPMDFullToShardShape",
-     "SPMDShardToFullShape", "MoveToHost", "MoveToDevice", "LayoutConstraint"}
+     "SPMDShardToFullShape", "MoveToHost", "MoveToDevice", "LayoutConstraint",
+     "PrepareAsyncCallStart", "PrepareAsyncCallDone"}
 )
 """libtpu-internal custom calls that are buffer bookkeeping, costed like compute (bytes only),
-not opaque kernels."""
+not opaque kernels. (`PrepareAsyncCall*` set up a TPU7x SparseCore call of an offloaded collective.)"""
 
 ASYNC_COLLECTIVE_START = "AsyncCollectiveStart"
 ASYNC_COLLECTIVE_DONE = "AsyncCollectiveDone"
@@ -248,6 +249,19 @@ class _Builder:
                     comp, inst, deps, mult, loop, CollectiveMode.ASYNC, wrapped, callee
                 )
             return self.compute(comp, inst, deps, mult, loop)
+        if op == "call-start":
+            # TPU7x: libtpu offloads a collective to the SparseCores as an asynchronous call
+            # (`async_execution_thread="sparsecore"`) of a computation whose root is the collective
+            callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
+            wrapped = callee.root
+            assert wrapped is not None
+            if wrapped.opcode in _COLLECTIVE_OPS:
+                return self.collective(comp, inst, deps, mult, loop, CollectiveMode.ASYNC, wrapped, callee)
+            return self.walk(callee, vals, mult, loop)
+        if op == "call-done":
+            if self._is_pending(deps):
+                return self.collective_done(comp, inst, deps, mult, loop)
+            return deps
         if op in ("async-update", "async-done"):
             return deps
         if op == "fusion":

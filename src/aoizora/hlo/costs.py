@@ -50,8 +50,16 @@ MOVEMENT_OPS = frozenset(
 )
 
 
+_NO_ESTIMATE = 2**63 - 1  # INT64_MAX: what libtpu prints when its cost model has no estimate
+
+
 def estimated_cycles(backend_config: Mapping[str, Any] | str | None) -> int | None:
-    """The compiler's ``estimated_cycles`` for an op, None when it did not print one."""
+    """The compiler's ``estimated_cycles`` for an op, None when it did not print one.
+
+    libtpu 0.0.42.1 prints ``"estimated_cycles":"9223372036854775807"`` (INT64_MAX) for some
+    TPU7x copies: no estimate, not a cost (taken literally it is ~5e9 s per copy). Ops then get
+    the roofline like any op without an estimate.
+    """
     if not isinstance(backend_config, Mapping):
         return None
     v = backend_config.get("estimated_cycles")
@@ -62,9 +70,10 @@ def estimated_cycles(backend_config: Mapping[str, Any] | str | None) -> int | No
     if v is None:
         return None
     try:
-        return int(v)
+        cycles = int(v)
     except (TypeError, ValueError):
         return None
+    return None if cycles >= _NO_ESTIMATE else cycles
 
 
 def dot_flops(inst: Instruction, lhs: Shape) -> float:

@@ -193,6 +193,12 @@ class _Parser:
             c = lx.peek_char()
             if c == "}":
                 lx.pos += 1
+                # `}, execution_thread="sparsecore"`: a computation libtpu runs on another thread
+                # (TPU7x offloads collectives to its SparseCores)
+                while lx.accept(","):
+                    lx.word("computation attribute name")
+                    lx.expect("=", "after a computation attribute")
+                    lx.value_extent()
                 break
             if c == "":
                 raise lx.error(f"computation {name!r} is not closed (input truncated?)")

@@ -2,7 +2,8 @@
 
 Two placements are equivalent when one is the other moved by a symmetry of the slice: a
 reflection of any axis, a permutation of axes of equal size and wraparound (rotations of square
-grids), a translation along a wrapped axis, or a swap of the cores of every chip. Equivalent
+grids), a translation along a wrapped axis, or a swap of the cores of every chip (while both
+cores reach the chip's links alike, see `Topology.core_ici`). Equivalent
 placements load the links the same way, so only one of each class needs scoring.
 """
 
@@ -23,12 +24,15 @@ def point_symmetries(topology: Topology) -> list[tuple[tuple[int, ...], tuple[bo
         shape.append(topology.cores_per_chip)
         wrap.append(False)
     dims = len(topology.shape)
+    # Reflecting the core axis swaps the cores of every chip: a symmetry while both cores reach
+    # the chip's links alike (D2D links run both ways), not when only core 0 drives the ICI links.
+    flippable = [True] * dims + [topology.cores_are_interchangeable] * (len(shape) - dims)
     out = []
     for perm in itertools.permutations(range(dims)):
         if any(shape[p] != shape[i] or wrap[p] != wrap[i] for i, p in enumerate(perm)):
             continue
         full_perm = tuple(perm) + tuple(range(dims, len(shape)))
-        for flips in itertools.product((False, True), repeat=len(shape)):
+        for flips in itertools.product(*[(False, True) if f else (False,) for f in flippable]):
             out.append((full_perm, flips))
     return out
 

@@ -17,23 +17,36 @@ from aoizora.topology import Topology
 
 def print_topology(topo: Topology, console: Console | None = None) -> None:
     console = console or Console()
-    hw = topo.hardware
+    chip, dev = topo.chip_hardware, topo.hardware
     wrap = ", ".join(f"axis {i} ({n})" for i, (n, w) in enumerate(zip(topo.shape, topo.wrap)) if w) or "none"
+    n_d2d = sum(1 for l in topo.links if l.kind == "d2d")
+    d2d = f" + {n_d2d} directed die-to-die links (cores to ICI: {topo.core_ici})" if n_d2d else ""
     console.print(
         f"[bold]{topo.name}[/bold]: {topo.num_chips} chips x {topo.cores_per_chip} device(s), "
-        f"{len(topo.links)} directed ICI links, wraparound: {wrap}"
+        f"{len(topo.links) - n_d2d} directed ICI links{d2d}, wraparound: {wrap}"
     )
-    table = Table(title="hardware profile (per chip)")
+    per_device = topo.cores_per_chip > 1
+    table = Table(title="hardware profile" + (f" (per chip; per device: 1/{topo.cores_per_chip})" if per_device else " (per chip)"))
     table.add_column("field")
-    table.add_column("value", justify="right")
-    for key, value in (
-        ("link bandwidth, one way", f"{hw.link_bandwidth_Bps / 1e9:.0f} GB/s"),
-        ("HBM", f"{hw.hbm_bytes / 2**30:.0f} GiB ({hw.hbm_usable_bytes / 2**30:.2f} usable by a program) at {hw.hbm_bandwidth_Bps / 1e9:.0f} GB/s"),
-        ("peak bf16", f"{hw.peak_bf16_flops / 1e12:.0f} TFLOP/s"),
-        ("clock", f"{hw.clock_hz / 1e9:.2f} GHz"),
-        ("per-hop latency", f"{hw.hop_latency_s * 1e6:.1f} us"),
-    ):
-        table.add_row(key, value)
+    table.add_column("per chip", justify="right")
+    if per_device:
+        table.add_column("per device", justify="right")
+    rows = [
+        ("ICI link bandwidth, one way", f"{chip.link_bandwidth_Bps / 1e9:.0f} GB/s", ""),
+        ("HBM", f"{chip.hbm_bytes / 2**30:.0f} GiB at {chip.hbm_bandwidth_Bps / 1e9:.0f} GB/s",
+         f"{dev.hbm_bytes / 2**30:.0f} GiB at {dev.hbm_bandwidth_Bps / 1e9:.0f} GB/s"),
+        ("HBM usable by a program (per device)", "", f"{dev.hbm_usable_bytes / 2**30:.2f} GiB"),
+        ("peak bf16", f"{chip.peak_bf16_flops / 1e12:.0f} TFLOP/s", f"{dev.peak_bf16_flops / 1e12:.1f} TFLOP/s"),
+        ("clock", f"{chip.clock_hz / 1e9:.2f} GHz", ""),
+        ("per-hop latency", f"{chip.hop_latency_s * 1e6:.1f} us", ""),
+    ]
+    if chip.d2d_bandwidth_Bps is not None:
+        rows.insert(1, ("die-to-die bandwidth, one way", f"{chip.d2d_bandwidth_Bps / 1e9:.0f} GB/s", ""))
+    for key, per_chip, one_device in rows:
+        if per_device:
+            table.add_row(key, per_chip, one_device)
+        else:
+            table.add_row(key, per_chip or one_device)
     console.print(table)
 
 

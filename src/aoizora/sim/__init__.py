@@ -10,9 +10,10 @@ execution model, `aoizora.sim.algorithms` for how compiled algorithm configs bec
 DAGs, `aoizora.sim.network` for max-min fair link sharing.
 
 What it models: a fixed launch cost per collective run and device (``collective_launch_s``:
-its transfers start that long after the device issued it); every ring step / exchange as
-chunked point-to-point transfers over dimension-order routes; store-and-forward per chunk; max-min fair sharing of every directed
-link, re-solved whenever a flow starts or ends; hops x hop latency per transfer; all groups of a
+its transfers start that long after the device issued it); every ring step / exchange as chunked point-to-point transfers over
+dimension-order routes (die-to-die links between the two cores of a TPU7x chip included);
+store-and-forward per chunk; max-min fair sharing of every directed link at its own bandwidth,
+re-solved whenever a flow starts or ends; hops x hop latency per transfer; all groups of a
 collective at once; per-device in-order compute; async start/done overlap; loops walked per
 iteration (or skipped once provably periodic).
 

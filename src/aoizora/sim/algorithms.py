@@ -136,10 +136,25 @@ def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: b
     return loads
 
 
-def _ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[int, int, int]:
+_LINK_WEIGHTS: weakref.WeakKeyDictionary[Topology, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def _link_weights(topology: Topology) -> np.ndarray:
+    """Time per byte of each link relative to an ICI link: 1 for ICI, less for a faster D2D link."""
+    weights = _LINK_WEIGHTS.get(topology)
+    if weights is None:
+        reference = topology.chip_hardware.link_bandwidth_Bps
+        weights = np.array([reference / l.bandwidth_Bps for l in topology.links], dtype=float)
+        weights.flags.writeable = False
+        _LINK_WEIGHTS[topology] = weights
+    return weights
+
+
+def _ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[float, int, int]:
     loads = ring_link_loads(topology, order, bidirectional)
+    weights = _link_weights(topology)
     hops = [len(topology.device_route(order[i], order[(i + 1) % len(order)])) for i in range(len(order))]
-    return (max(loads.values(), default=0), max(hops, default=0), sum(hops))
+    return (max((n * weights[l] for l, n in loads.items()), default=0.0), max(hops, default=0), sum(hops))
 
 
 # best_ring_order depends on nothing but the slice and the listed group, and the same groups recur
@@ -151,7 +166,8 @@ _RING_ORDERS: weakref.WeakKeyDictionary[Topology, dict[tuple[tuple[int, ...], bo
 
 
 def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
-    """The order of the group's devices minimising (bottleneck link load, longest hop, total hops).
+    """The order of the group's devices minimising (bottleneck link load, longest hop, total hops);
+    a link's load counts in time (hops over it divided by its bandwidth relative to an ICI link).
 
     Exact (all cyclic orders, first device fixed) up to 8 members; above that a deterministic
     2-opt local search started from the listed order, a nearest-neighbour order and, when the
@@ -205,10 +221,12 @@ def _exact_ring_order(topology: Topology, group: tuple[int, ...], bidirectional:
     loads = incidence[perms, nxt].sum(axis=1)
     if bidirectional:
         loads += incidence[nxt, perms].sum(axis=1)
+    weights = _link_weights(topology)[sorted(links, key=links.__getitem__)] if links else np.ones(1)
+    bottleneck = (loads * weights).max(axis=1)  # time, not hops: a D2D link carries its share faster
     step_hops = hops[perms, nxt]
-    # lexicographic (bottleneck load, longest hop, total hops); each part < 10^4 on any slice
-    key = (loads.max(axis=1) * 10**4 + step_hops.max(axis=1)) * 10**4 + step_hops.sum(axis=1)
-    return tuple(group[i] for i in perms[int(np.argmin(key))])
+    # lexicographic (bottleneck, longest hop, total hops); lexsort is stable, so the first minimum wins
+    best = np.lexsort((step_hops.sum(axis=1), step_hops.max(axis=1), bottleneck))[0]
+    return tuple(group[i] for i in perms[int(best)])
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,8 +15,9 @@ Model (why each choice, in short):
   async one blocks only at its ``-done``, so compute between start and done overlaps it.
 * **Network.** A transfer on a multi-hop route is one flow on every link of the route at once
   (cut-through), sharing links max-min fairly with all other flows; when its last byte is sent
-  it is delivered ``hops x hop_latency`` later. On-chip transfers (two cores of one chip) are
-  delivered at once.
+  it is delivered ``hops x hop_latency`` later. Every link has its own capacity (a TPU7x
+  die-to-die link between the two cores of a chip is a link like the ICI ones, ~6x faster).
+  Transfers with an empty route (two cores of a v4 chip, which share a die) are delivered at once.
 * **Loops.** Bodies are walked iteration by iteration. With ``extrapolate_loops`` the loop is
   cut short once it is provably periodic: at a *quiescent* moment (no flow, no unfinished
   collective run; every device parked at a known node with a known time), the whole future is a

@@ -1,16 +1,35 @@
-"""TPU slices: chips, directed ICI links, wraparound, hardware profiles and routing."""
+"""TPU slices: chips, directed ICI and die-to-die links, wraparound, hardware profiles and routing."""
 
-from aoizora.topology.hardware import HardwareProfile, canonical_generation, generation_names, hardware_profile
-from aoizora.topology.slice import Chip, Coords, DevicePosition, Link, Topology, get_topology, parse_topology_name
+from aoizora.topology.hardware import (
+    HardwareProfile,
+    canonical_generation,
+    generation_aliases,
+    generation_names,
+    hardware_profile,
+)
+from aoizora.topology.slice import (
+    CORE_ICI_MODES,
+    Chip,
+    CoreIci,
+    Coords,
+    DevicePosition,
+    Link,
+    Topology,
+    get_topology,
+    parse_topology_name,
+)
 
 __all__ = [
+    "CORE_ICI_MODES",
     "Chip",
+    "CoreIci",
     "Coords",
     "DevicePosition",
     "HardwareProfile",
     "Link",
     "Topology",
     "canonical_generation",
+    "generation_aliases",
     "generation_names",
     "get_topology",
     "hardware_profile",

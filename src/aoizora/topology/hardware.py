@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -13,22 +14,50 @@ from aoizora.errors import TopologyError
 
 @dataclass(frozen=True)
 class HardwareProfile:
-    """What one chip of a TPU generation offers. Bandwidths are bytes per second."""
+    """What one chip of a TPU generation offers (or, from `per_device`, one device's share of it).
+
+    Bandwidths are bytes per second. `hbm_bytes`, `hbm_bandwidth_Bps` and `peak_bf16_flops` are
+    per chip in `data/hardware.json`; `hbm_usable_bytes` is libtpu's limit per device.
+    """
 
     generation: str
     device_kinds: tuple[str, ...]
     ici_dims: int
     ici_ports_per_chip: int
     link_bandwidth_Bps: float  # one direction of one ICI link
+    d2d_bandwidth_Bps: float | None  # one direction of the die-to-die link between a chip's cores; None: none
     hbm_bytes: int
-    hbm_usable_bytes: int  # what the compiler lets one program use (less than the chip's HBM)
+    hbm_usable_bytes: int  # what the compiler lets one program use on one device (less than its HBM)
     hbm_bandwidth_Bps: float
     peak_bf16_flops: float
     clock_hz: float
     hop_latency_s: float
     wraparound: str  # rule name, see `wraps`
     collective_launch_s: float = 0.0  # fixed time of every collective however small (launch and completion)
+    accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
+
+    def per_device(self, devices_per_chip: int) -> HardwareProfile:
+        """One device's share of a chip that libtpu exposes as `devices_per_chip` devices.
+
+        Each device is one TensorCore with its own half of the chip's HBM (v4 without megacore,
+        TPU7x), so it gets an equal share of the chip's peak FLOP/s, HBM and HBM bandwidth.
+        Links are unchanged (a link's bandwidth is the link's); `hbm_usable_bytes` is already
+        libtpu's per-device limit.
+        """
+        if devices_per_chip < 1:
+            raise TopologyError(f"a chip exposes at least one device, not {devices_per_chip}")
+        if devices_per_chip == self.devices_per_chip:
+            return self
+        share = self.devices_per_chip / devices_per_chip
+        return dataclasses.replace(
+            self,
+            hbm_bytes=int(self.hbm_bytes * share),
+            hbm_bandwidth_Bps=self.hbm_bandwidth_Bps * share,
+            peak_bf16_flops=self.peak_bf16_flops * share,
+            devices_per_chip=devices_per_chip,
+        )
 
     def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:
         """Which axes of a slice of this shape have wraparound links."""
@@ -36,7 +65,7 @@ class HardwareProfile:
             # v5e/v6e: a sub-slice only closes a ring along an axis that spans the full pod (16).
             return tuple(n == 16 for n in shape)
         if self.wraparound == "all_axes_when_all_multiple_of_4":
-            # v4/v5p: optical switches close every axis once the slice is made of whole 4x4x4 cubes.
+            # v4/v5p/TPU7x: optical switches close every axis once the slice is made of whole 4x4x4 cubes.
             full = all(n % 4 == 0 for n in shape)
             return tuple(full and n > 2 for n in shape)
         raise TopologyError(f"unknown wraparound rule {self.wraparound!r} in hardware.json")
@@ -47,6 +76,8 @@ class HardwareProfile:
             "ici_dims": self.ici_dims,
             "ici_ports_per_chip": self.ici_ports_per_chip,
             "link_bandwidth_Bps": self.link_bandwidth_Bps,
+            "d2d_bandwidth_Bps": self.d2d_bandwidth_Bps,
+            "devices_per_chip": self.devices_per_chip,
             "hbm_bytes": self.hbm_bytes,
             "hbm_usable_bytes": self.hbm_usable_bytes,
             "hbm_bandwidth_Bps": self.hbm_bandwidth_Bps,
@@ -65,7 +96,7 @@ def _table() -> dict[str, Any]:
 
 
 def generation_names() -> tuple[str, ...]:
-    """Canonical generation names (v5e, v6e, v4, v5p)."""
+    """Canonical generation names (v5e, v6e, v4, v5p, tpu7x)."""
     return tuple(_table()["generations"])
 
 
@@ -85,4 +116,10 @@ def hardware_profile(generation: str) -> HardwareProfile:
     gen = canonical_generation(generation)
     raw = dict(_table()["generations"][gen])
     raw["device_kinds"] = tuple(raw["device_kinds"])
+    raw.setdefault("d2d_bandwidth_Bps", None)
     return HardwareProfile(generation=gen, **raw)
+
+
+def generation_aliases() -> dict[str, str]:
+    """Alias -> canonical generation name (e.g. `v7x` -> `tpu7x`)."""
+    return dict(_table()["aliases"])
