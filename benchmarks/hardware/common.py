@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,8 @@ class Config:
     order: ``"jax-default"`` (what `jax.make_mesh` / `mesh_utils.create_device_mesh` return) or a
         callable turning the default device-id array into the source's order.
     build: the program (see `Build`).
-    env: compiler flags the source set (LIBTPU_INIT_ARGS); part of the compile-cache key.
+    Compiler flags a source set (LIBTPU_INIT_ARGS) go into `setup`: libtpu reads them once per
+    process, so the runner compiles every entry with the process's own flags.
     """
 
     name: str
@@ -74,7 +75,6 @@ class Config:
     mesh: tuple[tuple[str, int], ...]
     build: Build
     order: str | Callable[[np.ndarray], np.ndarray] = "jax-default"
-    env: dict[str, str] = field(default_factory=dict)
     setup: str = ""  # the setup as published, for the table and the JSON
 
 
@@ -153,8 +153,6 @@ def placement_for(config: Config, topology: Any) -> Any:
 
 def predict(config: Config, cache: Any) -> Prediction:
     """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
-    import os
-
     from aoizora.cost.model import CostModel
     from aoizora.hlo import build_program
     from aoizora.plan.compile_cache import CompileRecord
@@ -169,32 +167,23 @@ def predict(config: Config, cache: Any) -> Prediction:
     except AoizoraError as exc:
         raise NotRunnable(f"slice {config.topology}: {exc}") from exc
     mesh = placement.jax_mesh(topology)
-    saved = {k: os.environ.get(k) for k in config.env}
-    os.environ.update(config.env)
-    try:
-        fn, args = config.build(mesh)
-        lowered = fn.lower(*args)
-        ids = [int(d.id) for d in mesh.devices.flat]
-        key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions())
-        record = cache.get(key)
-        from_cache = record is not None
-        if record is None:
-            t0 = time.perf_counter()
-            try:
-                compiled = lowered.compile()
-            except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
-                raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
-            seconds = time.perf_counter() - t0
-            program = build_program(compiled.as_text())
-            record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
-                                   label=f"hardware suite / {config.name} / {topology.name}")
-            cache.put(key, record)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    fn, args = config.build(mesh)
+    lowered = fn.lower(*args)
+    ids = [int(d.id) for d in mesh.devices.flat]
+    key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions())
+    record = cache.get(key)
+    from_cache = record is not None
+    if record is None:
+        t0 = time.perf_counter()
+        try:
+            compiled = lowered.compile()
+        except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
+            raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
+        seconds = time.perf_counter() - t0
+        program = build_program(compiled.as_text())
+        record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
+                               label=f"hardware suite / {config.name} / {topology.name}")
+        cache.put(key, record)
     if record.error is not None:
         raise NotRunnable(f"the compiler refused {config.name}: {record.error}")
     program = build_program(record.hlo_text, device_ids=record.device_ids)
@@ -204,7 +193,7 @@ def predict(config: Config, cache: Any) -> Prediction:
         q2_s=q2.step_seconds, sim_s=sim.step_seconds, q2_comm_s=q2.comm_seconds,
         sim_comm_s=sim.comm_seconds,
         compute_s=q2.compute_seconds,
-        collectives=[f"{c.kind} x{c.multiplicity}" for c in program.collectives],
+        collectives=[f"{c.kind.value} x{c.multiplicity}" for c in program.collectives],
         compile_seconds=record.compile_seconds, from_cache=from_cache,
     )
 
