@@ -77,7 +77,7 @@ def test_two_groups_through_one_link_take_twice_as_long():
     cm = CostModel(topo, Q2Options(ring_direction="uni"))
     one = cm.evaluate(one_collective(CollectiveKind.COLLECTIVE_PERMUTE, [], 16 * MB, 8, pairs=((0, 1),)), place)
     two = cm.evaluate(one_collective(CollectiveKind.COLLECTIVE_PERMUTE, [], 16 * MB, 8, pairs=((0, 1), (2, 3))), place)
-    lat = 2 * topo.hardware.hop_latency_s
+    lat = 2 * topo.hardware.hop_latency_s + topo.hardware.collective_launch_s  # paid once, not per byte
     assert (two.step_seconds - lat) == pytest.approx(2 * (one.step_seconds - lat), rel=1e-9)
 
 
@@ -186,3 +186,35 @@ def test_concurrent_collectives_share_links_like_the_simulator():
     for prog in (same, _two_permutes(ring, reverse, 16 * MB)):
         q2 = cm.evaluate(prog, place).step_seconds
         assert q2 == pytest.approx(simulate(prog, topo, place).step_seconds, rel=0.05)
+
+
+def test_open_line_ring_pays_its_closing_edge_once_per_pass():
+    # A 4-ring listed along an open line: edges of 1, 1, 1 and 3 hops. A chunk is forwarded as
+    # soon as it arrives, so its latency adds up along the 3 edges it crosses; the worst start
+    # crosses 1 + 1 + 3 = 5 hops per pass, not 3 steps x 3 hops (a barrier after every step).
+    topo = get_topology("v5e:2x4")
+    mesh = MeshSpec(("a", "b"), (2, 4))
+    place = raster_placement(topo, mesh, [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)])
+    prog = one_collective(CollectiveKind.ALL_GATHER, [(0, 1, 2, 3), (4, 5, 6, 7)], 1024, 8)
+    cm = CostModel(topo, Q2Options(ring_direction="bi", ring_order="listed"))
+    est = cm.evaluate(prog, place).collectives[0]
+    hw = topo.hardware
+    assert est.latency_seconds == pytest.approx(hw.collective_launch_s + 5 * hw.hop_latency_s, rel=1e-9)
+
+
+def test_every_collective_pays_its_launch_cost():
+    topo = get_topology("v5e:2x4")
+    hw = topo.hardware
+    assert hw.collective_launch_s > 0 and "collective_launch_s" in hw.sources
+    mesh = MeshSpec(("a", "b"), (2, 4))
+    place = raster_placement(topo, mesh, [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)])
+    cm = CostModel(topo)
+    tiny = cm.evaluate(one_collective(CollectiveKind.COLLECTIVE_PERMUTE, [], 64, 8, pairs=((0, 1),)), place)
+    assert tiny.step_seconds == pytest.approx(hw.collective_launch_s + hw.hop_latency_s + 64 / hw.link_bandwidth_Bps)
+    # two of them one after the other pay it twice; a group of one moves nothing and is not launched
+    b = ProgramBuilder(8)
+    b.collective(CollectiveKind.COLLECTIVE_PERMUTE, [], 64, pairs=((0, 1),))
+    b.collective(CollectiveKind.COLLECTIVE_PERMUTE, [], 64, pairs=((0, 1),))
+    assert cm.evaluate(b.build(), place).step_seconds == pytest.approx(2 * tiny.step_seconds)
+    alone = one_collective(CollectiveKind.ALL_GATHER, [(i,) for i in range(8)], 64, 8)
+    assert cm.evaluate(alone, place).step_seconds == 0.0

@@ -214,6 +214,7 @@ def test_chunks_pipeline_ring_steps(topo):
     # the next step's first chunk leaves while later chunks are still arriving.
     place = identity_placement(topo)
     w, lat = topo.hardware.link_bandwidth_Bps, topo.hardware.hop_latency_s
+    launch = topo.hardware.collective_launch_s
     s = 2**18  # 3 steps of ~5.8 us each: latency matters
     b = ProgramBuilder(8)
     b.collective("all-gather", [[0, 2, 4, 6], [1, 3, 5, 7]], s, algo=UNI_RING)
@@ -221,8 +222,8 @@ def test_chunks_pipeline_ring_steps(topo):
     bandwidth = 3 * s / w
     t1 = simulate(prog, topo, place, chunks=1).step_seconds
     t4 = simulate(prog, topo, place, chunks=4).step_seconds
-    assert t1 == pytest.approx(bandwidth + 5 * lat, rel=1e-9)
-    assert bandwidth + 3 * lat - 1e-12 <= t4 < t1 - lat
+    assert t1 == pytest.approx(launch + bandwidth + 5 * lat, rel=1e-9)
+    assert launch + bandwidth + 3 * lat - 1e-12 <= t4 < t1 - lat
     big = ProgramBuilder(8)
     big.collective("all-gather", [[0, 2, 4, 6], [1, 3, 5, 7]], S, algo=UNI_RING)
     b1 = simulate(big.build(), topo, place, chunks=1).step_seconds
@@ -283,3 +284,21 @@ def test_collective_without_traffic_costs_nothing_and_keeps_loops_extrapolable(t
     assert res.link_bytes.sum() == 0
     assert [c.runs for c in res.collectives] == [20, 20]
     assert res.loops_extrapolated
+
+
+def test_every_collective_run_pays_the_launch_cost(topo):
+    # identity placement on v5e:2x4: devices 0 and 1 are neighbours (one hop)
+    from aoizora.cost import CostModel
+
+    place = identity_placement(topo)
+    hw = topo.hardware
+    one = ProgramBuilder(8)
+    one.collective("collective-permute", payload_bytes=64, pairs=[(0, 1)])
+    t1 = simulate(one.build(), topo, place).step_seconds
+    assert t1 == pytest.approx(hw.collective_launch_s + 64 / hw.link_bandwidth_Bps + hw.hop_latency_s, rel=1e-9)
+    # Q2 charges the same fixed cost: on a lone one-hop permute the two models agree exactly
+    assert CostModel(topo).evaluate(one.build(), place).step_seconds == pytest.approx(t1, rel=1e-9)
+    two = ProgramBuilder(8)
+    two.collective("collective-permute", payload_bytes=64, pairs=[(0, 1)])
+    two.collective("collective-permute", payload_bytes=64, pairs=[(0, 1)])
+    assert simulate(two.build(), topo, place).step_seconds == pytest.approx(2 * t1, rel=1e-9)

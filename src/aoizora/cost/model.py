@@ -1,8 +1,12 @@
 """Q2: the topology-aware, contention-aware latency of one compiled program on one placement.
 
-Collective time = max over directed links of (bytes on the link / the link's bandwidth)
-                  + steps x (hops of its longest step) x per-hop latency,
-where every group of the collective runs at once and loads the same links (contention), and
+Collective time = launch cost
+                  + max over directed links of (bytes on the link / the link's bandwidth)
+                  + (hops on the longest path one chunk travels) x per-hop latency,
+phase by phase (an N-D strategy runs one ring pass per grid dimension), where the launch cost is
+the fixed time every collective takes however small (`collective_launch_s` of the hardware
+profile), a ring forwards each chunk as soon as it has arrived (see `traffic.ring_chain_hops`),
+and every group of the collective runs at once and loads the same links (contention), and
 collectives in flight at the same time carry their bytes over shared links in turn. Compute
 time comes from the compiler's `estimated_cycles` / clock, else the roofline, and opaque kernels
 from the cost the workload supplies. The schedule walks the program's DAG once per loop body and
@@ -39,7 +43,7 @@ class CollectiveEstimate:
     multiplicity: int
     bidirectional: bool
     reordered: bool
-    latency_seconds: float = 0.0  # the hop-latency part of `seconds`
+    latency_seconds: float = 0.0  # the fixed part of `seconds`: launch cost and hop latencies
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -132,13 +136,16 @@ class CostModel:
             link_seconds = self.inc.link_seconds(phase_loads)
             phase_top = int(np.argmax(link_seconds)) if link_seconds.size else 0
             phase_transfer = float(link_seconds[phase_top]) if link_seconds.size else 0.0
-            phase_latency = phase.steps * phase.max_hops * hw.hop_latency_s
+            phase_latency = phase.chain_hops * hw.hop_latency_s
             latency += phase_latency
             seconds += phase_transfer + phase_latency
             if phase_transfer > slowest:
                 slowest, peak, top = phase_transfer, float(phase_loads[phase_top]), phase_top
             steps += phase.steps
             max_hops = max(max_hops, phase.max_hops)
+        if phases:  # a collective that moves nothing is not launched
+            seconds += hw.collective_launch_s
+            latency += hw.collective_launch_s
         est = CollectiveEstimate(
             coll.index, coll.name, coll.kind.value, seconds, peak, top, steps, max_hops,
             coll.multiplicity, bidirectional, reordered, latency,

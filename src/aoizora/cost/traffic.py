@@ -22,12 +22,27 @@ _BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at mo
 @dataclass(frozen=True)
 class Traffic:
     matrix: np.ndarray  # (N, N) bytes from row i to row j over the whole collective
-    steps: int  # sequential algorithm steps (each pays the per-hop latency of its longest hop)
+    steps: int  # sequential algorithm steps
     max_hops: int  # longest route of any single step
+    chain_hops: int = 0  # hops on the longest path one chunk travels (what the hop latency is paid on)
 
 
 def ring_edges(order: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(order[k], order[(k + 1) % len(order)]) for k in range(len(order))]
+
+
+def ring_chain_hops(edge_hops: list[int]) -> int:
+    """Hops on the longest path a chunk travels in one pass of a ring.
+
+    A ring step forwards a chunk as soon as it has arrived (no barrier across the ring between
+    steps), so the hop latency adds up along each chunk's path: the ring's len - 1 consecutive
+    edges from where the chunk starts. The longest such path skips only the shortest edge. A
+    ring laid out in the listed order of an open line (its closing edge spanning the line) pays
+    that edge's hops once per pass, not once per step.
+    """
+    if len(edge_hops) < 2:
+        return sum(edge_hops)
+    return sum(edge_hops) - min(edge_hops)
 
 
 def _ring_matrix(order: tuple[int, ...], n: int, per_edge: float, bidirectional: bool) -> np.ndarray:
@@ -140,7 +155,7 @@ def collective_phases(
         for a, b in pairs:
             m[a, b] += coll.operand_bytes
         hops = max((int(inc.hops[a, b]) for a, b in pairs), default=0)
-        return [Traffic(m, 1 if pairs else 0, hops)]
+        return [Traffic(m, 1 if pairs else 0, hops, hops)]
     size = max((len(g) for g in groups), default=1)
     if size < 2:
         return []
@@ -154,7 +169,7 @@ def collective_phases(
                     if a != b:
                         m[a, b] += chunk
                         hops = max(hops, int(inc.hops[a, b]))
-        return [Traffic(m, 1, hops)]
+        return [Traffic(m, 1, hops, hops)]
     dims = dims if dims and int(np.prod(dims)) == size else (size,)
     orders = [o for o in (dim_orders or []) if sorted(o) == list(range(len(dims)))] or [tuple(range(len(dims)))]
     full = coll.operand_bytes if coll.kind != CollectiveKind.ALL_GATHER else coll.operand_bytes * size
@@ -164,17 +179,20 @@ def collective_phases(
         for k, (d, held_bytes, scatter) in enumerate(_phases(coll.kind, dims, order, full / len(orders), size)):
             per_edge = (dims[d] - 1) * (held_bytes / dims[d] if scatter else held_bytes)
             m = np.zeros((n, n))
-            hops = 0
+            hops = chain = 0
             for g in groups:
                 for line in _grid_lines(g, dims, d, positions):
                     ring = reorder.best(line, bidirectional) if reorder is not None and len(dims) == 1 else line
                     m += _ring_matrix(ring, n, per_edge, bidirectional)
-                    hops = max(hops, max(int(inc.hops[a, b]) for a, b in ring_edges(ring)))
+                    edge_hops = [int(inc.hops[a, b]) for a, b in ring_edges(ring)]
+                    hops = max(hops, max(edge_hops))
+                    chain = max(chain, ring_chain_hops(edge_hops))
             if k < len(slots):
                 prev = slots[k]
-                slots[k] = Traffic(prev.matrix + m, max(prev.steps, dims[d] - 1), max(prev.max_hops, hops))
+                slots[k] = Traffic(prev.matrix + m, max(prev.steps, dims[d] - 1), max(prev.max_hops, hops),
+                                   max(prev.chain_hops, chain))
             else:
-                slots.append(Traffic(m, dims[d] - 1, hops))
+                slots.append(Traffic(m, dims[d] - 1, hops, chain))
     return slots
 
 

@@ -1,16 +1,21 @@
 """Reference simulator: event-driven, flow-level execution of one program on one placement.
 
-Independent of the cost model Q2 (it shares only the topology and the program graph) so that Q2
-can be validated against it. Entry point: `simulate`. See `aoizora.sim.engine` for the
-execution model, `aoizora.sim.algorithms` for how compiled algorithm configs become transfer
-DAGs, `aoizora.sim.network` for max-min fair link sharing.
+Independent of the cost model Q2 so that Q2 can be validated against it. Shared with Q2: the
+topology (links, routes), the program graph, the compute model (compiler cycles, else the
+roofline) and the hardware profile's figures (link bandwidth, per-hop latency, the fixed launch
+cost of a collective). Modelled here on its own: how collectives move data (transfer DAGs, chunk
+pipelining, store and forward), how flows share links (max-min), how hop latency and launch cost
+combine with transfers in time, and the schedule. Entry point: `simulate`. See
+`aoizora.sim.engine` for the execution model, `aoizora.sim.algorithms` for how compiled
+algorithm configs become transfer DAGs, `aoizora.sim.network` for max-min fair link sharing.
 
-What it models: every ring step / exchange as chunked point-to-point transfers over
-dimension-order routes (die-to-die links between the two cores of a TPU7x chip included);
-store-and-forward per chunk; max-min fair sharing of every directed link at its own bandwidth,
-re-solved whenever a flow starts or ends; hops x hop latency per transfer; all groups of a
-collective at once; per-device in-order compute; async start/done overlap; loops walked per
-iteration (or skipped once provably periodic).
+What it models: a fixed launch cost per collective run and device (``collective_launch_s``: its
+transfers start that long after the device issued it); every ring step / exchange as chunked
+point-to-point transfers over dimension-order routes (die-to-die links between the two cores of
+a TPU7x chip included); store-and-forward per chunk; max-min fair sharing of every directed link
+at its own bandwidth, re-solved whenever a flow starts or ends; hops x hop latency per transfer;
+all groups of a collective at once; per-device in-order compute; async start/done overlap; loops
+walked per iteration (or skipped once provably periodic).
 
 What it leaves out, on purpose or for now: HBM contention between compute and DMA; the compute
 of reductions inside reduce-scatter / all-reduce steps; compute fused into collective fusions

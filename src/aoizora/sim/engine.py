@@ -7,8 +7,10 @@ Model (why each choice, in short):
   resource), so a run of compute nodes is one step to the next *yield* node: a collective issue
   (sync op or ``-start``), a ``-done``, or a loop's closing ``while`` node.
 * **Collectives.** Issuing a collective joins its run (one run per loop iteration, keyed by
-  the collective and the enclosing loop counters). A transfer may start once its source and
-  destination devices have both issued the run and its prerequisites were delivered. A sync
+  the collective and the enclosing loop counters). A device's part of the run is launched the
+  hardware's ``collective_launch_s`` after it issued it (the fixed cost every collective pays,
+  shared with Q2 as a figure, not as a formula). A transfer may start once its source and
+  destination devices have both launched the run and its prerequisites were delivered. A sync
   collective blocks its device until all transfers it sends or receives are delivered; an
   async one blocks only at its ``-done``, so compute between start and done overlaps it.
 * **Network.** A transfer on a multi-hop route is one flow on every link of the route at once
@@ -50,7 +52,7 @@ _COMPUTE, _SYNC, _START, _DONE, _LOOP = 0, 1, 2, 3, 4
 #: Times closer than this (seconds) are one instant. Far below any modelled duration (the
 #: shortest is a hop latency, ~1e-6 s), far above float rounding of times (~1e-18 s).
 TIME_EPS = 1e-13
-_EV_DEVICE, _EV_TX_END, _EV_DELIVER = 0, 1, 2
+_EV_DEVICE, _EV_TX_END, _EV_DELIVER, _EV_LAUNCH = 0, 1, 2, 3
 
 
 class _Run:
@@ -92,6 +94,7 @@ class Simulator:
         self.extrapolate = extrapolate_loops
         self.warnings: list[str] = []
         self.hop_latency = topology.hardware.hop_latency_s
+        self.launch = topology.hardware.collective_launch_s
         n = program.num_devices
         flat = [int(d) for d in placement.device_ids.ravel()]
         self.l2p = flat[:n]
@@ -246,6 +249,8 @@ class Simulator:
                         self._device(b)
                     elif kind == _EV_TX_END:
                         self._tx_end(a, b)
+                    elif kind == _EV_LAUNCH:
+                        self._launch(a, b)
                     else:
                         self._deliver(a, b)
                 if not self._dirty:
@@ -343,11 +348,19 @@ class Simulator:
         if phys in plan.involvement:  # else not a member (e.g. outside every permute pair)
             if run.first_issue is None:
                 run.first_issue = self.now
-            run.issued.add(phys)
-            for t in plan.by_device[phys]:
-                self._enable(run, t)
+            if self.launch > 0:
+                self._push(self.now + self.launch, _EV_LAUNCH, run, phys)
+            else:
+                self._launch(run, phys)
         self._check_finished(run)
         return run
+
+    def _launch(self, run: _Run, phys: int) -> None:
+        """The device's part of the run is launched: its transfers may go once their peers' are too."""
+        run.issued.add(phys)
+        for t in run.plan.by_device[phys]:
+            self._enable(run, t)
+        self._check_finished(run)
 
     # --- transfers -------------------------------------------------------------------------
     def _enable(self, run: _Run, t: int) -> None:

@@ -33,6 +33,7 @@ class HardwareProfile:
     clock_hz: float
     hop_latency_s: float
     wraparound: str  # rule name, see `wraps`
+    collective_launch_s: float = 0.0  # fixed time of every collective however small (launch and completion)
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
@@ -83,6 +84,7 @@ class HardwareProfile:
             "peak_bf16_flops": self.peak_bf16_flops,
             "clock_hz": self.clock_hz,
             "hop_latency_s": self.hop_latency_s,
+            "collective_launch_s": self.collective_launch_s,
             "sources": dict(self.sources),
         }
 

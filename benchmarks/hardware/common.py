@@ -1,0 +1,206 @@
+"""What every hardware reference entry is made of, and how one is predicted.
+
+An entry is a published measurement on a TPU together with the setup as published. The runner
+builds the same JAX program, compiles it with libtpu for the same slice and device order
+(compile-only devices, through the shared compile cache), parses the compiled HLO with
+`aoizora.hlo`, and predicts it with Q2 (`aoizora.cost`) and the reference simulator
+(`aoizora.sim`).
+
+Two kinds of entries:
+
+* `TimedEntry`: one configuration, one measured time per call;
+* `ComparisonEntry`: several configurations of one program whose measured figures are compared
+  with each other (which is faster, by how much); each configuration is a `Config`.
+
+A module of `benchmarks/hardware/` contributes entries through `entries() -> list[Entry]`; the
+runner (`run.py`) imports every module listed in `MODULES` there. An end-to-end entry (a whole
+Wan step, say) is one more module whose `Config.build` returns the jitted step and its inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aoizora.errors import AoizoraError
+
+Build = Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]
+"""Given a `jax.sharding.Mesh`, the jitted function and its abstract inputs (ShapeDtypeStructs)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a published figure comes from: repository + path + commit, or a URL."""
+
+    repository: str | None = None
+    path: str | None = None
+    commit: str | None = None
+    url: str | None = None
+    where: str = ""  # the place in the text (section, table, comment)
+
+    def cite(self) -> str:
+        parts = []
+        if self.repository:
+            parts.append(f"{self.repository}/{self.path}@{self.commit}" if self.path else self.repository)
+        if self.url:
+            parts.append(self.url)
+        if self.where:
+            parts.append(self.where)
+        return " ; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repository": self.repository, "path": self.path, "commit": self.commit, "url": self.url,
+                "where": self.where}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One program on one slice with one device order.
+
+    topology: slice name as aoizora and libtpu take it (e.g. ``v5e:4x8``).
+    mesh: ordered (axis name, size) pairs, as the source built its mesh.
+    order: ``"jax-default"`` (what `jax.make_mesh` / `mesh_utils.create_device_mesh` return) or a
+        callable turning the default device-id array into the source's order.
+    build: the program (see `Build`).
+    Compiler flags a source set (LIBTPU_INIT_ARGS) go into `setup`: libtpu reads them once per
+    process, so the runner compiles every entry with the process's own flags.
+    """
+
+    name: str
+    topology: str
+    mesh: tuple[tuple[str, int], ...]
+    build: Build
+    order: str | Callable[[np.ndarray], np.ndarray] = "jax-default"
+    setup: str = ""  # the setup as published, for the table and the JSON
+
+
+@dataclass(frozen=True)
+class TimedEntry:
+    """A measured time per call of one configuration."""
+
+    key: str
+    title: str
+    source: Source
+    config: Config
+    measured_s: float
+    measured_note: str = ""  # how the figure was obtained (e.g. converted from a bandwidth)
+    notes: str = ""
+    group: str = ""  # entries of one source sweep share a group
+
+
+@dataclass(frozen=True)
+class ComparisonEntry:
+    """Measured figures of several configurations compared with each other.
+
+    `measured[i]` is the figure of `configs[i]`; `higher_is_better` says which way it goes
+    (throughput: True; time: False). Predictions are times, compared as their inverses when the
+    measurement is a throughput.
+    """
+
+    key: str
+    title: str
+    source: Source
+    configs: tuple[Config, ...]
+    measured: tuple[float, ...]
+    measured_unit: str
+    higher_is_better: bool
+    notes: str = ""
+
+
+Entry = TimedEntry | ComparisonEntry
+
+
+class NotRunnable(AoizoraError):
+    """An entry the current tree cannot build (a slice or hardware profile it does not know yet)."""
+
+
+@dataclass
+class Prediction:
+    q2_s: float
+    sim_s: float
+    q2_comm_s: float
+    sim_comm_s: float
+    compute_s: float
+    collectives: list[str]
+    compile_seconds: float
+    from_cache: bool
+
+
+def default_order_ids(topology: Any, mesh: tuple[tuple[str, int], ...]) -> np.ndarray:
+    from aoizora.placement.jax_default import jax_default_placement
+    from aoizora.placement.mesh_spec import MeshSpec
+
+    spec = MeshSpec(tuple(n for n, _ in mesh), tuple(s for _, s in mesh))
+    return jax_default_placement(topology, spec).device_ids
+
+
+def placement_for(config: Config, topology: Any) -> Any:
+    """The config's placement over `topology`: JAX's default order, or the source's own."""
+    from aoizora.placement.mesh_spec import MeshSpec
+    from aoizora.placement.placement import Placement
+
+    spec = MeshSpec(tuple(n for n, _ in config.mesh), tuple(s for _, s in config.mesh))
+    ids = default_order_ids(topology, config.mesh)
+    if config.order == "jax-default":
+        return Placement("jax-default", "JAX's default device order", spec, ids)
+    reordered = np.asarray(config.order(ids.copy()), dtype=np.int64).reshape(spec.shape)
+    return Placement(f"{config.name}-order", "the source's device order", spec, reordered)
+
+
+def predict(config: Config, cache: Any) -> Prediction:
+    """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
+    from aoizora.cost.model import CostModel
+    from aoizora.hlo import build_program
+    from aoizora.plan.compile_cache import CompileRecord
+    from aoizora.plan.planner import toolchain_versions
+    from aoizora.sim import simulate
+    from aoizora.topology import get_topology
+
+    try:
+        topology = get_topology(config.topology)
+        placement = placement_for(config, topology)
+        placement.check(topology)
+    except AoizoraError as exc:
+        raise NotRunnable(f"slice {config.topology}: {exc}") from exc
+    mesh = placement.jax_mesh(topology)
+    fn, args = config.build(mesh)
+    lowered = fn.lower(*args)
+    ids = [int(d.id) for d in mesh.devices.flat]
+    key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions())
+    record = cache.get(key)
+    from_cache = record is not None
+    if record is None:
+        t0 = time.perf_counter()
+        try:
+            compiled = lowered.compile()
+        except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
+            raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
+        seconds = time.perf_counter() - t0
+        program = build_program(compiled.as_text())
+        record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
+                               label=f"hardware suite / {config.name} / {topology.name}")
+        cache.put(key, record)
+    if record.error is not None:
+        raise NotRunnable(f"the compiler refused {config.name}: {record.error}")
+    program = build_program(record.hlo_text, device_ids=record.device_ids)
+    q2 = CostModel(topology).evaluate(program, placement)
+    sim = simulate(program, topology, placement)
+    return Prediction(
+        q2_s=q2.step_seconds, sim_s=sim.step_seconds, q2_comm_s=q2.comm_seconds,
+        sim_comm_s=sim.comm_seconds,
+        compute_s=q2.compute_seconds,
+        collectives=[f"{c.kind.value} x{c.multiplicity}" for c in program.collectives],
+        compile_seconds=record.compile_seconds, from_cache=from_cache,
+    )
+
+
+def sharded(shape: Sequence[int], dtype: Any, mesh: Any, *spec: Any) -> Any:
+    """An abstract input of `shape` laid out on `mesh` by PartitionSpec(*spec)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=NamedSharding(mesh, PartitionSpec(*spec)))

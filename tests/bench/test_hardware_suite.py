@@ -1,0 +1,55 @@
+"""The hardware reference suite's entries and runner (benchmarks/hardware), without compiling."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "hardware"
+sys.path.insert(0, str(SUITE))
+
+import run  # noqa: E402
+from common import ComparisonEntry, Config, Source, TimedEntry  # noqa: E402
+
+
+def test_every_entry_cites_its_source_and_setup():
+    entries = run.all_entries()
+    keys = [e.key for e in entries]
+    assert len(keys) == len(set(keys))
+    for e in entries:
+        s = e.source
+        assert s.url or (s.repository and s.path and s.commit and len(s.commit) == 40), e.key
+        configs = [e.config] if isinstance(e, TimedEntry) else list(e.configs)
+        assert all(c.setup for c in configs), e.key
+        if isinstance(e, TimedEntry):
+            assert e.measured_s > 0
+        else:
+            assert len(e.measured) == len(e.configs) >= 2
+
+
+def test_ironwood_times_follow_the_benchmarks_own_bandwidth_formula():
+    # accelerator-microbenchmarks: bandwidth = input bytes x (rank - 1) x 2 / time for its
+    # "parallel" replica groups of rank 4; its table lists 0.402653184 GB for N = 16384
+    import ironwood_all_gather
+
+    big = [e for e in ironwood_all_gather.entries() if e.key.endswith("N16384")][0]
+    assert big.measured_s == pytest.approx(0.402653184e9 / 178.7714158e9, rel=1e-9)
+
+
+def test_an_entry_the_tree_cannot_build_is_reported_and_the_run_goes_on():
+    cfg = Config("nowhere", "v99:2x2", (("x", 4),), build=lambda mesh: (None, ()), setup="a slice no one makes")
+    entry = TimedEntry("test/unknown-slice", "unknown slice", Source(url="https://example.org"), cfg, 1e-6)
+    result = run.run_entry(entry, cache=None)
+    assert result["runnable"] is False and "v99" in result["reason"]
+    json.dumps(run._json_safe(result), allow_nan=False)
+
+
+def test_json_has_no_nan():
+    doc = run._json_safe({"a": math.nan, "b": [math.inf, 1.0], "c": {"d": -math.inf}})
+    assert json.loads(json.dumps(doc, allow_nan=False)) == {"a": None, "b": [None, 1.0], "c": {"d": None}}
+
+
