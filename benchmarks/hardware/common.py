@@ -66,8 +66,8 @@ class Config:
     order: ``"jax-default"`` (what `jax.make_mesh` / `mesh_utils.create_device_mesh` return) or a
         callable turning the default device-id array into the source's order.
     build: the program (see `Build`).
-    Compiler flags a source set (LIBTPU_INIT_ARGS) go into `setup`: libtpu reads them once per
-    process, so the runner compiles every entry with the process's own flags.
+    flags: the compiler flags the source ran with (its LIBTPU_INIT_ARGS, in that syntax); the entry
+        is compiled with them, as per-compile options (`aoizora.toolchain.CompilerFlags`).
     """
 
     name: str
@@ -76,6 +76,7 @@ class Config:
     build: Build
     order: str | Callable[[np.ndarray], np.ndarray] = "jax-default"
     setup: str = ""  # the setup as published, for the table and the JSON
+    flags: str = ""
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def predict(config: Config, cache: Any) -> Prediction:
     from aoizora.plan.compile_cache import CompileRecord
     from aoizora.plan.planner import toolchain_versions
     from aoizora.sim import simulate
+    from aoizora.toolchain import CompilerFlags, compile_lowered
     from aoizora.topology import get_topology
 
     try:
@@ -170,13 +172,14 @@ def predict(config: Config, cache: Any) -> Prediction:
     fn, args = config.build(mesh)
     lowered = fn.lower(*args)
     ids = [int(d.id) for d in mesh.devices.flat]
-    key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions())
+    flags = CompilerFlags.parse(config.flags)
+    key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions(), flags)
     record = cache.get(key)
     from_cache = record is not None
     if record is None:
         t0 = time.perf_counter()
         try:
-            compiled = lowered.compile()
+            compiled = compile_lowered(lowered, flags)
         except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
             raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
         seconds = time.perf_counter() - t0

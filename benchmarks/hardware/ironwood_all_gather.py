@@ -16,9 +16,8 @@ How the benchmark computes "achieved bandwidth" (`Ironwood/src/benchmark_collect
 * transferred data = input bytes x (rank - 1) x 2 when every member of the first replica group
   is even ("parallel" replica groups, as here: rank 4), so bandwidth = 6 x input bytes / time.
   The measured time per call is therefore 6 x N x 8 x 128 x 4 B / bandwidth.
-The benchmark sets LIBTPU_INIT_ARGS (SparseCore all-gather offload flags, p-state 7); libtpu
-reads them once per process, so the runner records them in the setup but compiles with the
-process's flags.
+The benchmark sets LIBTPU_INIT_ARGS (SparseCore all-gather offload flags, p-state 7,
+`all_gather_benchmark`); the entries are compiled with the same flags.
 """
 
 from __future__ import annotations
@@ -28,8 +27,13 @@ from common import Config, Source, TimedEntry, sharded
 REPO = "AI-Hypercomputer/accelerator-microbenchmarks"
 COMMIT = "ecd4c82fac418f597923c800f48883081d480ac3"
 SOURCE = Source(REPO, "Ironwood/guides/collectives/all_gather.md", COMMIT, where="Expected Results, topology 2x2x1")
-FLAGS = ("--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-         "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true --xla_tpu_dvfs_p_state=7 (and others)")
+FLAGS = ("--xla_jf_debug_level=3 --xla_sc_disable_megacore_partitioning=true "
+         "--xla_tpu_disable_sparse_core_collective_offload_remover=true --xla_tpu_enable_all_gather_offload_tracing=true "
+         "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
+         "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
+         "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+         "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true --xla_tpu_use_tc_device_shape_on_sc=true "
+         "--xla_tpu_dvfs_p_state=7")  # Ironwood/src/benchmark_collectives.py, all_gather_benchmark
 POINTS = ((64, 71.7703034), (256, 129.1869148), (1024, 161.9040742), (4096, 174.765465), (16384, 178.7714158))
 
 
@@ -58,7 +62,8 @@ def entries() -> list:
                  f"all_gather over (d_0, d_1) of f32[{n},8,128] per device; flags: {FLAGS}")
         out.append(TimedEntry(
             f"ironwood/all-gather-2x2x1-N{n}", f"all-gather f32[{n},8,128] x4, tpu7x 2x2x1", SOURCE,
-            Config(f"ironwood-ag-N{n}", "tpu7x:2x2x1", (("d_0", 2), ("d_1", 2), ("d_2", 2)), _all_gather(n), setup=setup),
+            Config(f"ironwood-ag-N{n}", "tpu7x:2x2x1", (("d_0", 2), ("d_1", 2), ("d_2", 2)), _all_gather(n), setup=setup,
+                   flags=FLAGS),
             seconds, measured_note=f"{gbps:.1f} GB/s achieved = 6 x input bytes / time", group="ironwood-2x2x1",
         ))
     return out
