@@ -87,7 +87,8 @@ def node_seconds(node: Node, topology: Topology) -> float | None:
         return node.estimated_cycles / hw.clock_hz
     if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and not node.flops and not node.hbm_bytes:
         return None
-    return max(node.flops / hw.peak_bf16_flops, node.hbm_bytes / hw.hbm_bandwidth_Bps)
+    return hw.roofline_seconds(node.flops, node.hbm_bytes, matmul_dim=node.matmul_dim,
+                               score_elements=node.score_elements)
 
 
 def placement_rows(program: Program, topology: Topology, placement: Placement, inc: Incidence) -> np.ndarray:

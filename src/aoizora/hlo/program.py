@@ -199,6 +199,8 @@ class Node:
     custom_call_target: str | None = None
     fusion_kind: str | None = None
     backend_config: Mapping[str, Any] | None = None
+    score_elements: float | None = None  # an attention kernel's score-matrix elements (see OpaqueCost)
+    matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (see OpaqueCost)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict of the schedule entry."""
@@ -317,11 +319,19 @@ class OpaqueOp:
 
 @dataclass(frozen=True, slots=True)
 class OpaqueCost:
-    """A hook's answer: any of flops / HBM bytes / seconds (None = unknown)."""
+    """A hook's answer: any of flops / HBM bytes / seconds (None = unknown).
+
+    For an attention kernel, `score_elements` (elements of the score matrix it computes, each
+    costing the softmax's vector work) and `matmul_dim` (its narrowest matmul dimension, the head
+    dim) let the hardware roofline see what bounds such a kernel besides FLOPs and bytes
+    (`HardwareProfile.roofline_seconds`).
+    """
 
     flops: float | None = None
     hbm_bytes: int | None = None
     seconds: float | None = None
+    score_elements: float | None = None
+    matmul_dim: int | None = None
 
 
 OpaqueCostHook = Callable[[OpaqueOp], "OpaqueCost | None"]
@@ -368,6 +378,8 @@ class Program:
                 flops=old.flops if cost.flops is None else float(cost.flops),
                 hbm_bytes=old.hbm_bytes if cost.hbm_bytes is None else int(cost.hbm_bytes),
                 seconds=cost.seconds,
+                score_elements=cost.score_elements,
+                matmul_dim=cost.matmul_dim,
             )
         return dataclasses.replace(self, nodes=nodes)
 

@@ -41,6 +41,7 @@ from aoizora.errors import PlacementError, SimulationError
 from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
 from aoizora.sim.algorithms import Direction, Plan, RingOrder, build_plan
+from aoizora.topology.hardware import HardwareProfile
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult
 from aoizora.topology import Topology
@@ -173,7 +174,7 @@ class Simulator:
             if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and opaque_seconds is not None:
                 t = opaque_seconds(node) if callable(opaque_seconds) else opaque_seconds.get(node.name)
             if t is None:
-                t = _node_seconds(node, hw.clock_hz, hw.peak_bf16_flops, hw.hbm_bandwidth_Bps)
+                t = _node_seconds(node, hw)
             if t < 0 or not math.isfinite(t):
                 raise SimulationError(f"node {node.name!r} has a cost of {t} s; costs must be finite and >= 0")
             if t == 0 and node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN):
@@ -513,13 +514,14 @@ class Simulator:
             warnings=tuple(self.warnings), options=options)
 
 
-def _node_seconds(node: Node, clock_hz: float, peak_flops: float, hbm_Bps: float) -> float:
+def _node_seconds(node: Node, hw: HardwareProfile) -> float:
     """Seconds of a compute node: given seconds, else compiler cycles / clock, else the roofline."""
     if node.seconds is not None:
         return float(node.seconds)
     if node.estimated_cycles is not None:
-        return node.estimated_cycles / clock_hz
-    return max(node.flops / peak_flops, node.hbm_bytes / hbm_Bps)
+        return node.estimated_cycles / hw.clock_hz
+    return hw.roofline_seconds(node.flops, node.hbm_bytes, matmul_dim=node.matmul_dim,
+                               score_elements=node.score_elements)
 
 
 def _validate(program: Program, topology: Topology, placement: Placement, ring_order: str, chunks: int,

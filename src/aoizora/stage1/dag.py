@@ -83,6 +83,8 @@ class OpNode:
     deps: tuple[int, ...]
     opaque: bool = False
     seconds: float | None = None  # from a kernel cost hook that answers in time
+    score_elements: float | None = None  # an attention kernel's score-matrix elements (OpaqueCost)
+    matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (OpaqueCost)
 
 
 @dataclass
@@ -1169,7 +1171,8 @@ def _custom_call(w: _Walker, op: Op, ins: list[Sharding], mult: int, manual: boo
     if cost is None:
         w.notes.append(f"no cost for kernel {op.attrs['target']}; counted its I/O bytes only")
     # nothing fuses into an opaque kernel: the bytes its cost hook reports are all unavoidable
-    w.op_node(op, flops, hbm, hbm, mult, opaque=True, seconds=cost.seconds if cost else None)
+    w.op_node(op, flops, hbm, hbm, mult, opaque=True, seconds=cost.seconds if cost else None,
+              score_elements=cost.score_elements if cost else None, matmul_dim=cost.matmul_dim if cost else None)
     return outs, transient, True
 
 

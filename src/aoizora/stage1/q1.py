@@ -94,7 +94,8 @@ def op_seconds(node: OpNode, topology: Topology) -> float:
     hw = topology.hardware
     if node.seconds is not None:
         return node.seconds
-    return max(node.flops / hw.peak_bf16_flops, node.min_hbm_bytes / hw.hbm_bandwidth_Bps)
+    return hw.roofline_seconds(node.flops, node.min_hbm_bytes, matmul_dim=node.matmul_dim,
+                               score_elements=node.score_elements)
 
 
 def q1(prediction: Prediction, topology: Topology, overlap: Overlap = "async") -> Q1Result:

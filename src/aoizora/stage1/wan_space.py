@@ -126,7 +126,7 @@ class WanSpace(StrategySpace):
         residuals = sum(1 for t in call.result_types if t is not None and t.dtype.startswith(("bf", "f"))) > 1
         block_q = strategy.splash_blocks.block_q if strategy.splash_blocks is not None else None
         flops, hbm = splash_cost(q.elements // (lq * d), lq, lk, d, q.bytes // q.elements, residuals, block_q)
-        return OpaqueCost(flops=flops, hbm_bytes=int(hbm))
+        return _splash_opaque_cost(flops, hbm, d)
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
@@ -158,7 +158,7 @@ class WanSpace(StrategySpace):
                 matches = shaped
         if matches:
             kc = matches[0]
-            return OpaqueCost(flops=kc.flops, hbm_bytes=int(kc.bytes_accessed))
+            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3])
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
@@ -190,3 +190,11 @@ class WanSpace(StrategySpace):
                           "shift": self.scheduler.shift},
             "kernel": self.kernel,
         }
+
+
+def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int) -> OpaqueCost:
+    """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
+    bytes, its score-matrix elements (the softmax's vector work per element) and its head dim (the
+    narrowest dimension of both matmuls), for the hardware roofline."""
+    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), score_elements=flops / (4.0 * head_dim),
+                      matmul_dim=head_dim)

@@ -34,6 +34,10 @@ class HardwareProfile:
     hop_latency_s: float
     wraparound: str  # rule name, see `wraps`
     collective_launch_s: float = 0.0  # fixed time of every collective however small (launch and completion)
+    mxu_dim: int = 128  # side of the MXU's systolic array: a matmul dimension below it leaves the array part-empty
+    #: score elements per second the splash attention kernel's vector work (max, subtract, exp,
+    #: sum per element of the score matrix) sustains, per chip; None where it was not measured
+    attention_score_elements_per_s: float | None = None
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
@@ -42,7 +46,8 @@ class HardwareProfile:
         """One device's share of a chip that libtpu exposes as `devices_per_chip` devices.
 
         Each device is one TensorCore with its own half of the chip's HBM (v4 without megacore,
-        TPU7x), so it gets an equal share of the chip's peak FLOP/s, HBM and HBM bandwidth.
+        TPU7x), so it gets an equal share of the chip's peak FLOP/s, HBM, HBM bandwidth and
+        attention vector throughput.
         Links are unchanged (a link's bandwidth is the link's); `hbm_usable_bytes` is already
         libtpu's per-device limit.
         """
@@ -56,8 +61,26 @@ class HardwareProfile:
             hbm_bytes=int(self.hbm_bytes * share),
             hbm_bandwidth_Bps=self.hbm_bandwidth_Bps * share,
             peak_bf16_flops=self.peak_bf16_flops * share,
+            attention_score_elements_per_s=(None if self.attention_score_elements_per_s is None
+                                            else self.attention_score_elements_per_s * share),
             devices_per_chip=devices_per_chip,
         )
+
+    def roofline_seconds(self, flops: float, hbm_bytes: float, *, matmul_dim: int | None = None,
+                         score_elements: float | None = None) -> float:
+        """Time of work the compiler gives no estimate for (e.g. an opaque kernel), on this device.
+
+        The slowest of three units: the MXU at peak, derated when the narrowest matmul dimension
+        (`matmul_dim`, an attention kernel's head_dim) is below the systolic array's side so part
+        of it stays empty; HBM at its bandwidth; and, for an attention kernel, its per-element
+        vector work (`score_elements` of the score matrix at `attention_score_elements_per_s`).
+        Q1, Q2 and the simulator all cost such work here.
+        """
+        fill = min(1.0, matmul_dim / self.mxu_dim) if matmul_dim else 1.0
+        seconds = max(flops / (self.peak_bf16_flops * fill), hbm_bytes / self.hbm_bandwidth_Bps)
+        if score_elements and self.attention_score_elements_per_s:
+            seconds = max(seconds, score_elements / self.attention_score_elements_per_s)
+        return seconds
 
     def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:
         """Which axes of a slice of this shape have wraparound links."""
@@ -82,6 +105,8 @@ class HardwareProfile:
             "hbm_usable_bytes": self.hbm_usable_bytes,
             "hbm_bandwidth_Bps": self.hbm_bandwidth_Bps,
             "peak_bf16_flops": self.peak_bf16_flops,
+            "mxu_dim": self.mxu_dim,
+            "attention_score_elements_per_s": self.attention_score_elements_per_s,
             "clock_hz": self.clock_hz,
             "hop_latency_s": self.hop_latency_s,
             "collective_launch_s": self.collective_launch_s,
