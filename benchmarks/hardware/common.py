@@ -77,6 +77,8 @@ class Config:
     order: str | Callable[[np.ndarray], np.ndarray] = "jax-default"
     setup: str = ""  # the setup as published, for the table and the JSON
     flags: str = ""
+    #: costs the program's opaque kernels (e.g. the Wan model's splash calls), as Stage 2 does
+    opaque_cost: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,26 @@ class ComparisonEntry:
     notes: str = ""
 
 
-Entry = TimedEntry | ComparisonEntry
+@dataclass(frozen=True)
+class PipelineEntry:
+    """End-to-end generation times of one pipeline (`steps` denoising steps plus work outside them:
+    text encoding, VAE decoding, host) under several configurations of its denoising step.
+
+    Only the step is predicted, so the work outside it, the same for every configuration, is
+    compared through differences: measured (T_i - T_best) / steps against the predicted
+    difference of step times.
+    """
+
+    key: str
+    title: str
+    source: Source
+    configs: tuple[Config, ...]
+    measured_total_s: tuple[float, ...]
+    steps: int
+    notes: str = ""
+
+
+Entry = TimedEntry | ComparisonEntry | PipelineEntry
 
 
 class NotRunnable(AoizoraError):
@@ -183,13 +204,13 @@ def predict(config: Config, cache: Any) -> Prediction:
         except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
             raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
         seconds = time.perf_counter() - t0
-        program = build_program(compiled.as_text())
+        program = build_program(compiled.as_text(), opaque_cost=config.opaque_cost)
         record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
                                label=f"hardware suite / {config.name} / {topology.name}")
         cache.put(key, record)
     if record.error is not None:
         raise NotRunnable(f"the compiler refused {config.name}: {record.error}")
-    program = build_program(record.hlo_text, device_ids=record.device_ids)
+    program = build_program(record.hlo_text, device_ids=record.device_ids, opaque_cost=config.opaque_cost)
     q2 = CostModel(topology).evaluate(program, placement)
     sim = simulate(program, topology, placement)
     return Prediction(

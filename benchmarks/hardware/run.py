@@ -24,9 +24,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import ComparisonEntry, Entry, NotRunnable, Prediction, TimedEntry, predict  # noqa: E402
+from common import ComparisonEntry, Entry, NotRunnable, PipelineEntry, Prediction, TimedEntry, predict  # noqa: E402
 
-MODULES = ("scaling_book", "marin_ppermute", "ironwood_all_gather", "maxtext_1239")
+MODULES = ("scaling_book", "marin_ppermute", "ironwood_all_gather", "maxtext_1239", "maxdiffusion_wan")
 
 
 def all_entries() -> list[Entry]:
@@ -94,6 +94,41 @@ def run_comparison(entry: ComparisonEntry, cache: Any) -> dict[str, Any]:
     }
 
 
+def run_pipeline(entry: PipelineEntry, cache: Any) -> dict[str, Any]:
+    """Step times predicted for each configuration against end-to-end generation times.
+
+    The work outside the steps is the same for every configuration, so the comparison is of
+    differences to the fastest configuration: measured (T_i - T_best) / steps against predicted
+    s_i - s_best. The predicted step of the measured-fastest configuration also implies how long
+    the work outside the steps took (T_best - steps x s_best); with that, the measured step ratio
+    to the fastest is 1 + (T_i - T_best) / (steps x s_best), compared with the predicted s_i / s_best.
+    """
+    preds = [predict(c, cache) for c in entry.configs]
+    best = min(range(len(entry.configs)), key=lambda i: entry.measured_total_s[i])
+    out: dict[str, Any] = {"kind": "pipeline", "steps": entry.steps, "measured_fastest": entry.configs[best].name,
+                           "configs": []}
+    for model in ("q2", "sim"):
+        step = [getattr(p, f"{model}_s") for p in preds]
+        outside = entry.measured_total_s[best] - entry.steps * step[best]
+        out[f"{model}_implied_outside_steps_seconds"] = outside
+        out[f"{model}_order_fastest_first"] = [entry.configs[i].name for i in sorted(range(len(step)), key=step.__getitem__)]
+    out["measured_order_fastest_first"] = [entry.configs[i].name for i in
+                                           sorted(range(len(preds)), key=lambda i: entry.measured_total_s[i])]
+    for i, (c, p) in enumerate(zip(entry.configs, preds)):
+        row: dict[str, Any] = {"name": c.name, "setup": c.setup, "measured_total_seconds": entry.measured_total_s[i],
+                               **_prediction_json(p),
+                               "measured_step_difference_seconds": (entry.measured_total_s[i] - entry.measured_total_s[best])
+                               / entry.steps}
+        for model in ("q2", "sim"):
+            step_i, step_b = getattr(p, f"{model}_s"), getattr(preds[best], f"{model}_s")
+            row[f"{model}_step_difference_seconds"] = step_i - step_b
+            row[f"{model}_step_ratio_to_fastest"] = step_i / step_b
+            row[f"measured_step_ratio_to_fastest_given_{model}"] = (
+                1 + (entry.measured_total_s[i] - entry.measured_total_s[best]) / (entry.steps * step_b))
+        out["configs"].append(row)
+    return out
+
+
 def run_entry(entry: Entry, cache: Any) -> dict[str, Any]:
     head: dict[str, Any] = {"key": entry.key, "title": entry.title, "source": entry.source.to_json(),
                             "notes": entry.notes}
@@ -101,7 +136,12 @@ def run_entry(entry: Entry, cache: Any) -> dict[str, Any]:
         head.update(setup=entry.config.setup, topology=entry.config.topology, measured_note=entry.measured_note,
                     group=entry.group)
     try:
-        body = run_timed(entry, cache) if isinstance(entry, TimedEntry) else run_comparison(entry, cache)
+        if isinstance(entry, TimedEntry):
+            body = run_timed(entry, cache)
+        elif isinstance(entry, PipelineEntry):
+            body = run_pipeline(entry, cache)
+        else:
+            body = run_comparison(entry, cache)
     except NotRunnable as exc:
         return {**head, "runnable": False, "reason": str(exc).splitlines()[0]}
     return {**head, "runnable": True, **body}
@@ -133,6 +173,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
         if not r["runnable"]:
             table.add_row(r["key"], r.get("topology", ""), "", "", "", "", "", f"not runnable: {r['reason']}")
             continue
+        if r["kind"] == "pipeline":
+            _pipeline_rows(table, r)
+            continue
         if r["kind"] == "timed":
             table.add_row(r["key"], r["topology"], _us(r["measured_seconds"]) + " us", _us(r["q2_seconds"]) + " us",
                           _us(r["sim_seconds"]) + " us", f"{r['q2_over_measured']:.2f}", f"{r['sim_over_measured']:.2f}",
@@ -154,6 +197,23 @@ def print_table(results: list[dict[str, Any]]) -> None:
                       f"measured: {' > '.join(r['measured_order_fastest_first'])}; "
                       f"Q2: {' > '.join(r['q2_order_fastest_first'])}; sim: {' > '.join(r['sim_order_fastest_first'])}")
     Console(width=230).print(table)
+
+
+def _pipeline_rows(table: Any, r: dict[str, Any]) -> None:
+    """A pipeline entry: per configuration the measured total, the predicted step (Q2, sim), the
+    measured and predicted step differences to the fastest and the step ratios."""
+    for c in r["configs"]:
+        table.add_row(
+            f"{r['key']}: {c['name']}", "", f"{c['measured_total_seconds']:.1f} s total",
+            f"{c['q2_seconds']:.3f} s/step", f"{c['sim_seconds']:.3f} s/step", "", "",
+            f"step - fastest: measured {c['measured_step_difference_seconds']:+.3f} s, Q2 "
+            f"{c['q2_step_difference_seconds']:+.3f} s, sim {c['sim_step_difference_seconds']:+.3f} s; step ratio: "
+            f"measured {c['measured_step_ratio_to_fastest_given_q2']:.3f} (given Q2's step), Q2 "
+            f"{c['q2_step_ratio_to_fastest']:.3f}, sim {c['sim_step_ratio_to_fastest']:.3f}")
+    table.add_row("  fastest first", "", "", "", "", "", "",
+                  f"measured: {' > '.join(r['measured_order_fastest_first'])}; Q2: {' > '.join(r['q2_order_fastest_first'])}; "
+                  f"sim: {' > '.join(r['sim_order_fastest_first'])}; work outside the {r['steps']} steps implied: "
+                  f"Q2 {r['q2_implied_outside_steps_seconds']:.1f} s, sim {r['sim_implied_outside_steps_seconds']:.1f} s")
 
 
 def _commit() -> str:

@@ -123,7 +123,7 @@ def test_name_aliases():
     assert get_topology("v5:2x2x2").name == "v5p:2x2x2"
 
 
-@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2"])
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2", "v4:2x2x1", "v5p:2x2x1"])
 def test_usable_hbm_is_what_the_compiler_allows(topology):
     """The compiler refuses a program above `hbm_usable_bytes` (below the chip's nominal HBM)."""
     import re
@@ -141,4 +141,5 @@ def test_usable_hbm_is_what_the_compiler_allows(topology):
     available = re.search(r"available HBM \(([0-9.]+)G\)", str(err.value)).group(1)
     hw = get_topology(topology).hardware
     assert f"{hw.hbm_usable_bytes / 2**30:.2f}" == available
-    assert hw.hbm_usable_bytes < hw.hbm_bytes
+    if not topology.startswith("v5p"):  # Cloud's v5p figure (95 GiB per chip) is below libtpu's 95.74 GiB limit
+        assert hw.hbm_usable_bytes < hw.hbm_bytes
