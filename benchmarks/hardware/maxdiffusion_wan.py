@@ -45,8 +45,12 @@ def _config(name: str, attention: str, flags: str) -> Config:
     mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
 
     def build(mesh):
-        inputs = space.lowering_inputs(strategy, mesh)
-        return inputs.fn, inputs.args
+        import functools
+
+        import jax
+
+        inputs = space.lowering_inputs(strategy, mesh)  # lowered as Stage 2 lowers it
+        return jax.jit(functools.partial(inputs.fn, **inputs.kwargs), **inputs.jit_kwargs), inputs.args
 
     setup = (f"{SLICE}, {space.key_of(strategy)}, splash blocks {strategy.splash_blocks}, "
              f"{'LIBTPU_INIT_ARGS of benchmark_dp2_cp4.sh' if flags else 'no flags'}")
