@@ -14,6 +14,7 @@ from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.errors import MeshSpecError
 from aoizora.hlo.program import Program
 from aoizora.placement import JAX_DEFAULT, MeshSpec, Placement
+from aoizora.placement.space import prime_factors
 from aoizora.topology import Topology
 from aoizora.validation.compare import PairScore, ValidationReport, compare_scores
 from aoizora.validation.programs import NamedProgram
@@ -48,16 +49,6 @@ def simulator_options(options: Q2Options) -> dict[str, Any]:
     return {"ring_order": order, "ring_direction": direction}
 
 
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while n > 1:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out
-
-
 def check_program_mesh(program: Program, mesh: MeshSpec) -> None:
     """Raise MeshSpecError unless every collective's groups are formed by axes (or sub-axes) of `mesh`.
 
@@ -74,7 +65,7 @@ def check_program_mesh(program: Program, mesh: MeshSpec) -> None:
             f"positions; pass the mesh it was compiled for (sizes multiplying to {program.num_devices}) "
             f"and a slice of {program.num_devices} devices"
         )
-    digits = [f for size in mesh.axis_sizes for f in _prime_factors(size)] or [1]
+    digits = [f for size in mesh.axis_sizes for f in prime_factors(size)] or [1]
     ids = np.arange(mesh.size).reshape(digits)
     formed = set()
     for r in range(len(digits) + 1):

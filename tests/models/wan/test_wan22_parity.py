@@ -19,7 +19,7 @@ from aoizora.models.wan.pipeline import (  # noqa: E402
     WanPipelineConfig, load_expert_params, load_pipeline_config, make_pipeline_steps, sample_pipeline,
 )
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_T2V, rel_err  # noqa: E402
+from wan_testutil import TINY_T2V, diffusers_bf16, rel_err  # noqa: E402
 
 # Tiny stand-ins of the Wan 2.2 architectures: A14B experts (Wan 2.1's block), I2V-A14B's channel
 # concatenation (4 noisy + 4 mask + 4 image latent channels, no image tokens), TI2V's 6-channel latent.
@@ -254,18 +254,10 @@ def test_ti2v_text_to_video_per_token_timesteps(tmp_path):
 def test_per_token_timesteps_bf16_as_close_as_diffusers_bf16(ti2v_model):
     """bf16 with per-token modulation: as close to the float32 reference as diffusers' own bf16
     (its float32 modules kept: time embedder, modulation tables, norms)."""
-    import copy
-
     model, d = ti2v_model
     lat, ts, text = _per_token_inputs(TINY_TI2V, (3, 6, 10), seed=17)
     ref32 = _run_ref(model, lat, ts, text)
-    mb = copy.deepcopy(model).to(torch.bfloat16)
-    for name, mod in mb.named_modules():
-        if any(k in name.split(".") for k in ("time_embedder", "norm1", "norm2", "norm3")):
-            mod.float()
-    for name, prm in mb.named_parameters():
-        if "scale_shift_table" in name:
-            prm.data = prm.data.float()
+    mb = diffusers_bf16(model)
     with torch.no_grad():
         refb = mb(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts), torch.from_numpy(text).bfloat16(),
                   return_dict=False)[0].float().numpy()

@@ -13,7 +13,7 @@ import jax  # noqa: E402
 from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
 from aoizora.models.wan.model import forward  # noqa: E402
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_I2V, TINY_T2V, make_inputs, rel_err  # noqa: E402
+from wan_testutil import TINY_I2V, TINY_T2V, diffusers_bf16, make_inputs, rel_err  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 
@@ -100,18 +100,10 @@ def test_parity_sharded_with_padding(ref_models, kind, thw, text_len, variant):
 def test_parity_bf16_as_close_as_diffusers_bf16(ref_models):
     """bf16 deployment numerics: our bf16 model is as close to the float32 reference as diffusers'
     own bf16 model (with diffusers' float32 modules: time embedder, modulation tables, norms)."""
-    import copy
-
     model, d = ref_models["t2v"]
     lat, ts, text, _ = make_inputs(TINY_T2V, (3, 6, 10), seed=11)
     ref32 = _run_ref(model, lat, ts, text, None)
-    mb = copy.deepcopy(model).to(torch.bfloat16)
-    for name, mod in mb.named_modules():
-        if any(k in name.split(".") for k in ("time_embedder", "norm1", "norm2", "norm3")):
-            mod.float()
-    for name, prm in mb.named_parameters():
-        if "scale_shift_table" in name:
-            prm.data = prm.data.float()
+    mb = diffusers_bf16(model)
     with torch.no_grad():
         refb = mb(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts), torch.from_numpy(text).bfloat16(),
                   return_dict=False)[0].float().numpy()

@@ -30,3 +30,20 @@ def make_inputs(config: WanConfig, latent_thw, batch=2, text_len=24, seed=0):
     if config.is_i2v:
         img = rng.standard_normal((batch, config.image_len, config.image_dim)).astype(np.float32)
     return lat, ts, text, img
+
+
+def diffusers_bf16(model):
+    """A bf16 copy of a diffusers Wan transformer with the parts the reference keeps in float32
+    (time embedder, norms, modulation tables) back in float32: diffusers' own bf16 numerics."""
+    import copy
+
+    import torch
+
+    mb = copy.deepcopy(model).to(torch.bfloat16)
+    for name, mod in mb.named_modules():
+        if any(k in name.split(".") for k in ("time_embedder", "norm1", "norm2", "norm3")):
+            mod.float()
+    for name, prm in mb.named_parameters():
+        if "scale_shift_table" in name:
+            prm.data = prm.data.float()
+    return mb
