@@ -201,7 +201,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
-        libtpu_args=None, ring_order="auto", ring_direction="auto",
+        libtpu_args=None, expert_residency="both", ring_order="auto", ring_direction="auto",
     )
 
 
