@@ -13,7 +13,7 @@ SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "hardware"
 sys.path.insert(0, str(SUITE))
 
 import run  # noqa: E402
-from common import ComparisonEntry, Config, Source, TimedEntry  # noqa: E402
+from common import ComparisonEntry, Config, PipelineEntry, Prediction, Source, TimedEntry  # noqa: E402
 
 
 def test_every_entry_cites_its_source_and_setup():
@@ -27,8 +27,35 @@ def test_every_entry_cites_its_source_and_setup():
         assert all(c.setup for c in configs), e.key
         if isinstance(e, TimedEntry):
             assert e.measured_s > 0
+        elif isinstance(e, PipelineEntry):
+            assert len(e.measured_total_s) == len(e.configs) >= 2 and e.steps > 0
         else:
             assert len(e.measured) == len(e.configs) >= 2
+
+
+def test_a_pipeline_entry_compares_step_differences(monkeypatch):
+    """Generation times T_i = outside + steps x s_i: the runner recovers the step differences, the
+    time outside the steps and the measured step ratios from the predicted step of the fastest."""
+    steps, outside, step_times = 40, 20.0, {"a": 4.0, "b": 4.5, "c": 5.0}
+    predicted = {"a": 4.0, "b": 4.2, "c": 5.2}
+
+    def fake_predict(config, cache):
+        t = predicted[config.name]
+        return Prediction(q2_s=t, sim_s=t, q2_comm_s=0.0, sim_comm_s=0.0, compute_s=t, collectives=[],
+                          compile_seconds=0.0, from_cache=True)
+
+    monkeypatch.setattr(run, "predict", fake_predict)
+    configs = tuple(Config(n, "v5e:2x2", (("x", 4),), build=lambda mesh: (None, ()), setup=n) for n in "bca")
+    totals = tuple(outside + steps * step_times[c.name] for c in configs)
+    out = run.run_pipeline(PipelineEntry("t/pipe", "t", Source(url="https://example.org"), configs, totals, steps), None)
+    assert out["measured_fastest"] == "a" and out["measured_order_fastest_first"] == ["a", "b", "c"]
+    assert out["q2_order_fastest_first"] == ["a", "b", "c"]
+    assert out["q2_implied_outside_steps_seconds"] == pytest.approx(outside)  # the fastest is predicted exactly
+    rows = {r["name"]: r for r in out["configs"]}
+    assert rows["b"]["measured_step_difference_seconds"] == pytest.approx(0.5)
+    assert rows["b"]["q2_step_difference_seconds"] == pytest.approx(0.2)
+    assert rows["c"]["measured_step_ratio_to_fastest_given_q2"] == pytest.approx(5.0 / 4.0)
+    assert rows["c"]["q2_step_ratio_to_fastest"] == pytest.approx(5.2 / 4.0)
 
 
 def test_ironwood_times_follow_the_benchmarks_own_bandwidth_formula():
