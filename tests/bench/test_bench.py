@@ -307,3 +307,17 @@ def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage
     assert m["expert_latency_seconds"]["primary"] == m["latency_seconds"]["expert"]
     assert m["speedup_over_experts"]["primary"] == m["speedup_over_expert"]
     assert m["speedup_over_experts"]["other"] == m["expert_latency_seconds"]["other"] / m["latency_seconds"]["aoizora"]
+
+
+def test_the_search_alone_is_reported_beside_the_shipped_planner(cell_doc):
+    """The shipped planner adds the expert deployment to its candidates; the cell also records what
+    Stage 1's Top-K alone leads to, scored on the same simulated pairs."""
+    alone = cell_doc["aoizora_search_only"]
+    m = cell_doc["metrics"]
+    shared = {(p["strategy"], p["placement"]): p["sim_seconds"] for p in cell_doc["pairs"]}
+    assert m["search_only_latency_seconds"] == shared[(alone["strategy"], alone["placement"])]
+    if m["latency_seconds"]["expert"] is not None:
+        assert m["speedup_over_expert_search_only"] == pytest.approx(
+            m["latency_seconds"]["expert"] / m["search_only_latency_seconds"])
+    # the search alone never competes with a deployment it did not see: its choice is a Top-K strategy
+    assert cell_doc["stage1"]["ranks"][alone["strategy"]] <= cell_doc["top_k"]

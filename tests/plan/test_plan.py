@@ -229,6 +229,12 @@ def test_plan_is_reported_against_every_expert_deployment():
     won_with = "--xla_enable_async_all_reduce=true" if plan.strategy["key"] == "data | by-data flags" else ""
     assert plan.data["compiler"]["libtpu_args"] == won_with  # the flags of the chosen program
 
+    alone = plan_space(space, get_topology("v5e:2x2"), top_k=1, verify_top=0, use_cache=False, progress=False,
+                       include_experts=False).plan
+    assert "experts" not in alone.data["baselines"] and "expert" not in alone.data["baselines"]
+    first = next(e["key"] for e in alone.data["stage1"]["entries"] if e["rank"] == 1)
+    assert [a["strategy"] for a in alone.data["alternatives"]] == [first]  # Stage 1's Top-1 alone
+
 
 def _entry_of(cache_dir, plan):
     from aoizora.plan.cache import cache_key

@@ -98,6 +98,11 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
                          libtpu_args=opts.flags)
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
+    # what the search finds without the expert deployments among its candidates (the shipped
+    # planner adds them): the same Stage 1 and compiles, so this costs scoring only
+    alone = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
+                       use_cache=False, compile_cache=cache, stage1=stage1, progress=False, console=console,
+                       libtpu_args=opts.flags, include_experts=False).plan
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -153,6 +158,8 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         "aoizora": {"strategy": chosen[0], "placement": chosen[1], "q2_seconds": plan.predicted_step_seconds,
                     "own_compile": own.get("aoizora")},
         "oracle_own_compile": own.get("oracle"),
+        "aoizora_search_only": {"strategy": alone.strategy["key"], "placement": alone.data["placement"]["name"],
+                                "q2_seconds": alone.predicted_step_seconds},
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
         "experts": [{"strategy": k, "placement": JAX_DEFAULT, **d.to_json()} for k, d in experts],
         "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,
@@ -320,6 +327,8 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         "expert": _latency(doc, ex["strategy"], ex["placement"]),
         "logical": _latency(doc, lo["strategy"], lo["placement"]),
     }
+    so = doc.get("aoizora_search_only")
+    search_only = _latency(doc, so["strategy"], so["placement"]) if so else None
     pairs = doc["pairs"]
     if doc["source"] == "measured":
         cands = [m for r, m in doc.get("measured", {}).items() if r.startswith("oracle_candidate")]
@@ -365,6 +374,10 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "latency_seconds": lat,
         "speedup_over_expert": ratio(lat["expert"], lat["aoizora"]),
+        # the search alone (the expert deployments not among Stage 2's candidates); None in cells
+        # computed before it was recorded
+        "search_only_latency_seconds": search_only,
+        "speedup_over_expert_search_only": ratio(lat["expert"], search_only),
         "expert_latency_seconds": expert_latency,
         "speedup_over_experts": {name: ratio(t, lat["aoizora"]) for name, t in expert_latency.items()},
         "speedup_over_logical": ratio(lat["logical"], lat["aoizora"]),

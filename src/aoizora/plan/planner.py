@@ -98,8 +98,13 @@ def plan_space(
     compile_cache: CompileCache | None = None,
     stage1: Stage1Result | None = None,
     libtpu_args: str | CompilerFlags | None = None,
+    include_experts: bool = True,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
+
+    `include_experts`: the space's documented expert deployments join Stage 2 as candidates (and
+    baselines), so a plan is never worse than them; False plans from Stage 1's Top-K alone (what
+    the search finds by itself; no expert baseline is reported).
 
     `use_cache` reads/writes the plan cache and, unless `compile_cache` is given, the default
     compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
@@ -119,7 +124,7 @@ def plan_space(
         "aoizora": aoizora.__version__,
         "source": source_fingerprint(),
         "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
-                    "verify_top": verify_top},
+                    "verify_top": verify_top, "include_experts": include_experts},
     }
     if use_cache:
         hit = cache.lookup(request)
@@ -128,7 +133,8 @@ def plan_space(
 
     if compile_cache is None and use_cache:
         compile_cache = default_compile_cache()
-    experts = expert_entries(space, topology, flags)  # before Stage 1: their flags are checked by libtpu too
+    # before Stage 1: their flags are checked by libtpu too
+    experts = expert_entries(space, topology, flags) if include_experts else []
     t_start = time.perf_counter()
     if stage1 is None:
         stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
