@@ -99,10 +99,10 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
     # what the search finds without the expert deployments among its candidates (the shipped
-    # planner adds them): the same Stage 1 and compiles, so this costs scoring only
-    alone = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
-                       use_cache=False, compile_cache=cache, stage1=stage1, progress=False, console=console,
-                       libtpu_args=opts.flags, include_experts=False).plan
+    # planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies
+    searched = {e.key for e in stage1.entries}
+    alone = min((s for o in planned.outcomes or [] if o.key in searched for s in o.scored),
+                key=lambda s: (s.q2.step_seconds, not s.verified))
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -158,8 +158,8 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         "aoizora": {"strategy": chosen[0], "placement": chosen[1], "q2_seconds": plan.predicted_step_seconds,
                     "own_compile": own.get("aoizora")},
         "oracle_own_compile": own.get("oracle"),
-        "aoizora_search_only": {"strategy": alone.strategy["key"], "placement": alone.data["placement"]["name"],
-                                "q2_seconds": alone.predicted_step_seconds},
+        "aoizora_search_only": {"strategy": alone.key, "placement": alone.placement.name,
+                                "q2_seconds": alone.q2.step_seconds},
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
         "experts": [{"strategy": k, "placement": JAX_DEFAULT, **d.to_json()} for k, d in experts],
         "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,

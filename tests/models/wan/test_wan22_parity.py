@@ -19,7 +19,7 @@ from aoizora.models.wan.pipeline import (  # noqa: E402
     WanPipelineConfig, load_expert_params, load_pipeline_config, make_pipeline_steps, sample_pipeline,
 )
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_T2V, diffusers_bf16, rel_err  # noqa: E402
+from wan_testutil import TINY_T2V, bf16_errors, rel_err  # noqa: E402
 
 # Tiny stand-ins of the Wan 2.2 architectures: A14B experts (Wan 2.1's block), I2V-A14B's channel
 # concatenation (4 noisy + 4 mask + 4 image latent channels, no image tokens), TI2V's 6-channel latent.
@@ -257,14 +257,7 @@ def test_per_token_timesteps_bf16_as_close_as_diffusers_bf16(ti2v_model):
     model, d = ti2v_model
     lat, ts, text = _per_token_inputs(TINY_TI2V, (3, 6, 10), seed=17)
     ref32 = _run_ref(model, lat, ts, text)
-    mb = diffusers_bf16(model)
-    with torch.no_grad():
-        refb = mb(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts), torch.from_numpy(text).bfloat16(),
-                  return_dict=False)[0].float().numpy()
-    cfg = load_config(d, dtype=jnp.bfloat16)
-    out = jax.jit(lambda p, a, b, c: forward(p, a, b, c, config=cfg))(load_params(d, cfg), lat, ts, text)
-    ours = rel_err(np.asarray(out.astype(jnp.float32)), ref32)
-    theirs = rel_err(refb, ref32)
+    ours, theirs = bf16_errors(model, d, lat, ts, text, ref32)
     print(f"bf16 per-token: ours vs fp32 ref {ours:.2e}, diffusers bf16 vs fp32 ref {theirs:.2e}")
     assert ours < 1.5 * theirs + 1e-3
     assert ours < 2e-2

@@ -13,7 +13,7 @@ import jax  # noqa: E402
 from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
 from aoizora.models.wan.model import forward  # noqa: E402
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_I2V, TINY_T2V, diffusers_bf16, make_inputs, rel_err  # noqa: E402
+from wan_testutil import TINY_I2V, TINY_T2V, bf16_errors, make_inputs, rel_err  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 
@@ -103,14 +103,7 @@ def test_parity_bf16_as_close_as_diffusers_bf16(ref_models):
     model, d = ref_models["t2v"]
     lat, ts, text, _ = make_inputs(TINY_T2V, (3, 6, 10), seed=11)
     ref32 = _run_ref(model, lat, ts, text, None)
-    mb = diffusers_bf16(model)
-    with torch.no_grad():
-        refb = mb(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts), torch.from_numpy(text).bfloat16(),
-                  return_dict=False)[0].float().numpy()
-    cfg = load_config(d, dtype=jnp.bfloat16)
-    out = jax.jit(lambda p, a, b, c: forward(p, a, b, c, config=cfg))(load_params(d, cfg), lat, ts, text)
-    ours = rel_err(np.asarray(out.astype(jnp.float32)), ref32)
-    theirs = rel_err(refb, ref32)
+    ours, theirs = bf16_errors(model, d, lat, ts, text, ref32)
     print(f"bf16: ours vs fp32 ref {ours:.2e}, diffusers bf16 vs fp32 ref {theirs:.2e}")
     assert ours < 1.5 * theirs + 1e-3
     assert ours < 2e-2

@@ -47,3 +47,20 @@ def diffusers_bf16(model):
         if "scale_shift_table" in name:
             prm.data = prm.data.float()
     return mb
+
+
+def bf16_errors(model, checkpoint_dir, lat, ts, text, ref32) -> tuple[float, float]:
+    """(ours, diffusers') relative error of a bf16 forward against the float32 reference `ref32`:
+    aoizora's model loaded in bf16 from `checkpoint_dir`, and diffusers' own bf16 numerics."""
+    import jax
+    import torch
+
+    from aoizora.models.wan.checkpoint import load_config, load_params
+    from aoizora.models.wan.model import forward
+
+    with torch.no_grad():
+        refb = diffusers_bf16(model)(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts),
+                                     torch.from_numpy(text).bfloat16(), return_dict=False)[0].float().numpy()
+    cfg = load_config(checkpoint_dir, dtype=jnp.bfloat16)
+    out = jax.jit(lambda p, a, b, c: forward(p, a, b, c, config=cfg))(load_params(checkpoint_dir, cfg), lat, ts, text)
+    return rel_err(np.asarray(out.astype(jnp.float32)), ref32), rel_err(refb, ref32)
