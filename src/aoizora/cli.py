@@ -498,7 +498,10 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @cli.command()
 @click.option("--quick", is_flag=True,
               help="One small cell (v5e:2x2, 480p, 21 frames), Top-2, oracle over the compiled strategies only.")
-@click.option("--cell", "cells", multiple=True, metavar="TOPO/RES/FRAMES",
+@click.option("--grid", "grid_name", type=click.Choice(["tuning", "held-out"]), default="tuning", show_default=True,
+              help="Which grid: the tuning grid (v5e, where the defaults were chosen) or the held-out grid (v6e 14B, "
+                   "v5e 1.3B; nothing was tuned on it).")
+@click.option("--cell", "cells", multiple=True, metavar="TOPO/RES/FRAMES[/MODEL]",
               help="Run only these cells, e.g. v5e:2x4/720p/81 (repeatable). Default: the whole grid.")
 @click.option("--out", "out_dir", default="bench-out", show_default=True, type=click.Path(file_okay=False),
               help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
@@ -516,7 +519,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @_libtpu_args_option
-def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
+def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
           compile_timeout: float, libtpu_args: str | None) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
@@ -526,11 +529,11 @@ def bench(quick: bool, cells: tuple[str, ...], out_dir: str, top_k: int | None, 
         from aoizora.runtime.runner import ensure_host_devices
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
-    from aoizora.bench import BenchOptions, full_grid, markdown, parse_cell, quick_grid, run_bench
+    from aoizora.bench import GRIDS, BenchOptions, markdown, parse_cell, quick_grid, run_bench
     from aoizora.toolchain import CompilerFlags, environment_flags
 
     _check_output_dir(out_dir, "--out")
-    grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else full_grid())
+    grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else GRIDS[grid_name]())
     if report_only and not cells and not quick:
         grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),

@@ -165,6 +165,16 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     assert summary["cells"] == 1 and summary["cells_with_complete_oracle"] == 1
 
 
+def test_the_held_out_grid_shares_no_cell_and_no_slice_model_pair_with_the_tuning_grid():
+    from aoizora.bench import held_out_grid
+    from aoizora.bench.grid import full_grid
+
+    tuned = {(c.topology, c.model) for c in full_grid()}
+    held = held_out_grid()
+    assert len(held) >= 6 and not {(c.topology, c.model) for c in held} & tuned
+    assert parse_cell("v5e:2x4/480p/81/wan2.1-t2v-1.3b") in held
+
+
 def test_bad_cells_are_refused():
     with pytest.raises(BenchError, match="TOPOLOGY/RESOLUTION/FRAMES"):
         parse_cell("v5e:2x2-480p")

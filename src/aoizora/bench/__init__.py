@@ -1,6 +1,6 @@
 """`aoizora bench`: aoizora against the expert deployment, a logical-only search and the oracle.
 
-Public API: `Cell`, `full_grid`, `quick_grid`, `BenchOptions`, `run_cell`, `run_bench`,
+Public API: `Cell`, `full_grid`, `held_out_grid`, `GRIDS`, `quick_grid`, `BenchOptions`, `run_cell`, `run_bench`,
 `logical_search`, `markdown`, `summary`, `write_outputs`.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
-from aoizora.bench.grid import Cell, full_grid, parse_cell, quick_grid
+from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell, quick_grid
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell, run_cell_with_fallback
 from aoizora.bench.report import markdown, summary, write_outputs
 from aoizora.plan.compile_cache import CompileCache
@@ -100,6 +100,7 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
 
 
 __all__ = [
-    "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "full_grid", "logical_search",
+    "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "full_grid", "held_out_grid",
+    "logical_search",
     "markdown", "parse_cell", "quick_grid", "run_bench", "run_cell", "summary", "write_outputs",
 ]

@@ -1,4 +1,10 @@
-"""The evaluation grid: slices x resolutions x frame counts, and the `--quick` subset."""
+"""The evaluation grids: the tuning grid (slices x resolutions x frame counts), the held-out grid,
+and the `--quick` subset.
+
+The tuning grid is where the planner's defaults (Top-K) and the memory model's rules were chosen;
+the held-out grid is a second set of cells none of them was tuned on (another TPU generation, other
+frame counts, the smaller model), so its recall and memory accuracy are out of sample.
+"""
 
 from __future__ import annotations
 
@@ -32,16 +38,26 @@ def full_grid(model: str = MODEL) -> list[Cell]:
     return [Cell(t, r, f, model) for t in TOPOLOGIES for r in RESOLUTIONS for f in FRAMES]
 
 
+def held_out_grid() -> list[Cell]:
+    """Cells no default or rule was tuned on: Wan 14B on v6e at 720p/81 and 480p/21 frames, Wan
+    1.3B on v5e at 480p/81."""
+    v6e = [Cell(t, r, f, MODEL) for t in ("v6e:2x4", "v6e:4x4") for r, f in (("720p", 81), ("480p", 21))]
+    return v6e + [Cell(t, "480p", 81, FALLBACK_MODEL) for t in ("v5e:2x4", "v5e:4x4")]
+
+
+GRIDS = {"tuning": full_grid, "held-out": held_out_grid}
+
+
 def quick_grid(model: str = MODEL) -> list[Cell]:
     """The smallest cell: one 4-chip slice, 480p, 21 frames."""
     return [Cell("v5e:2x2", "480p", 21, model)]
 
 
 def parse_cell(text: str, model: str = MODEL) -> Cell:
-    """`v5e:2x4/720p/81` -> Cell (for `--cell`)."""
+    """`v5e:2x4/720p/81` or `v5e:2x4/480p/81/wan2.1-t2v-1.3b` -> Cell (for `--cell`)."""
     from aoizora.errors import BenchError
 
     parts = text.split("/")
-    if len(parts) != 3 or not parts[2].isdigit():
-        raise BenchError(f"cell {text!r} is not TOPOLOGY/RESOLUTION/FRAMES, e.g. v5e:2x4/720p/81")
-    return Cell(parts[0], parts[1], int(parts[2]), model)
+    if len(parts) not in (3, 4) or not parts[2].isdigit():
+        raise BenchError(f"cell {text!r} is not TOPOLOGY/RESOLUTION/FRAMES[/MODEL], e.g. v5e:2x4/720p/81")
+    return Cell(parts[0], parts[1], int(parts[2]), parts[3] if len(parts) == 4 else model)
