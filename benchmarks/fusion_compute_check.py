@@ -14,10 +14,10 @@ from aoizora.cost.model import CostModel
 from aoizora.models.wan.config import WAN_T2V_1_3B, VideoShape
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement.jax_default import jax_default_placement
-from aoizora.plan.compile_cache import default_compile_cache
-from aoizora.plan.stage2 import compile_strategy
+from aoizora.stage2.compile_cache import default_compile_cache
+from aoizora.stage2.search import compile_strategy
 from aoizora.sim import simulate
-from aoizora.stage1.wan_space import WanSpace
+from aoizora.models.wan.space import WanSpace
 from aoizora.topology import get_topology
 
 

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from aoizora.models.registry import wan_space
-from aoizora.plan.stage2 import OUT_OF_HBM
+from aoizora.stage2.search import OUT_OF_HBM
 from aoizora.stage1 import search
 from aoizora.stage1.dag import predict
 from aoizora.stage1.ir import read_module

@@ -177,8 +177,8 @@ def predict(config: Config, cache: Any) -> Prediction:
     """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
     from aoizora.cost.model import CostModel
     from aoizora.hlo import build_program
-    from aoizora.plan.compile_cache import CompileRecord
-    from aoizora.plan.planner import toolchain_versions
+    from aoizora.stage2.compile_cache import CompileRecord
+    from aoizora.toolchain import toolchain_versions
     from aoizora.sim import simulate
     from aoizora.toolchain import CompilerFlags, compile_lowered
     from aoizora.topology import get_topology

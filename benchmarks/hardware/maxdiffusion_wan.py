@@ -35,7 +35,7 @@ SLICE = "tpu7x:2x2x1"
 def _config(name: str, attention: str, flags: str) -> Config:
     """MaxDiffusion's deployment of `attention` on the v7-8 (the documented rows of aoizora's expert table)."""
     from aoizora.models.registry import wan_space
-    from aoizora.stage1.wan_experts import WAN_EXPERTS
+    from aoizora.models.wan.experts import WAN_EXPERTS
 
     # the ring row is the flash row with ring attention (benchmark_dp2_cp4.sh changes only `attention`)
     documented = "allgather" if attention == "ring" else attention
@@ -59,7 +59,7 @@ def _config(name: str, attention: str, flags: str) -> Config:
 
 
 def entries() -> list:
-    from aoizora.stage1.wan_experts import V7_BENCHMARK_LIBTPU_ARGS
+    from aoizora.models.wan.experts import V7_BENCHMARK_LIBTPU_ARGS
 
     flags = " ".join(V7_BENCHMARK_LIBTPU_ARGS)
     return [

@@ -230,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="run only entries whose key contains one of these")
     args = parser.parse_args(argv)
 
-    from aoizora.plan.compile_cache import default_compile_cache
-    from aoizora.plan.planner import toolchain_versions
+    from aoizora.stage2.compile_cache import default_compile_cache
+    from aoizora.toolchain import toolchain_versions
 
     cache = default_compile_cache()
     entries = [e for e in all_entries() if not args.only or any(s in e.key for s in args.only)]

@@ -438,7 +438,7 @@ def _experts_line(experts: dict) -> str:
 
 def _no_fit_hint(space, topo) -> None:
     """When both experts do not fit resident, say what swapping one would cost."""
-    from aoizora.stage1.wan_pipeline_space import WanPipelineSpace, swap_estimate
+    from aoizora.models.wan.pipeline_space import WanPipelineSpace, swap_estimate
 
     if isinstance(space, WanPipelineSpace) and space.residency == "both" and len(space.pipeline.experts) > 1:
         click.echo(f"note: {swap_estimate(space, topo)}", err=True)

@@ -1,5 +1,10 @@
 """The planner's defaults, in one place: the library (`plan_space`, `run_stage1`, the bench) and the CLI read them here."""
 
+import os
+from pathlib import Path
+
+import platformdirs
+
 #: Strategies Stage 1 passes to Stage 2: the smallest K with full top-1 recall on the tuning grid
 #: (docs/methodology.md, "How K was chosen").
 DEFAULT_TOP_K = 8
@@ -10,3 +15,10 @@ DEFAULT_COMPILE_TIMEOUT_S = 900.0
 
 #: Best (strategy, placement) pairs recompiled with their own device order before the choice.
 DEFAULT_VERIFY_TOP = 1
+
+
+def cache_root() -> Path:
+    """Where the plan and compile caches live: `$AOIZORA_CACHE_DIR`, else the user's cache
+    directory (e.g. ~/.cache/aoizora)."""
+    env = os.environ.get("AOIZORA_CACHE_DIR")
+    return Path(env) if env else Path(platformdirs.user_cache_dir("aoizora"))

@@ -8,10 +8,13 @@ goes through `compile_only_devices`.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aoizora.errors import CompilerFlagError, ToolchainError, TopologyError
@@ -135,3 +138,29 @@ def check_compiler_flags(flags: CompilerFlags, topology_name: str) -> None:
         raise CompilerFlagError(
             f"libtpu refuses the compiler flags ({_first_line(exc)}); fix or drop that flag in --libtpu-args"
         ) from None
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """Hash of aoizora's own source files: a cached plan is only reused by the code that made it."""
+    import aoizora
+
+    root = Path(aoizora.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".json") and path.is_file():
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def toolchain_versions() -> dict[str, str]:
+    """The versions of jax, jaxlib and libtpu: what a compiled program and a plan depend on."""
+    import jax
+    import jaxlib
+
+    try:
+        libtpu = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        libtpu = "absent"
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu}

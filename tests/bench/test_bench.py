@@ -10,8 +10,9 @@ from aoizora.bench import BenchOptions, Cell, logical_search, markdown, parse_ce
 from aoizora.bench.baselines import AlphaBeta
 from aoizora.cli import cli
 from aoizora.errors import BenchError
-from aoizora.plan.compile_cache import CompileCache
-from aoizora.stage1 import TransformerSpace, run_stage1
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage1 import run_stage1
+from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
@@ -205,14 +206,14 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     import aoizora.bench.harness as harness
 
     first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
-    real = harness.compile_strategy  # the same function as aoizora.plan.stage2.compile_strategy
+    real = harness.compile_strategy  # the same function as aoizora.stage2.search.compile_strategy
 
     def refusing(space, strategy, key, *args, **kw):
         if key == first:
             raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
         return real(space, strategy, key, *args, **kw)
 
-    import aoizora.plan.stage2 as stage2
+    import aoizora.stage2.search as stage2
 
     monkeypatch.setattr(stage2, "compile_strategy", refusing)  # the planner's compiles
     monkeypatch.setattr(harness, "compile_strategy", refusing)  # the bench's own
@@ -297,7 +298,7 @@ def test_a_run_needs_its_cells(tmp_path):
 
 def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage1):
     """A generation with two documented deployments: the cell scores both and reports each speedup."""
-    from aoizora.stage1.space import ExpertDeployment
+    from aoizora.workload import ExpertDeployment
 
     first, second = [e.candidate.strategy for e in stage1.ranked[-2:]]
 

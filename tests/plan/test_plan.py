@@ -170,7 +170,7 @@ def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(pla
         entry.write_bytes(b"not gzip")  # corrupt: discarded, recompiled, rewritten
     third = plan_function(mlp, ARGS, STRATEGIES, planned.topo, top_k=2, verify_top=0, progress=False)
     assert all(not o.compiled.from_cache for o in third.outcomes if o.compiled is not None)
-    from aoizora.plan.compile_cache import CompileCache
+    from aoizora.stage2.compile_cache import CompileCache
 
     cache = CompileCache(compiled_dir)
     readable = [e for e in entries if e.exists() and cache.get(e.name[: -len(".json.gz")]) is not None]
@@ -180,7 +180,7 @@ def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(pla
 def test_a_strategy_the_compiler_refuses_gives_its_place_to_the_next(planned, monkeypatch):
     """Stage 1's memory estimate is approximate: when the compiler refuses a Top-K strategy for
     HBM, Stage 2 compiles the next one in Stage 1's ranking instead of scoring fewer."""
-    import aoizora.plan.stage2 as stage2
+    import aoizora.stage2.search as stage2
 
     real = stage2.compile_strategy
     refused: list[str] = []
@@ -205,7 +205,7 @@ def test_plan_is_reported_against_every_expert_deployment():
     """A generation with two documented deployments: both join Stage 2 and both are baselines."""
     from aoizora.plan import plan_space
     from aoizora.plan.function_space import FunctionSpace
-    from aoizora.stage1.space import ExpertDeployment
+    from aoizora.workload import ExpertDeployment
 
     class TwoExperts(FunctionSpace):
         def expert_deployments(self, topology):
@@ -275,7 +275,7 @@ def test_plan_cache_entry_that_is_not_utf8_is_recomputed(planned):
 def test_compile_cache_entry_with_unparseable_hlo_is_discarded_and_recompiled(planned, caplog):
     """An entry that reads back cleanly (checksum and key right) but whose HLO does not parse must
     not drop its strategy: it is deleted, logged, and the program compiled again."""
-    from aoizora.plan.compile_cache import CompileCache
+    from aoizora.stage2.compile_cache import CompileCache
 
     compiled_dir = planned.cache / "compiled"
     cache = CompileCache(compiled_dir)

@@ -6,7 +6,7 @@ import sys
 
 from aoizora.models.registry import pipeline_config
 from aoizora.models.wan.strategy import Strategy
-from aoizora.stage1.wan_pipeline_space import expert_bytes_per_device
+from aoizora.models.wan.pipeline_space import expert_bytes_per_device
 
 
 def _cli(*args, timeout=900):

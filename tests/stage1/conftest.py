@@ -28,7 +28,8 @@ def transformer_cases(topo_2x4):
     """The small transformer lowered under three strategies (compiled lazily by the tests that need it)."""
     from micro import Case
 
-    from aoizora.stage1 import TransformerSpace, predict, read_module
+    from aoizora.stage1 import predict, read_module
+    from aoizora.workloads import TransformerSpace
     from aoizora.stage1.search import _lower
 
     space = TransformerSpace(SMALL)

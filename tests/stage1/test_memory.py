@@ -2,7 +2,8 @@
 
 import pytest
 
-from aoizora.stage1 import TransformerSpace, estimate_memory, predict, read_module
+from aoizora.stage1 import estimate_memory, predict, read_module
+from aoizora.workloads import TransformerSpace
 from aoizora.stage1.search import _lower
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig

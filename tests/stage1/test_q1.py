@@ -76,7 +76,8 @@ def test_parameter_gathers_are_prefetchable(transformer_cases, topo_2x4):
     """FSDP-style weight gathers move parameters only: Q1 lets them overlap compute."""
     from small_transformer import SMALL
 
-    from aoizora.stage1 import TransformerSpace, analyse
+    from aoizora.stage1 import analyse
+    from aoizora.workloads import TransformerSpace
 
     space = TransformerSpace(SMALL)
     cand = next(c for c in space.candidates(8) if c.key == "fsdp=2,tensor=4 | weights=fsdp | attn=dense")

@@ -10,9 +10,9 @@ from rich.console import Console
 
 from aoizora.hlo.program import OpaqueCost
 from aoizora.placement import MeshSpec
-from aoizora.stage1 import (
-    Candidate, LoweringInputs, StrategySpace, TransformerSpace, axis_assignments, run_stage1,
-)
+from aoizora.stage1 import run_stage1
+from aoizora.workload import Candidate, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.workloads import TransformerSpace
 from aoizora.stage1.search import ILLEGAL, KEPT, OUT_OF_MEMORY
 
 
@@ -164,7 +164,7 @@ def test_strategies_sharing_lowering_work_are_grouped():
     (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
     from aoizora.models.wan.config import PRESETS, VideoShape
     from aoizora.stage1.search import Entry, RANKED, _affinity_groups
-    from aoizora.stage1.wan_space import WanSpace
+    from aoizora.models.wan.space import WanSpace
 
     space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))
     legal = [Entry(c, RANKED) for c in space.candidates(8) if c.legal]

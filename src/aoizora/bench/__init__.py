@@ -16,7 +16,7 @@ from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
 from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell, quick_grid
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell, run_cell_with_fallback
 from aoizora.bench.report import markdown, summary, write_outputs
-from aoizora.plan.compile_cache import CompileCache
+from aoizora.stage2.compile_cache import CompileCache
 
 
 def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.PathLike[str], *,
@@ -46,7 +46,7 @@ def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.Pa
         if doc is None and not run_missing:
             continue
         if doc is None:
-            from aoizora.plan.compile_cache import default_compile_cache
+            from aoizora.stage2.compile_cache import default_compile_cache
 
             compile_cache = compile_cache or default_compile_cache()
             doc = run_cell_with_fallback(cell, opts, compile_cache, progress=progress, console=console, log=log)
@@ -67,7 +67,7 @@ def _read_cell(path: Path, opts: BenchOptions, same_source: bool = True) -> dict
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    from aoizora.plan.planner import source_fingerprint
+    from aoizora.toolchain import source_fingerprint
 
     # a cell computed by other code is stale (recomputing it reuses the compile cache); a report
     # (`same_source=False`) takes finished cells whatever their oracle sweep and K (the table says which)

@@ -33,13 +33,13 @@ from aoizora.cost import Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
-from aoizora.plan.compile_cache import CompileCache
-from aoizora.plan.planner import expert_entries, plan_space, source_fingerprint
-from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.plan.planner import expert_entries, plan_space
+from aoizora.stage2.search import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
-from aoizora.stage1.space import Candidate, StrategySpace
-from aoizora.toolchain import CompilerFlags
+from aoizora.workload import Candidate, StrategySpace
+from aoizora.toolchain import CompilerFlags, source_fingerprint
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
 

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aoizora.plan.stage2 import OUT_OF_HBM
+from aoizora.stage2.search import OUT_OF_HBM
 
 COLUMNS = [
     ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),
@@ -34,7 +34,7 @@ def _x(x: float | None, digits: int = 3) -> str:
 
 def current_source() -> str:
     """The fingerprint of the aoizora source running now (what a cell's `aoizora_source` is compared with)."""
-    from aoizora.plan.planner import source_fingerprint
+    from aoizora.toolchain import source_fingerprint
 
     return source_fingerprint()
 

@@ -70,8 +70,8 @@ def wan_space(model: str, resolution: str, frames: int, *, expert_residency: str
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
     per-token timesteps) with `expert_residency` "both" or "swap"."""
-    from aoizora.stage1.wan_pipeline_space import WanPipelineSpace
-    from aoizora.stage1.wan_space import WanSpace
+    from aoizora.models.wan.pipeline_space import WanPipelineSpace
+    from aoizora.models.wan.space import WanSpace
 
     key = _key(model)
     pipeline = PIPELINES[key]

@@ -16,18 +16,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
+from aoizora.defaults import cache_root
 from aoizora.errors import PlanFormatError
 from aoizora.plan.plan import Plan, check_plan, strict_json_loads
 
 log = logging.getLogger("aoizora.cache")
-
-
-def cache_root() -> Path:
-    """`$AOIZORA_CACHE_DIR`, else the user's cache directory (e.g. ~/.cache/aoizora)."""
-    env = os.environ.get("AOIZORA_CACHE_DIR")
-    return Path(env) if env else Path(platformdirs.user_cache_dir("aoizora"))
 
 
 def cache_dir() -> Path:

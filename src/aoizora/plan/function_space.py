@@ -16,7 +16,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aoizora.placement import MeshSpec
-from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
+from aoizora.workload import Candidate, LoweringInputs, StrategySpace
 
 
 @dataclass(frozen=True)

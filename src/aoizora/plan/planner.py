@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import functools
-import hashlib
-import importlib.metadata
 import time
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,13 +11,13 @@ from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
-from aoizora.plan.compile_cache import CompileCache, default_compile_cache
+from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
-from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
+from aoizora.stage2.search import Scored, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, run_stage1
-from aoizora.stage1.space import ExpertDeployment, StrategySpace
-from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags
+from aoizora.workload import ExpertDeployment, StrategySpace
+from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
 from aoizora.topology import Topology
 
 
@@ -57,31 +53,6 @@ class PlanResult:
     from_cache: bool
     stage1: Stage1Result | None = None
     outcomes: list[StrategyOutcome] | None = None
-
-
-@functools.lru_cache(maxsize=1)
-def source_fingerprint() -> str:
-    """Hash of aoizora's own source files: a cached plan is only reused by the code that made it."""
-    import aoizora
-
-    root = Path(aoizora.__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".json") and path.is_file():
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def toolchain_versions() -> dict[str, str]:
-    import jax
-    import jaxlib
-
-    try:
-        libtpu = importlib.metadata.version("libtpu")
-    except importlib.metadata.PackageNotFoundError:
-        libtpu = "absent"
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu}
 
 
 def plan_space(

@@ -40,6 +40,7 @@ from typing import Any
 from aoizora.hlo.program import OpaqueCost
 from aoizora.stage1.heap import Timeline
 from aoizora.stage1.ir import COLLECTIVE_OPS, IRModule, Op, Region, Sharding, TensorType, axis_size, group_axes
+from aoizora.workload import KernelCall
 
 # Ops that are pure plumbing (no compute, no HBM traffic of their own).
 NO_COST = {
@@ -55,16 +56,6 @@ EARLY_PASS = {
 # Elementwise ops linear in each operand: partial sums pass through them unreduced.
 LINEAR_UNARY = {"stablehlo.convert", "stablehlo.negate", "stablehlo.reshape", "stablehlo.transpose"}
 LINEAR_NARY = {"stablehlo.add", "stablehlo.subtract"}
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """An opaque kernel call as a cost hook sees it: target and per-device operand/result types."""
-
-    target: str
-    operand_types: tuple[TensorType | None, ...]
-    result_types: tuple[TensorType | None, ...]
-    in_shard_map: bool
 
 
 KernelCostHook = Callable[[KernelCall], "OpaqueCost | None"]

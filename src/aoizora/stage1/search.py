@@ -27,7 +27,7 @@ from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace
+from aoizora.workload import Candidate, LoweringInputs, StrategySpace
 from aoizora.topology import Topology
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves

@@ -216,7 +216,7 @@ def test_plan_description_round_trips_through_the_runner():
 
     from aoizora.models.wan.strategy import SplashBlocks
     from aoizora.runtime.runner import _strategy
-    from aoizora.stage1.wan_space import WanSpace
+    from aoizora.models.wan.space import WanSpace
 
     space = WanSpace(WAN_T2V_14B, VideoShape(81, 720, 1280))
     for st in (Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", ulysses_chunks=2,

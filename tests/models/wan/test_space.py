@@ -7,7 +7,7 @@ import pytest
 from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.strategy import Strategy
 from aoizora.stage1 import analyse
-from aoizora.stage1.wan_space import WanSpace, strategy_key
+from aoizora.models.wan.space import WanSpace, strategy_key
 
 VIDEO = VideoShape(5, 128, 128)  # 2 latent frames x 8 x 8 tokens after patchify = 128 tokens
 
@@ -62,7 +62,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
     cost (a cross-attention call once took the far larger self-attention cost)."""
     from aoizora.hlo.program import NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.plan.stage2 import compile_strategy
+    from aoizora.stage2.search import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x2")
@@ -82,7 +82,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
 
 def test_stage1_and_stage2_cost_a_splash_call_alike():
     from aoizora.models.wan.attention import splash_cost
-    from aoizora.stage1.dag import KernelCall
+    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
@@ -162,7 +162,7 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     between ring neighbours, and every splash ring step gets the model's own cost."""
     from aoizora.hlo.program import CollectiveKind, NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.plan.stage2 import compile_strategy
+    from aoizora.stage2.search import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x4")
@@ -193,7 +193,7 @@ def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
     """With fixed splash blocks K/V are streamed once per block_q rows, not per the kernel's own pick."""
     from aoizora.models.wan.attention import splash_cost
     from aoizora.models.wan.strategy import SplashBlocks
-    from aoizora.stage1.dag import KernelCall
+    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
-from aoizora.stage1.wan_experts import MAXDIFFUSION, MAXDIFFUSION_COMMIT, WAN_EXPERTS, experts_for
-from aoizora.stage1.wan_space import WanSpace, strategy_key
+from aoizora.models.wan.experts import MAXDIFFUSION, MAXDIFFUSION_COMMIT, WAN_EXPERTS, experts_for
+from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.topology import get_topology
 
 VIDEO = VideoShape(81, 720, 1280)

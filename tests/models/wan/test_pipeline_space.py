@@ -11,10 +11,10 @@ from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.pipeline import WanPipelineConfig
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
-from aoizora.plan.stage2 import compile_strategy
+from aoizora.stage2.search import compile_strategy
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, _inputs, argument_bytes
-from aoizora.stage1.wan_pipeline_space import (
+from aoizora.models.wan.pipeline_space import (
     WanPipelineSpace, expert_bytes_per_device, host_to_device_bandwidth, swap_estimate,
 )
 from aoizora.topology import get_topology

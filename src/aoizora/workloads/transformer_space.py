@@ -15,7 +15,7 @@ from typing import Any
 from jax.sharding import NamedSharding
 
 from aoizora.placement import MeshSpec
-from aoizora.stage1.space import Candidate, LoweringInputs, StrategySpace, axis_assignments, mesh_of
+from aoizora.workload import Candidate, LoweringInputs, StrategySpace, axis_assignments, mesh_of
 from aoizora.workloads.transformer import TransformerConfig, _spec, abstract_args, make_forward
 
 AXES = ("data", "fsdp", "context", "tensor")

@@ -31,9 +31,9 @@ from aoizora.models.wan.strategy import (
     context_splits,
 )
 from aoizora.placement import MeshSpec
-from aoizora.stage1.dag import KernelCall
-from aoizora.stage1.space import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
-from aoizora.stage1.wan_experts import legal_expert_strategies
+from aoizora.workload import KernelCall
+from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.models.wan.experts import legal_expert_strategies
 
 
 def strategy_key(st: Strategy) -> str:

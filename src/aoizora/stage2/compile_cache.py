@@ -181,6 +181,6 @@ def _record_from_entry(entry: Any, key: str) -> CompileRecord:
 
 def default_compile_cache() -> CompileCache:
     """The compile cache beside the plan cache (`$AOIZORA_CACHE_DIR/compiled` or the user cache)."""
-    from aoizora.plan.cache import cache_root
+    from aoizora.defaults import cache_root
 
     return CompileCache(cache_root() / "compiled")

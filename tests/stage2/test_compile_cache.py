@@ -4,7 +4,7 @@ import gzip
 
 import pytest
 
-from aoizora.plan.compile_cache import CompileCache, CompileRecord
+from aoizora.stage2.compile_cache import CompileCache, CompileRecord
 
 TOOLCHAIN = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"}
 

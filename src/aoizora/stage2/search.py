@@ -19,9 +19,9 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.errors import AoizoraError
 from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
-from aoizora.plan.compile_cache import CompileCache, CompileRecord
+from aoizora.stage2.compile_cache import CompileCache, CompileRecord
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
-from aoizora.stage1.space import StrategySpace
+from aoizora.workload import StrategySpace
 from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
@@ -101,7 +101,7 @@ def compile_strategy(
     """
     import jax
 
-    from aoizora.plan.planner import toolchain_versions
+    from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
     inputs = space.lowering_inputs(strategy, mesh)

@@ -1,6 +1,7 @@
-"""The strategy-space protocol: what Stage 1 needs from a workload, and nothing more.
+"""The workload interface: what the planner needs from a workload, and nothing more.
 
-Why a protocol: Stage 1 is generic. The generic scanned transformer and the Wan 2.1 model both
+Both stages, the benchmark and the plan file read a workload only through this module. Why a
+protocol: the planner is generic. The generic scanned transformer and the Wan 2.1 model both
 plug in by saying (1) which logical strategies exist on N devices and which are legal, with the
 reason for every rejection; (2) for a strategy, its logical mesh and the function plus abstract
 arguments to lower on that mesh; (3) the cost of the opaque kernels (Pallas calls) it uses, which
@@ -13,11 +14,23 @@ import abc
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import TYPE_CHECKING, Any, Hashable
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import MeshSpec
-from aoizora.stage1.dag import KernelCall
+
+if TYPE_CHECKING:  # Stage 1's IR types; the interface names them without depending on Stage 1
+    from aoizora.stage1.ir import TensorType
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """An opaque kernel call as a cost hook sees it: target and per-device operand/result types."""
+
+    target: str
+    operand_types: tuple[TensorType | None, ...]
+    result_types: tuple[TensorType | None, ...]
+    in_shard_map: bool
 
 
 @dataclass(frozen=True)

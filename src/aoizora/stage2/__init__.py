@@ -1,0 +1,20 @@
+"""Stage 2: compile Stage 1's best strategies with the real TPU compiler, read their collectives
+from the compiled HLO, score every placement of each with Q2.
+
+Public API:
+- `run_stage2` and its results (`StrategyOutcome`, `Scored`, `Compiled`);
+- `compile_strategy` (one strategy over one device order, through the compile cache), `drop_reason`
+  and `OUT_OF_HBM` (why a strategy was dropped);
+- `CompileCache`, `CompileRecord`, `default_compile_cache`: libtpu's output kept on disk.
+"""
+
+from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
+from aoizora.stage2.search import (
+    OUT_OF_HBM, CachedCompileError, Compiled, CompileTimeout, Scored, StrategyOutcome, compile_strategy,
+    drop_reason, run_stage2,
+)
+
+__all__ = [
+    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompileRecord", "CompileTimeout", "Compiled", "Scored",
+    "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason", "run_stage2",
+]
