@@ -16,6 +16,7 @@ import os
 import pickle
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,6 +247,15 @@ def default_workers(legal: int) -> int:
     return min(os.cpu_count() or 1, 4) if legal >= PARALLEL_MIN_STRATEGIES else 1
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """How each strategy is analysed (the same in every worker)."""
+
+    overlap: Overlap
+    memory_slack: float
+    keep_predictions: bool
+
+
 def run_stage1(
     space: StrategySpace,
     topology: Topology,
@@ -273,6 +283,7 @@ def run_stage1(
     timings = {"lower": 0.0, "analyse": 0.0}
     n_workers = default_workers(len(own)) if workers is None else max(1, workers)
     blob = _pool_blob(space, own) if n_workers > 1 else None
+    settings = _Settings(overlap, memory_slack, keep_predictions)
 
     def apply(e: Entry, a: _Analysed) -> None:
         e.verdict, e.reasons = a.verdict, a.reasons
@@ -282,61 +293,85 @@ def run_stage1(
         timings["analyse"] += a.analyse_seconds
 
     groups = _affinity_groups(space, own)
-
-    def run_all(advance: Any) -> None:
-        if blob is None:
-            for e in (e for g in groups for e in g):
-                apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
-                advance()
-            return
-        # This process is one of the workers: it lowers while the others start (each imports jax
-        # and libtpu for ~4 s) and keeps them fed, two groups ahead, between its own lowerings.
-        context = multiprocessing.get_context("spawn")
-        pending = deque(groups)
-        running: dict[Future, list[Entry]] = {}
-
-        def collect(block: bool) -> None:
-            done = [f for f in running if f.done()] if not block else [next(as_completed(running))]
-            for fut in done:
-                for e, a in zip(running.pop(fut), fut.result()):
-                    apply(e, a)
-                    advance()
-
-        def feed(pool: ProcessPoolExecutor) -> None:
-            while pending and len(running) < 2 * (n_workers - 1):
-                g = pending.popleft()
-                running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
-
-        pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
-                                   initargs=(blob, topology.name, overlap, memory_slack, keep_predictions))
-        try:
-            feed(pool)
-            while pending:
-                for e in pending.pop():  # the smallest group left: the others may take the large ones
-                    apply(e, _analyse_one(space, e.candidate.strategy, topology, overlap, memory_slack, keep_predictions))
-                    advance()
-                    collect(block=False)
-                    feed(pool)
-            while running:
-                collect(block=True)
-        except BaseException:
-            # Ctrl-C or an error: stop the workers now rather than wait for the lowerings they hold
-            # (the executor's own shutdown waits for them, and hangs when a worker was interrupted).
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.kill()  # SIGKILL: libtpu prints a crash report on SIGTERM
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-
     if progress:
         from rich.progress import Progress
 
         with Progress(console=console, transient=True) as bar:
             label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
             task = bar.add_task(label, total=len(own))
-            run_all(lambda: bar.advance(task))
+            _analyse_groups(space, topology, groups, settings, n_workers, blob, apply, lambda: bar.advance(task))
     else:
-        run_all(lambda: None)
+        _analyse_groups(space, topology, groups, settings, n_workers, blob, apply, lambda: None)
+    _share_stand_in_analyses(legal, stand_ins)
+    _rank(entries, top_k)
+    result = Stage1Result(topology, entries, top_k, time.perf_counter() - t_start, timings)
+    if progress:
+        print_summary(result, console)
+    return result
+
+
+def _analyse_groups(space: StrategySpace, topology: Topology, groups: list[list[Entry]], settings: _Settings,
+                    n_workers: int, blob: bytes | None, apply: Callable[[Entry, _Analysed], None],
+                    advance: Callable[[], None]) -> None:
+    """Analyse every entry of `groups`: here, or (with a pickled space `blob`) in a worker pool."""
+    if blob is None:
+        for e in (e for g in groups for e in g):
+            apply(e, _analyse_one(space, e.candidate.strategy, topology, settings.overlap, settings.memory_slack,
+                                  settings.keep_predictions))
+            advance()
+        return
+    _analyse_in_pool(space, topology, groups, settings, n_workers, blob, apply, advance)
+
+
+def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list[Entry]], settings: _Settings,
+                     n_workers: int, blob: bytes, apply: Callable[[Entry, _Analysed], None],
+                     advance: Callable[[], None]) -> None:
+    """`n_workers - 1` spawned workers and this process analyse the groups.
+
+    This process is one of the workers: it lowers while the others start (each imports jax and
+    libtpu for ~4 s) and keeps them fed, two groups ahead, between its own lowerings."""
+    context = multiprocessing.get_context("spawn")
+    pending = deque(groups)
+    running: dict[Future, list[Entry]] = {}
+
+    def collect(block: bool) -> None:
+        done = [f for f in running if f.done()] if not block else [next(as_completed(running))]
+        for fut in done:
+            for e, a in zip(running.pop(fut), fut.result()):
+                apply(e, a)
+                advance()
+
+    def feed(pool: ProcessPoolExecutor) -> None:
+        while pending and len(running) < 2 * (n_workers - 1):
+            g = pending.popleft()
+            running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
+
+    pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
+                               initargs=(blob, topology.name, settings.overlap, settings.memory_slack,
+                                         settings.keep_predictions))
+    try:
+        feed(pool)
+        while pending:
+            for e in pending.pop():  # the smallest group left: the others may take the large ones
+                apply(e, _analyse_one(space, e.candidate.strategy, topology, settings.overlap, settings.memory_slack,
+                                      settings.keep_predictions))
+                advance()
+                collect(block=False)
+                feed(pool)
+        while running:
+            collect(block=True)
+    except BaseException:
+        # Ctrl-C or an error: stop the workers now rather than wait for the lowerings they hold
+        # (the executor's own shutdown waits for them, and hangs when a worker was interrupted).
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()  # SIGKILL: libtpu prints a crash report on SIGTERM
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _share_stand_in_analyses(legal: list[Entry], stand_ins: dict[str, Entry]) -> None:
+    """Each entry analysed as a sibling (`stand_ins`) takes that sibling's verdict, Q1 and memory."""
     for e in legal:
         if e.key in stand_ins:
             twin = stand_ins[e.key]
@@ -344,15 +379,14 @@ def run_stage1(
             # a twin never lowered (over HBM on its arguments alone) has no summary to share
             e.summary = {**twin.summary, "analysed_as": twin.key} if twin.summary is not None else None
 
+
+def _rank(entries: list[Entry], top_k: int) -> None:
+    """Rank the entries that fit by Q1 (ties: serial time, then key) and keep the first `top_k`."""
     fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):
         e.rank = r + 1
         if r < top_k:
             e.verdict = KEPT
-    result = Stage1Result(topology, entries, top_k, time.perf_counter() - t_start, timings)
-    if progress:
-        print_summary(result, console)
-    return result
 
 
 def print_summary(result: Stage1Result, console: Any = None) -> None:
