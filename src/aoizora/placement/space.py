@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -149,6 +150,48 @@ def enumerate_placements(
     With `deduplicate=False` every generated candidate is returned (for inspection and tests).
     """
     mesh.check_fits(topology.num_devices, topology.name)
+    candidates = _candidates(topology, mesh, max_candidates)
+    stacked = np.stack([c.coords.reshape(-1, c.coords.shape[-1]) for c in candidates])
+    keys = canonical_keys(stacked, topology)
+
+    default = jax_default_placement(topology, mesh)
+    default_key = canonical_keys(default.coords(topology).reshape(1, -1, stacked.shape[-1]), topology)[0]
+
+    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d for d, pos in topology.positions.items()}
+    placements: list[Placement] = []
+    seen: dict[bytes, str] = {}
+    for key, c in zip(keys, candidates):
+        if deduplicate and key in seen:
+            continue
+        seen[key] = c.name
+        if deduplicate and key == default_key:
+            default = Placement(default.name, f"{default.description}; same geometry as {c.name} ({c.description})",
+                                mesh, default.device_ids)
+            continue
+        ids = np.array([id_of[tuple(int(v) for v in xyz)] for xyz in c.coords.reshape(-1, c.coords.shape[-1])])
+        placements.append(Placement(c.name, c.description, mesh, ids.reshape(mesh.shape)))
+    notes = []
+    if default_key not in seen:
+        notes.append("jax-default is not among the enumerated axis orders")
+    result = PlacementSet(topology, mesh, [default, *placements], len(candidates) + 1, notes)
+    for p in result.placements:
+        p.check(topology)
+    return result
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One generated placement: its sort rank, name, description and physical coordinates."""
+
+    rank: tuple[int, int, str]
+    name: str
+    description: str
+    coords: np.ndarray
+
+
+def _candidates(topology: Topology, mesh: MeshSpec, max_candidates: int) -> list[_Candidate]:
+    """Every assignment of the mesh's prime factors to physical digits, times every walk of each
+    logical axis over its coordinates, ranked (plain walks and fewer coordinates first)."""
     phys = physical_digits(topology)
     phys_sizes, axis_names = physical_axes(topology)
     digits_per_axis = {a: sum(1 for d in phys if d.axis == a) for a in range(len(phys_sizes))}
@@ -160,7 +203,7 @@ def enumerate_placements(
         perm for perm in itertools.permutations(phys) if all(p.size == f for p, (_, f) in zip(perm, logical))
     ]
     assignments = list(dict.fromkeys(assignments))
-    candidates: list[tuple[tuple[int, int, str], str, str, np.ndarray]] = []
+    candidates: list[_Candidate] = []
     for perm in assignments:
         per_axis: list[list[Digit]] = [[] for _ in mesh.axis_sizes]
         for (j, _), d in zip(logical, perm):
@@ -175,48 +218,28 @@ def enumerate_placements(
             )
         for walks in itertools.product(*axis_walks):
             contrib = [_axis_contribution(cs, perm_j, len(phys_sizes)) for cs, (_, perm_j) in zip(axis_coords, walks)]
-            coords = _combine(contrib, mesh.shape)
-            labels, descs = [], []
-            for name, cs, (label, _) in zip(mesh.axis_names, axis_coords, walks):
-                if not cs:
-                    continue  # a size-1 axis occupies no physical digit
-                where = ".".join(_coord_label(c, axis_names, digits_per_axis) for c in cs)
-                labels.append(f"{name}={where}" + (f"~{label}" if label else ""))
-                descs.append(
-                    f"{name} on "
-                    + " x ".join(f"{axis_names[c.axis]}[{c.size} step {c.stride}]" for c in cs)
-                    + (f" ({label})" if label else "")
-                )
+            labels, descs = _walk_labels(mesh, axis_coords, walks, axis_names, digits_per_axis)
             rank = (sum(1 for label, _ in walks if label), sum(len(cs) for cs in axis_coords), " ".join(labels))
-            candidates.append((rank, " ".join(labels), "; ".join(descs), coords))
+            candidates.append(_Candidate(rank, " ".join(labels), "; ".join(descs), _combine(contrib, mesh.shape)))
+    candidates.sort(key=lambda c: c.rank)
+    return candidates
 
-    candidates.sort(key=lambda c: c[0])
-    generated = len(candidates)
-    stacked = np.stack([c[3].reshape(-1, c[3].shape[-1]) for c in candidates])
-    keys = canonical_keys(stacked, topology)
 
-    default = jax_default_placement(topology, mesh)
-    default_key = canonical_keys(default.coords(topology).reshape(1, -1, stacked.shape[-1]), topology)[0]
-
-    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d for d, pos in topology.positions.items()}
-    placements: list[Placement] = []
-    seen: dict[bytes, str] = {}
-    for key, (_, name, desc, coords) in zip(keys, candidates):
-        if deduplicate and key in seen:
-            continue
-        seen[key] = name
-        if deduplicate and key == default_key:
-            default = Placement(default.name, f"{default.description}; same geometry as {name} ({desc})", mesh, default.device_ids)
-            continue
-        ids = np.array([id_of[tuple(int(v) for v in c)] for c in coords.reshape(-1, coords.shape[-1])])
-        placements.append(Placement(name, desc, mesh, ids.reshape(mesh.shape)))
-    notes = []
-    if default_key not in seen:
-        notes.append("jax-default is not among the enumerated axis orders")
-    result = PlacementSet(topology, mesh, [default, *placements], generated + 1, notes)
-    for p in result.placements:
-        p.check(topology)
-    return result
+def _walk_labels(mesh: MeshSpec, axis_coords: list[list[_Coordinate]], walks: tuple[tuple[str, Any], ...],
+                 axis_names: list[str], digits_per_axis: dict[int, int]) -> tuple[list[str], list[str]]:
+    """Per logical axis, its short name (`x=y0.x~snake`) and description (`x on y[2 step 1] ...`)."""
+    labels, descs = [], []
+    for name, cs, (label, _) in zip(mesh.axis_names, axis_coords, walks):
+        if not cs:
+            continue  # a size-1 axis occupies no physical digit
+        where = ".".join(_coord_label(c, axis_names, digits_per_axis) for c in cs)
+        labels.append(f"{name}={where}" + (f"~{label}" if label else ""))
+        descs.append(
+            f"{name} on "
+            + " x ".join(f"{axis_names[c.axis]}[{c.size} step {c.stride}]" for c in cs)
+            + (f" ({label})" if label else "")
+        )
+    return labels, descs
 
 
 def _axis_contribution(coords: list[_Coordinate], perm: tuple[int, ...], ndim: int) -> np.ndarray:
