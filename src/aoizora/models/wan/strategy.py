@@ -257,19 +257,31 @@ def check_strategy(
     num_devices: int | None = None,
 ) -> list[str]:
     """Reasons why `strategy` is illegal for this model/input/device count (empty list: legal)."""
-    reasons: list[str] = []
-    for name in ("data", "fsdp", "context", "tensor", "context_ulysses", "ulysses_chunks"):
-        size = getattr(strategy, name)
-        if not isinstance(size, int) or size < 1:
-            reasons.append(f"{name} is {size!r}; it must be a positive integer")
+    reasons = [f"{name} is {size!r}; it must be a positive integer"
+               for name in ("data", "fsdp", "context", "tensor", "context_ulysses", "ulysses_chunks")
+               if not isinstance(size := getattr(strategy, name), int) or size < 1]
     if reasons:
         return reasons
+    return (_choice_reasons(strategy) + _mesh_reasons(strategy, batch, num_devices)
+            + _head_reasons(strategy, config) + _kernel_and_weight_reasons(strategy, config)
+            + _video_reasons(strategy, config, video))
+
+
+def _choice_reasons(strategy: Strategy) -> list[str]:
+    """Named choices that are not among the known ones."""
+    reasons = []
     if strategy.attention not in ATTENTION_VARIANTS:
         reasons.append(f"unknown attention variant {strategy.attention!r}; choose one of {ATTENTION_VARIANTS}")
     if strategy.weights not in WEIGHT_MODES:
         reasons.append(f"unknown weight mode {strategy.weights!r}; choose one of {WEIGHT_MODES}")
     if strategy.kernel not in KERNELS:
         reasons.append(f"unknown attention kernel {strategy.kernel!r}; choose one of {KERNELS}")
+    return reasons
+
+
+def _mesh_reasons(strategy: Strategy, batch: int, num_devices: int | None) -> list[str]:
+    """The mesh against the slice, the batch, and the split of context into Ulysses × ring."""
+    reasons = []
     if num_devices is not None and strategy.num_devices != num_devices:
         reasons.append(
             f"mesh {strategy.mesh_shape} (data×fsdp×context×tensor) uses {strategy.num_devices} devices, "
@@ -287,6 +299,12 @@ def check_strategy(
         )
     elif not strategy.two_d_context and strategy.context_ulysses != 1:
         reasons.append(f"context_ulysses={strategy.context_ulysses} splits context only for attention='ulysses_ring'")
+    return reasons
+
+
+def _head_reasons(strategy: Strategy, config: WanConfig) -> list[str]:
+    """Attention heads split over tensor, Ulysses and Ulysses chunks."""
+    reasons = []
     heads = config.num_attention_heads
     uly = strategy.ulysses_axis
     if heads % strategy.tensor:
@@ -304,6 +322,12 @@ def check_strategy(
     if uly is None and strategy.ulysses_chunks != 1:
         reasons.append(f"ulysses_chunks={strategy.ulysses_chunks} chunks an all-to-all that "
                        f"attention={strategy.attention!r} does not have")
+    return reasons
+
+
+def _kernel_and_weight_reasons(strategy: Strategy, config: WanConfig) -> list[str]:
+    """Splash blocks and head size for the kernel; the dimensions the weight mode shards."""
+    reasons = []
     if strategy.splash_blocks is not None:
         reasons.extend(strategy.splash_blocks.reasons())
         if strategy.kernel == "xla":
@@ -321,15 +345,18 @@ def check_strategy(
             reasons.append(f"model dim {config.dim} is not divisible by fsdp×context = {deg}")
     if strategy.kernel.startswith("splash") and config.attention_head_dim % 128:
         reasons.append(f"splash attention needs head_dim a multiple of 128, got {config.attention_head_dim}")
-    if video is not None:
-        try:
-            tokens = video.tokens(config)
-        except Exception as exc:  # ShapeError: report as a reason
-            reasons.append(str(exc))
-        else:
-            if strategy.context > tokens:
-                reasons.append(f"context={strategy.context} exceeds the {tokens} tokens of the video")
     return reasons
+
+
+def _video_reasons(strategy: Strategy, config: WanConfig, video: VideoShape | None) -> list[str]:
+    """The video's token count against the context split (none without a video)."""
+    if video is None:
+        return []
+    try:
+        tokens = video.tokens(config)
+    except Exception as exc:  # ShapeError: report as a reason
+        return [str(exc)]
+    return [f"context={strategy.context} exceeds the {tokens} tokens of the video"] if strategy.context > tokens else []
 
 
 def validate_strategy(strategy: Strategy, config: WanConfig, video: VideoShape | None = None,
