@@ -244,6 +244,28 @@ def test_ctrl_c_exits_130_with_one_line():
     assert [line for line in err.splitlines() if line.strip()] == ["aoizora: interrupted"]
 
 
+def test_an_interrupt_that_lands_in_a_finalizer_still_ends_the_command():
+    """Python cannot raise inside a finalizer (it prints "Exception ignored" and goes on): the
+    command must still end as interrupted, not finish with exit 0."""
+    import gc
+
+    from aoizora.cli import interrupts_not_lost
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs here, inside the finalizer
+
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_not_lost():
+            obj = Finalized()
+            del obj
+            gc.collect()
+            finished.append(True)
+    assert finished == [True]  # the block ran to its end: the interrupt was swallowed, then re-raised
+
+
 def test_hlo_from_stdin_that_is_not_utf8_is_one_line():
     result = CliRunner().invoke(cli, ["hlo", "-"], input=b"\xff\xfe HloModule")
     one_line(result, "not UTF-8 text")

@@ -6,11 +6,15 @@ libtpu's no-TPU host-detection noise is filtered from stderr (see `_stderr`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +45,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with interrupts_not_lost():
+                return super().invoke(ctx)
         except AoizoraError as exc:
             click.echo(f"aoizora: error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
@@ -51,6 +56,30 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("aoizora: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def interrupts_not_lost() -> Iterator[None]:
+    """Ctrl-C inside the block ends it with KeyboardInterrupt, even when the interrupt landed where
+    Python cannot raise it (a finalizer or a pool's shutdown prints "Exception ignored" and goes
+    on): the block then raises it on exit. Only the main thread receives signals, so elsewhere it
+    changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def _finite(obj: Any) -> Any:
