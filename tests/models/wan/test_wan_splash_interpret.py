@@ -62,20 +62,22 @@ def test_splash_interpret_matches_xla(variant, shape):
 
 
 @pytest.mark.parametrize("lq,lk,block", [(512, 1024, (128, 256)), (384, 384, (128, 128))])
-def test_all_visible_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
+def test_splash_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
 
-    from aoizora.models.wan.attention import _all_visible_mask_type
+    from aoizora.models.wan.attention import splash_mask
 
-    mask = _all_visible_mask_type()((lq, lk))
-    assert mask == _all_visible_mask_type()((lq, lk))  # one type: Pallas' table cache hits across calls
-    assert hash(mask) == hash(_all_visible_mask_type()((lq, lk)))
+    heads = splash_mask(lq, lk, 3)
+    mask = heads.masks[0]
+    assert all(m == mask for m in heads.masks)
+    # one mask type: Pallas' table cache hits across calls
+    assert mask == splash_mask(lq, lk, 1).masks[0] and hash(mask) == hash(splash_mask(lq, lk, 1).masks[0])
     tile = mask[0:block[0], block[1]:2 * block[1]]
     assert tile.shape == block and tile.all() and tile.any() and not tile.flags.writeable
     assert np.asarray(tile).all() and tile.all(axis=0).shape == (block[1],)
     np.testing.assert_array_equal(mask[1:3, 5:9], sm.FullMask((lq, lk))[1:3, 5:9])
-    ours, _ = mi.process_mask(sm.MultiHeadMask([mask] * 3), block)
+    ours, _ = mi.process_mask(heads, block)
     full, _ = mi.process_mask(sm.MultiHeadMask([sm.FullMask((lq, lk))] * 3), block)
     for name, a in ours._asdict().items():
         b = getattr(full, name)

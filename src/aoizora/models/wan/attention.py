@@ -254,6 +254,15 @@ def _all_visible_mask_type():
     return AllVisibleMask
 
 
+def splash_mask(lq: int, lk: int, heads: int):
+    """The mask `splash_attention` gives Pallas for `heads` heads of `lq` queries and `lk` keys:
+    every query sees every key (padded keys are masked by segment ids), as splash's `FullMask`
+    with the same block tables, read without scanning its tiles."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    return sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * heads)
+
+
 def _pad_to(x: jnp.ndarray, length: int, axis: int = 1) -> jnp.ndarray:
     if x.shape[axis] == length:
         return x
@@ -277,7 +286,6 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     `kernels` when given.
     """
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     b, lq0, h, d = q.shape
     lk0 = k.shape[1]
@@ -289,7 +297,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
         kv_valid = _pad_to(jnp.ones((lk0,), bool) if kv_valid is None else kv_valid, lk, axis=0)
         k, v = _pad_to(k, lk), _pad_to(v, lk)
     q = _pad_to(q, lq)
-    mask = sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * h)
+    mask = splash_mask(lq, lk, h)
     kernel = sk.make_splash_mha(
         mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
         block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv_compute),
