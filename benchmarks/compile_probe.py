@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.models.wan import model as wm
-from aoizora.models.wan import rope as wr
 from aoizora.models.wan.config import WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
 from aoizora.models.wan.sampling import lower_denoise_step, lower_forward
 from aoizora.models.wan.schedulers import UniPCScheduler
@@ -30,42 +29,42 @@ def _norope(x, cos, sin):
     return x
 
 
-_orig_forward = wm.forward
+# Source edits of the model module (old text, new text), each matching exactly once.
+SOURCE_EDITS = {
+    # patchify/unpatchify become plain reshapes (no 8-D transposes)
+    "nopatchify": [
+        ("x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(b, t * hh * ww, -1)",
+         "x = x.reshape(b, t * hh * ww, -1)"),
+        ("x = x.transpose(0, 7, 1, 4, 2, 5, 3, 6).reshape(b, config.out_channels, t * pt, hh * ph, ww * pw)",
+         "x = x.reshape(b, config.out_channels, t * pt, hh * ph, ww * pw)"),
+    ],
+    # the normalised (modulated) activations feeding the projections are materialised once
+    # (optimization_barrier) instead of being fused into every dot
+    "barrier_ln": [
+        ("h = (layer_norm(x, eps) * (1 + scale) + shift).astype(dt)",
+         "h = jax.lax.optimization_barrier((layer_norm(x, eps) * (1 + scale) + shift).astype(dt))"),
+        ('h = layer_norm(x, eps, p["norm2"]["scale"], p["norm2"]["bias"]).astype(dt)',
+         'h = jax.lax.optimization_barrier(layer_norm(x, eps, p["norm2"]["scale"], p["norm2"]["bias"]).astype(dt))'),
+        ("h = (layer_norm(x, eps) * (1 + c_scale) + c_shift).astype(dt)",
+         "h = jax.lax.optimization_barrier((layer_norm(x, eps) * (1 + c_scale) + c_shift).astype(dt))"),
+    ],
+}
 
 
-def _nopatchify():
-    """Experiment only: patchify/unpatchify become plain reshapes (no 8-D transposes)."""
-    src = __import__("inspect").getsource(_orig_forward)
-    src = src.replace("x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(b, t * hh * ww, -1)",
-                      "x = x.reshape(b, t * hh * ww, -1)")
-    src = src.replace("x = x.transpose(0, 7, 1, 4, 2, 5, 3, 6).reshape(b, config.out_channels, t * pt, hh * ph, ww * pw)",
-                      "x = x.reshape(b, config.out_channels, t * pt, hh * ph, ww * pw)")
-    assert src.count("transpose(") == 0, src
-    ns = dict(wm.__dict__)
-    exec(compile(src, wm.__file__, "exec"), ns)
-    wm.forward = ns["forward"]
+def _rewrite_model(edits: list[tuple[str, str]]) -> None:
+    """Experiment only: run the model module again, in its own namespace, from its source text
+    with `edits` applied, so every function it defines is the edited one (the probe depends on
+    the model's text, not on its private names); the sampling module's `forward` follows."""
+    import inspect
+
     import aoizora.models.wan.sampling as ws
-    ws.forward = ns["forward"]
 
-
-_orig_block = wm._block
-
-
-def _barrier_ln():
-    """Model variant: the normalised (modulated) activations feeding the projections are
-    materialised once (optimization_barrier) instead of being fused into every dot."""
-    src = __import__("inspect").getsource(_orig_block)
-    n0 = src.count(".astype(dt)\n")
-    src = src.replace("h = (layer_norm(x, eps) * (1 + scale) + shift).astype(dt)",
-                      "h = jax.lax.optimization_barrier((layer_norm(x, eps) * (1 + scale) + shift).astype(dt))")
-    src = src.replace('h = layer_norm(x, eps, p["norm2"]["scale"], p["norm2"]["bias"]).astype(dt)',
-                      'h = jax.lax.optimization_barrier(layer_norm(x, eps, p["norm2"]["scale"], p["norm2"]["bias"]).astype(dt))')
-    src = src.replace("h = (layer_norm(x, eps) * (1 + c_scale) + c_shift).astype(dt)",
-                      "h = jax.lax.optimization_barrier((layer_norm(x, eps) * (1 + c_scale) + c_shift).astype(dt))")
-    assert src.count("optimization_barrier") == 3, src
-    ns = dict(wm.__dict__)
-    exec(compile(src, wm.__file__, "exec"), ns)
-    wm._block = ns["_block"]
+    src = inspect.getsource(wm)
+    for old, new in edits:
+        assert src.count(old) == 1, f"the model's source does not contain exactly one {old!r}"
+        src = src.replace(old, new)
+    exec(compile(src, wm.__file__, "exec"), wm.__dict__)
+    ws.forward = wm.forward
 
 
 def _rope_roll(x, cos, sin):
@@ -79,12 +78,22 @@ def _rope_roll(x, cos, sin):
     return (xf * c + partner * s).astype(x.dtype)
 
 
-PATCHES = {
+# Attribute swaps, applied after the source edits (rerunning the module rebinds its imports).
+ATTRIBUTE_PATCHES = {
     "rope_roll": lambda: setattr(wm, "apply_rope", _rope_roll),
-    "barrier_ln": _barrier_ln,
     "norope": lambda: setattr(wm, "apply_rope", _norope),
-    "nopatchify": _nopatchify,
 }
+PATCHES = (*SOURCE_EDITS, *ATTRIBUTE_PATCHES)
+
+
+def apply_patches(names: list[str]) -> None:
+    """Swap the named model components (any order; each at most once)."""
+    edits = [edit for name in names for edit in SOURCE_EDITS.get(name, [])]
+    if edits:
+        _rewrite_model(edits)
+    for name in names:
+        if name in ATTRIBUTE_PATCHES:
+            ATTRIBUTE_PATCHES[name]()
 
 SIZES = {"720p": (720, 1280), "480p": (480, 832)}
 
@@ -102,11 +111,10 @@ def main() -> None:
     ap.add_argument("--data", type=int, default=2)
     ap.add_argument("--tensor", type=int, default=1)
     ap.add_argument("--weights", default="gathered")
-    ap.add_argument("--patch", nargs="*", default=[])
+    ap.add_argument("--patch", nargs="*", default=[], choices=PATCHES)
     ap.add_argument("--dump", default=None)
     a = ap.parse_args()
-    for p in a.patch:
-        PATCHES[p]()
+    apply_patches(a.patch)
     cfg = (WAN_T2V_14B if a.model == "14b" else WAN_T2V_1_3B).replace(num_layers=a.layers)
     h, w = SIZES[a.size] if a.size in SIZES else map(int, a.size.split("x"))
     video = VideoShape(a.frames, h, w)

@@ -38,13 +38,13 @@ def child(topology: str, resolution: str, frames: int, key: str) -> None:
 
     from aoizora.hlo.buffer_dump import dump_ready, read_buffer_assignment
     from aoizora.models.registry import wan_space
-    from aoizora.stage1.search import _lower
+    from aoizora.workload import lowering_inputs_on
     from aoizora.topology import get_topology
 
     space = wan_space(MODEL, resolution, frames)
     topo = get_topology(topology)
     strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
-    lowered = _lower(space, strategy, topo)
+    lowered = lowering_inputs_on(space, strategy, topo).lower()
     dump = tempfile.mkdtemp(prefix="aoizora-assign-")
     record = {"topology": topology, "resolution": resolution, "frames": frames, "key": key}
 

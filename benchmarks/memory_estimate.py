@@ -18,10 +18,10 @@ from pathlib import Path
 
 from aoizora.models.registry import wan_space
 from aoizora.stage2.search import OUT_OF_HBM
-from aoizora.stage1 import search
 from aoizora.stage1.dag import predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory
+from aoizora.workload import lowering_inputs_on
 from aoizora.topology import get_topology
 
 GIB = 2**30
@@ -44,7 +44,8 @@ def main() -> None:
             if not compiled.get("memory_bytes") and not refused:
                 continue  # not compiled, or failed for another reason
             st = strategies[key]
-            pred = predict(read_module(search._lower(space, st, topo)), lambda call, st=st: space.kernel_cost(st, call))
+            lowered = lowering_inputs_on(space, st, topo).lower()
+            pred = predict(read_module(lowered), lambda call, st=st: space.kernel_cost(st, call))
             mem = estimate_memory(pred, topo.hardware)
             if refused or not mem.fits:
                 verdicts.append((refused, mem.fits, f"{cell['topology']} {cell['resolution']} {cell['frames']}f {key}"))

@@ -5,18 +5,24 @@ Run:  .venv/bin/python benchmarks/textbook_sim.py
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "sim"))
-
-from simhelpers import identity_placement, placement_from_chips  # noqa: E402
-
-from aoizora.sim import simulate  # noqa: E402
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm  # noqa: E402
-from aoizora.topology import get_topology  # noqa: E402
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
+from aoizora.placement import MeshSpec, Placement
+from aoizora.sim import simulate
+from aoizora.topology import Topology, get_topology
 
 S = 2**26
+
+
+def placement_from_chips(topo: Topology, first: list[tuple[int, ...]]) -> Placement:
+    """A 1-axis placement whose first logical devices sit on the chips `first` (in order, core 0),
+    the rest by device id."""
+    at = {(pos.chip, pos.core): d for d, pos in topo.positions.items()}
+    head = [at[(tuple(chip), 0)] for chip in first]
+    rest = sorted(d for d in topo.positions if d not in head)
+    ids = np.array(head + rest)
+    return Placement("textbook", "chips named by the check", MeshSpec.parse(f"all={ids.size}"), ids)
 
 
 def ag(n_dev, groups, algo, payload=S):

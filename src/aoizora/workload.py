@@ -72,6 +72,12 @@ class LoweringInputs:
     kwargs: dict[str, Any] = field(default_factory=dict)
     jit_kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def lower(self) -> Any:
+        """The lowered program (`jax.stages.Lowered`; no compile)."""
+        import jax
+
+        return jax.jit(self.fn, **self.jit_kwargs).lower(*self.args, **self.kwargs)
+
 
 class StrategySpace(abc.ABC):
     """A workload's logical strategies on a device count (subclass per workload)."""
@@ -139,6 +145,19 @@ class StrategySpace(abc.ABC):
     def key_of(self, strategy: Any) -> str:
         """The key of a strategy as `candidates` labels it."""
         return getattr(strategy, "key", repr(strategy))
+
+
+def lowering_inputs_on(space: StrategySpace, strategy: Any, topology: Any) -> LoweringInputs:
+    """`space.lowering_inputs` on a mesh of the slice's devices in id order: lowering does not
+    depend on which device sits where, so any order serves Stage 1 (Stage 2 compiles on each
+    placement's own order)."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    spec = space.mesh_spec(strategy)
+    spec.check_fits(topology.num_devices, topology.name)
+    devices = np.array(topology.devices, dtype=object).reshape(spec.shape)
+    return space.lowering_inputs(strategy, Mesh(devices, spec.axis_names))
 
 
 def axis_assignments(num_devices: int, axis_names: Sequence[str]) -> Iterator[dict[str, int]]:

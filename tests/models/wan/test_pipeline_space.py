@@ -13,7 +13,8 @@ from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
 from aoizora.stage2.search import compile_strategy
 from aoizora.stage1 import analyse
-from aoizora.stage1.search import ArgumentsDoNotFit, _inputs, argument_bytes
+from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
+from aoizora.workload import lowering_inputs_on
 from aoizora.models.wan.pipeline_space import (
     WanPipelineSpace, expert_bytes_per_device, host_to_device_bandwidth, swap_estimate,
 )
@@ -33,7 +34,7 @@ def _spaces():
 
 def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
     _, swap = _spaces()
-    params_only = _inputs(swap, STRATEGY, topo_2x4).args[0]
+    params_only = lowering_inputs_on(swap, STRATEGY, topo_2x4).args[0]
     measured = sum(math.prod(a.sharding.shard_shape(a.shape)) * np.dtype(a.dtype).itemsize
                    for a in jax.tree.leaves(params_only))
     assert expert_bytes_per_device(EXPERT, STRATEGY) == measured
@@ -45,7 +46,7 @@ def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
 def test_stage1_counts_both_experts(topo_2x4):
     both, swap = _spaces()
     extra = expert_bytes_per_device(EXPERT, STRATEGY)
-    assert argument_bytes(_inputs(both, STRATEGY, topo_2x4)) - argument_bytes(_inputs(swap, STRATEGY, topo_2x4)) == extra
+    assert argument_bytes(lowering_inputs_on(both, STRATEGY, topo_2x4)) - argument_bytes(lowering_inputs_on(swap, STRATEGY, topo_2x4)) == extra
     _, _, mem_both, _, _ = analyse(both, STRATEGY, topo_2x4)
     _, _, mem_swap, _, _ = analyse(swap, STRATEGY, topo_2x4)
     # the second expert is an argument of the lowered program (kept though unused)

@@ -211,11 +211,9 @@ def test_2d_context_strategy_mesh_rules_and_legality():
     assert two_d == {(2, 2), (2, 4), (4, 2)}
 
 
-def test_plan_description_round_trips_through_the_runner():
-    from types import SimpleNamespace
-
+def test_plan_description_round_trips_to_the_strategy():
+    """What the space writes into a plan (through JSON) is what the runner reads back."""
     from aoizora.models.wan.strategy import SplashBlocks
-    from aoizora.runtime.runner import _strategy
     from aoizora.models.wan.space import WanSpace
 
     space = WanSpace(WAN_T2V_14B, VideoShape(81, 720, 1280))
@@ -223,7 +221,7 @@ def test_plan_description_round_trips_through_the_runner():
                         splash_blocks=SplashBlocks(2048, 2048, 1024)),
                Strategy(data=2, context=4, attention="allgather")):
         doc = json.loads(json.dumps(space.describe(st)))
-        assert _strategy(SimpleNamespace(strategy=doc)) == st
+        assert Strategy.from_description(doc) == st
 
 
 def test_a_plans_strategy_description_round_trips():

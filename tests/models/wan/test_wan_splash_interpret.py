@@ -62,20 +62,22 @@ def test_splash_interpret_matches_xla(variant, shape):
 
 
 @pytest.mark.parametrize("lq,lk,block", [(512, 1024, (128, 256)), (384, 384, (128, 128))])
-def test_all_visible_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
+def test_splash_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
 
-    from aoizora.models.wan.attention import _all_visible_mask_type
+    from aoizora.models.wan.attention import splash_mask
 
-    mask = _all_visible_mask_type()((lq, lk))
-    assert mask == _all_visible_mask_type()((lq, lk))  # one type: Pallas' table cache hits across calls
-    assert hash(mask) == hash(_all_visible_mask_type()((lq, lk)))
+    heads = splash_mask(lq, lk, 3)
+    mask = heads.masks[0]
+    assert all(m == mask for m in heads.masks)
+    # one mask type: Pallas' table cache hits across calls
+    assert mask == splash_mask(lq, lk, 1).masks[0] and hash(mask) == hash(splash_mask(lq, lk, 1).masks[0])
     tile = mask[0:block[0], block[1]:2 * block[1]]
     assert tile.shape == block and tile.all() and tile.any() and not tile.flags.writeable
     assert np.asarray(tile).all() and tile.all(axis=0).shape == (block[1],)
     np.testing.assert_array_equal(mask[1:3, 5:9], sm.FullMask((lq, lk))[1:3, 5:9])
-    ours, _ = mi.process_mask(sm.MultiHeadMask([mask] * 3), block)
+    ours, _ = mi.process_mask(heads, block)
     full, _ = mi.process_mask(sm.MultiHeadMask([sm.FullMask((lq, lk))] * 3), block)
     for name, a in ours._asdict().items():
         b = getattr(full, name)
@@ -83,3 +85,55 @@ def test_all_visible_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
             assert a is None and b is None, name
         else:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
+def _kernel_log_case(attention: str, context_ulysses: int = 1):
+    """A 3-layer model's abstract forward inputs for a splash-interpret strategy on 8 host devices."""
+    from aoizora.models.wan import abstract_forward_inputs, abstract_params
+
+    cfg = CFG.replace(num_layers=3)
+    video = VideoShape(frames=5, height=32, width=48)
+    strategy = Strategy(data=2, context=4, attention=attention, weights="replicated", kernel="splash-interpret",
+                        context_ulysses=context_ulysses)
+    mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
+    a = abstract_forward_inputs(cfg, video, strategy, mesh)
+    args = (abstract_params(cfg, strategy, mesh), a["latents"], a["timestep"], a["text"], a["image"])
+    return cfg, video, strategy, mesh, args
+
+
+def test_kernel_logs_belong_to_their_own_trace():
+    """A trace records its kernels in the log its caller passed, and only there: a trace nested in
+    another (here inside the outer forward, before its layer scan) neither adds to the outer log
+    nor takes the outer scan's layer multiplier; a trace without a log records nothing."""
+    from aoizora.models.wan import KernelLog, forward
+
+    cfg, video, ring, ring_mesh, ring_args = _kernel_log_case("ring")
+    _, _, uly, uly_mesh, uly_args = _kernel_log_case("ulysses_ring", context_ulysses=2)
+    alone_ring = opaque_kernel_costs(cfg, video, ring, ring_mesh)
+    alone_uly = opaque_kernel_costs(cfg, video, uly, uly_mesh)
+    assert {k.calls for k in alone_ring} == {cfg.num_layers}  # every call is in the layer scan
+    # ring: 4 steps of self-attention; ring of 2 under Ulysses: 2 steps (different local shapes)
+    assert sum(k.name == "splash_ring_step" for k in alone_ring) == 4
+    assert sum(k.name == "splash_ring_step" for k in alone_uly) == 2
+
+    outer, inner = KernelLog(), KernelLog()
+
+    def outer_forward(*args):
+        jax.eval_shape(lambda *a: forward(*a, config=cfg, strategy=uly, mesh=uly_mesh, kernels=inner), *uly_args)
+        jax.eval_shape(lambda *a: forward(*a, config=cfg, strategy=uly, mesh=uly_mesh), *uly_args)  # no log
+        return forward(*args, config=cfg, strategy=ring, mesh=ring_mesh, kernels=outer)
+
+    jax.eval_shape(outer_forward, *ring_args)
+    assert outer.kernels == alone_ring
+    assert inner.kernels == alone_uly
+
+
+def test_kernel_log_views_multiply_calls_and_share_the_list():
+    from aoizora.models.wan import KernelCost, KernelLog
+
+    cost = KernelCost("k", "tpu_custom_call", "h", (1, 128, 1, 128), (1, 128, 1, 128), 128, 128, 1.0, 1.0, 1.0, 0)
+    log = KernelLog()
+    log.record(cost)
+    log.repeated(3).repeated(5).record(cost)
+    log.record(cost)
+    assert [k.calls for k in log.kernels] == [1, 15, 1]

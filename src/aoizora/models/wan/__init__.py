@@ -59,7 +59,9 @@ Opaque kernels
     ``opaque_kernel_costs(cfg, video, strategy, mesh) -> list[KernelCost]``: every Pallas
     splash call one forward emits, per device: local q/kv shapes, block sizes, ``calls`` (layers ×
     uses), ``flops``/``transcendentals``/``bytes_accessed`` per call. They appear in compiled
-    HLO as ``custom-call`` with ``custom_call_target="tpu_custom_call"``.
+    HLO as ``custom-call`` with ``custom_call_target="tpu_custom_call"``. It traces ``forward``
+    with a ``KernelLog`` of its own (``forward(..., kernels=log)``; ``log.kernels`` afterwards):
+    the log belongs to the trace that is passed it, so traces never see each other's kernels.
 
 Weights
     ``load_params(path, cfg, shardings=None, strict=True)`` loads diffusers
@@ -75,7 +77,7 @@ Schedulers
     ``sample(step_fn, params, latents, scheduler, text_cond, text_uncond, ...)`` runs all steps.
 """
 
-from aoizora.models.wan.attention import KernelCost
+from aoizora.models.wan.attention import KernelCost, KernelLog
 from aoizora.models.wan.checkpoint import load_config, load_params, save_params
 from aoizora.models.wan.config import (
     PRESETS, WAN22_I2V_A14B, WAN22_T2V_A14B, WAN22_TI2V_5B, WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape, WanConfig,
@@ -98,7 +100,7 @@ from aoizora.models.wan.strategy import (
 )
 
 __all__ = [
-    "KernelCost", "load_config", "load_params", "save_params", "PRESETS", "WAN_I2V_14B", "WAN_T2V_1_3B",
+    "KernelCost", "KernelLog", "load_config", "load_params", "save_params", "PRESETS", "WAN_I2V_14B", "WAN_T2V_1_3B",
     "WAN_T2V_14B", "WAN22_T2V_A14B", "WAN22_I2V_A14B", "WAN22_TI2V_5B", "VideoShape", "WanConfig",
     "WanPipelineConfig", "load_expert_params", "load_pipeline_config", "make_pipeline_steps", "sample_pipeline", "forward", "init_params", "param_logical_axes", "param_shapes",
     "param_table", "denoise_step", "lower_denoise_step", "lower_forward", "make_denoise_step", "make_forward",

@@ -27,17 +27,16 @@ everywhere (padded queries are computed and dropped by the caller). With fixed s
 each splash call also pads its queries to a multiple of block_q and its keys to a multiple of
 block_kv (masked), as MaxDiffusion's splash wrapper does.
 
-Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes so
-the HLO analyzer can cost them (`KernelRecorder`).
+Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes,
+into the `KernelLog` the caller passes (`AttentionSetup.kernels`), so the HLO analyzer can cost
+them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
-from typing import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -86,37 +85,26 @@ class KernelCost:
         return self.bytes_accessed * self.calls
 
 
-class KernelRecorder:
-    """Collects the opaque kernels traced while active (see `recording`)."""
+class KernelLog:
+    """The opaque kernels one trace of the model emits, for the caller that passes it in.
 
-    def __init__(self) -> None:
-        self.kernels: list[KernelCost] = []
-        self.multiplier = 1
+    The caller owns the log (`forward(..., kernels=log)`); attention appends each Pallas call it
+    traces, so two traces in one process — nested, in turn or in parallel — never see each
+    other's kernels. A view from `repeated` shares the list and multiplies the calls of what is
+    traced through it: one trace of a scan body stands for every iteration.
+    """
 
+    def __init__(self, kernels: list[KernelCost] | None = None, times: int = 1) -> None:
+        self.kernels: list[KernelCost] = [] if kernels is None else kernels
+        self.times = times
 
-_RECORDER: list[KernelRecorder] = []
+    def repeated(self, times: int) -> KernelLog:
+        """A view for kernels traced once and run `times` times (a scan body over layers)."""
+        return KernelLog(self.kernels, self.times * times)
 
-
-@contextlib.contextmanager
-def recording() -> Iterator[KernelRecorder]:
-    rec = KernelRecorder()
-    _RECORDER.append(rec)
-    try:
-        yield rec
-    finally:
-        _RECORDER.remove(rec)
-
-
-@contextlib.contextmanager
-def repeated(times: int) -> Iterator[None]:
-    """Kernels traced inside run `times` times (a scan body over layers)."""
-    for r in _RECORDER:
-        r.multiplier *= times
-    try:
-        yield
-    finally:
-        for r in _RECORDER:
-            r.multiplier //= times
+    def record(self, cost: KernelCost) -> None:
+        """Append one traced kernel, its `calls` the runs one trace through this view stands for."""
+        self.kernels.append(dataclasses.replace(cost, calls=self.times))
 
 
 def splash_cost(batch_heads: int, lq: int, lk: int, d: int, itemsize: int, residuals: bool,
@@ -133,19 +121,17 @@ def splash_cost(batch_heads: int, lq: int, lk: int, d: int, itemsize: int, resid
     return flops, float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes)
 
 
-def _record(name: str, batch: int, heads: int, lq: int, lk: int, d: int, itemsize: int,
-            bq: int, bkv: int, residuals: bool) -> None:
-    if not _RECORDER:
+def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: int, lk: int, d: int,
+            itemsize: int, bq: int, bkv: int, residuals: bool) -> None:
+    if kernels is None:
         return
     flops, hbm_bytes = splash_cost(batch * heads, lq, lk, d, itemsize, residuals, bq)
-    cost = KernelCost(
+    kernels.record(KernelCost(
         name=name, custom_call_target="tpu_custom_call",
         hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}", q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops,
         transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0,
-    )
-    for r in _RECORDER:
-        r.kernels.append(dataclasses.replace(cost, calls=r.multiplier))
+    ))
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,6 +254,15 @@ def _all_visible_mask_type():
     return AllVisibleMask
 
 
+def splash_mask(lq: int, lk: int, heads: int):
+    """The mask `splash_attention` gives Pallas for `heads` heads of `lq` queries and `lk` keys:
+    every query sees every key (padded keys are masked by segment ids), as splash's `FullMask`
+    with the same block tables, read without scanning its tiles."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    return sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * heads)
+
+
 def _pad_to(x: jnp.ndarray, length: int, axis: int = 1) -> jnp.ndarray:
     if x.shape[axis] == length:
         return x
@@ -278,7 +273,7 @@ def _pad_to(x: jnp.ndarray, length: int, axis: int = 1) -> jnp.ndarray:
 
 def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
                      interpret: bool = False, block_q: int | None = None, block_kv: int | None = None,
-                     block_kv_compute: int | None = None):
+                     block_kv_compute: int | None = None, kernels: KernelLog | None = None):
     """Pallas splash attention on local shards (TPU only).
 
     q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
@@ -287,10 +282,10 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
 
     Block sizes: by default the largest of 512/256/128 dividing Lq and of 1024/…/128 dividing Lk.
     Given ones tile padded lengths: queries padded to a multiple of `block_q` (the padded rows are
-    computed and dropped), keys to a multiple of `block_kv` (masked).
+    computed and dropped), keys to a multiple of `block_kv` (masked). The call is recorded in
+    `kernels` when given.
     """
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
     b, lq0, h, d = q.shape
     lk0 = k.shape[1]
@@ -302,12 +297,12 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
         kv_valid = _pad_to(jnp.ones((lk0,), bool) if kv_valid is None else kv_valid, lk, axis=0)
         k, v = _pad_to(k, lk), _pad_to(v, lk)
     q = _pad_to(q, lq)
-    mask = sm.MultiHeadMask([_all_visible_mask_type()((lq, lk))] * h)
+    mask = splash_mask(lq, lk, h)
     kernel = sk.make_splash_mha(
         mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
         block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv_compute),
     )
-    _record(name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
+    _record(kernels, name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
     scale = 1.0 / math.sqrt(d)
     qt = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
     kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
@@ -326,11 +321,19 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class AttentionSetup:
-    """What the model needs to run attention: strategy, mesh (None: single device), kernel."""
+    """What the model needs to run attention: strategy, mesh (None: single device), kernel, and
+    where to record the opaque kernel calls (None: nowhere)."""
 
     strategy: Strategy | None
     mesh: Mesh | None
     kernel: str  # "xla" | "splash" | "splash-interpret" (Pallas interpreter, for CPU tests)
+    kernels: KernelLog | None = dataclasses.field(default=None, compare=False)
+
+    def repeated(self, times: int) -> AttentionSetup:
+        """This setup for attention traced once and run `times` times (a scan body over layers)."""
+        if self.kernels is None:
+            return self
+        return dataclasses.replace(self, kernels=self.kernels.repeated(times))
 
     @property
     def splash(self) -> bool:
@@ -374,7 +377,7 @@ class AttentionSetup:
 def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str, self_attention: bool = True):
     if setup.splash:
         return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret,
-                                **setup.blocks(self_attention))
+                                kernels=setup.kernels, **setup.blocks(self_attention))
     return xla_attention(q, k, v, kv_valid)
 
 
@@ -391,7 +394,7 @@ def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: in
         valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
         if setup.splash:
             o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
-                                      interpret=setup.interpret, **setup.blocks(True))
+                                      interpret=setup.interpret, kernels=setup.kernels, **setup.blocks(True))
             part = (o.astype(jnp.float32), lse, None)
             if acc is None:
                 acc = part

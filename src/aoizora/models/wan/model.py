@@ -189,6 +189,7 @@ def forward(
     config: WanConfig,
     strategy: Strategy | None = None,
     mesh: Mesh | None = None,
+    kernels: attn.KernelLog | None = None,
 ) -> jnp.ndarray:
     """The transformer: latents (B, C_in, T, H, W), timestep (B,) — or (B, tokens) for one
     timestep per token, as diffusers' Wan 2.2 TI2V pipeline passes it (tokens in (t, h, w)
@@ -197,6 +198,8 @@ def forward(
 
     With `strategy` and `mesh`, activations carry logical sharding constraints and attention
     runs the strategy's variant under shard_map; otherwise it is plain single-device code.
+    With `kernels`, every opaque kernel call (Pallas splash) this trace emits is recorded there,
+    per device, with how many times one forward runs it (layers × uses).
     """
     if (strategy is None) != (mesh is None):
         raise ValueError("pass both strategy and mesh, or neither")
@@ -217,7 +220,7 @@ def forward(
     kernel = resolve_kernel(strategy, mesh)
     if strategy is not None:
         validate_strategy(strategy, config, batch=b)
-    setup = attn.AttentionSetup(strategy, mesh, kernel)
+    setup = attn.AttentionSetup(strategy, mesh, kernel, kernels)
     sc = ShardingContext(strategy, mesh)
     from aoizora.models.wan.params import param_logical_axes
 
@@ -261,12 +264,13 @@ def forward(
     block_axes = all_axes["blocks"]
     layer_axes = jax.tree.map(lambda a: a[1:], block_axes, is_leaf=lambda a: isinstance(a, tuple))
 
+    layer_setup = setup.repeated(config.num_layers)  # the scan body is traced once for every layer
+
     def body(xc, p):
         p = sc.gather_weights(p, layer_axes)
-        return _block(config, setup, sc, n_tok, xc, p, tproj, ctx, ctx_img, cos, sin), None
+        return _block(config, layer_setup, sc, n_tok, xc, p, tproj, ctx, ctx_img, cos, sin), None
 
-    with attn.repeated(config.num_layers):
-        x, _ = jax.lax.scan(body, x, params["blocks"])
+    x, _ = jax.lax.scan(body, x, params["blocks"])
 
     # output head: the table plus temb itself (not projected), for both of its rows
     shift, scale = modulation(params["out_sst"], jnp.expand_dims(temb, -2))

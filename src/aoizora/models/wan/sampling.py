@@ -160,7 +160,7 @@ def opaque_kernel_costs(config: WanConfig, video: VideoShape, strategy: Strategy
     a `denoise_step` runs one forward."""
     a = abstract_forward_inputs(config, video, strategy, mesh, batch)
     p = abstract_params(config, strategy, mesh)
-    with attn.recording() as rec:
-        jax.eval_shape(lambda *args: forward(*args, config=config, strategy=strategy, mesh=mesh),
-                       p, a["latents"], a["timestep"], a["text"], a["image"])
-    return rec.kernels
+    log = attn.KernelLog()
+    jax.eval_shape(lambda *args: forward(*args, config=config, strategy=strategy, mesh=mesh, kernels=log),
+                   p, a["latents"], a["timestep"], a["text"], a["image"])
+    return log.kernels
