@@ -87,3 +87,22 @@ def test_an_op_that_finishes_without_starting_is_refused():
     model.feed(RegionEntered(Region((0,), (_t(4),), [tanh]), (Value(0, 16.0),)))
     with pytest.raises(EventStreamError):
         model.feed(OpFinished(tanh, (Value(1, 16.0),)))
+
+
+def _stage1_imports(module: str) -> set[str]:
+    import ast
+    import importlib.util
+
+    tree = ast.parse(open(importlib.util.find_spec(f"aoizora.stage1.{module}").origin).read())
+    names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {n.removeprefix("aoizora.stage1.") for n in names if n.startswith("aoizora.stage1.")}
+
+
+def test_the_propagator_and_the_memory_model_share_only_the_events():
+    memory_side = {"hbm", "fusion", "heap", "memory"}
+    sharding_side = {"propagate", "op_rules", "hints", "shardings"}
+    for module in sharding_side | {"events"}:
+        assert not _stage1_imports(module) & memory_side, module
+    for module in memory_side:
+        assert not _stage1_imports(module) & sharding_side, module

@@ -177,5 +177,5 @@ def predict(module: IRModule, kernel_cost: KernelCostHook | None = None, hoist_p
     from aoizora.stage1.hbm import HbmModel
     from aoizora.stage1.propagate import ShardingPropagator
 
-    propagation = ShardingPropagator(module, kernel_cost).run()
-    return prediction_of(propagation, HbmModel(module.funcs, hoist_permutes).feed_all(propagation.events).report())
+    hbm = HbmModel(module.funcs, hoist_permutes)
+    return prediction_of(ShardingPropagator(module, kernel_cost, hbm.feed).run(), hbm.report())

@@ -24,8 +24,9 @@ docs/notebook/memory-model.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from aoizora.errors import AoizoraError
 from aoizora.stage1.events import CollectiveIssued, OpFinished, OpStarted, RegionEntered, RegionLeft, Value, ValueEvent
@@ -130,20 +131,16 @@ class HbmModel:
         self.hoisted_permutes = 0
         self._regions: list[_RegionBuffers] = []
         self._kernel_funcs: dict[str, bool] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            OpStarted: self._op_started, OpFinished: self._op_finished, CollectiveIssued: self._collective_issued,
+            RegionEntered: self._region_entered, RegionLeft: self._region_left,
+        }
 
     def feed(self, event: ValueEvent) -> None:
-        if isinstance(event, OpStarted):
-            self._op_started(event)
-        elif isinstance(event, OpFinished):
-            self._op_finished(event)
-        elif isinstance(event, CollectiveIssued):
-            self._collective_issued(event)
-        elif isinstance(event, RegionEntered):
-            self._region_entered(event)
-        elif isinstance(event, RegionLeft):
-            self._region_left(event)
-        else:
+        handler = self._handlers.get(type(event))
+        if handler is None:
             raise EventStreamError(f"not a value event: {event!r}")
+        handler(event)
 
     def feed_all(self, events: Iterable[ValueEvent]) -> "HbmModel":
         for e in events:

@@ -43,10 +43,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aoizora.stage1.dag import KernelCostHook, Prediction, prediction_of
-from aoizora.stage1.hbm import HbmModel
+from aoizora.stage1.dag import KernelCostHook, Prediction, predict
 from aoizora.stage1.ir import IRModule
-from aoizora.stage1.propagate import ShardingPropagator
 from aoizora.topology import HardwareProfile
 
 GIB = 2**30
@@ -112,17 +110,14 @@ def predict_within_hbm(module: IRModule, hardware: HardwareProfile, kernel_cost:
     of the first step) only while the program still fits: where HBM is tight it issues each permute
     just before its step (v5e:2x2 720p/41f `context=2,tensor=2 | weights=tensor | attn=ring`: start
     and done adjacent, after the local step; v5e:4x4 720p/81f `context=8,tensor=2`: two of 14
-    rotated shards live at once). So when a program does not fit with its permutes hoisted, the
-    HBM model replays the propagator's events with them in place, and that replay decides
-    (docs/notebook/memory-model.md, "Kernel outputs, shard_map arguments and the scheduler's memory
-    limit").
+    rotated shards live at once). So a program that does not fit with its permutes hoisted is
+    walked again with them in place, and that walk decides (docs/notebook/memory-model.md, "Kernel
+    outputs, shard_map arguments and the scheduler's memory limit").
     """
-    propagation = ShardingPropagator(module, kernel_cost).run()
-    pred = prediction_of(propagation, HbmModel(module.funcs).feed_all(propagation.events).report())
+    pred = predict(module, kernel_cost)
     mem = estimate_memory(pred, hardware, slack)
     if not mem.fits and pred.hoisted_permutes:
-        late_hbm = HbmModel(module.funcs, hoist_permutes=False).feed_all(propagation.events).report()
-        late = prediction_of(propagation, late_hbm)
+        late = predict(module, kernel_cost, hoist_permutes=False)
         late_mem = estimate_memory(late, hardware, slack)
         if late_mem.fits:
             return late, late_mem

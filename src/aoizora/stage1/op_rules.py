@@ -193,7 +193,8 @@ def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
     t0 = op.operand_types[0]
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
     out_dims = tuple(src.dims[d] for d in range(len(src.dims)) if d not in dims) if len(src.dims) == t0.rank else ()
-    outs = [with_dims(src, out_dims) if t is not None and t.rank == len(out_dims) else _rep_of(t) for t in op.result_types]
+    outs = [with_dims(src, out_dims) if t is not None and t.rank == len(out_dims) else _rep_of(t)
+            for t in op.result_types]
     # a reduction reads its input at least once, fused or not (possibly before an upcast that
     # fused into it: count at most 2 bytes per element)
     first = math.prod(w.sizes.local_shape(t0, ins[0])) * min(t0.itemsize, 2)
@@ -418,14 +419,14 @@ def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
 def _call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     f = w.module.funcs[op.attrs["callee"]]
     saved = w.frame
-    early_in = [(saved, v) in w.prefetchable for v in op.operands]
+    prefetchable_in = [(saved, v) in w.prefetchable for v in op.operands]
     w.frames += 1
     w.frame = w.frames
-    w.prefetchable.update((w.frame, a) for a, e in zip(f.body.args, early_in) if e)
+    w.prefetchable.update((w.frame, a) for a, p in zip(f.body.args, prefetchable_in) if p)
     returned = w.region(f.body, ins, mult, manual)
-    ret_early = [(w.frame, v) in w.prefetchable for v in (f.body.ops[-1].operands if f.body.ops else ())]
+    prefetchable_out = [(w.frame, v) in w.prefetchable for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
-    w.prefetchable.update((saved, r) for r, e in zip(op.results, ret_early) if e)
+    w.prefetchable.update((saved, r) for r, p in zip(op.results, prefetchable_out) if p)
     ret = f.body.ops[-1] if f.body.ops else None
     if ret is not None:
         for r, v in zip(op.results, ret.operands):
@@ -444,8 +445,9 @@ def _case(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual:
 def _other(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """Ops without a rule (gather, scatter, sort, ...): first operand's sharding if shapes agree."""
     outs = []
+    first = op.operand_types[0] if op.operand_types else None
     for t in op.result_types:
-        if t is not None and op.operand_types and op.operand_types[0] is not None and op.operand_types[0].shape == t.shape:
+        if t is not None and first is not None and first.shape == t.shape:
             outs.append(with_dims(ins[0], ins[0].dims))
         else:
             outs.append(_rep_of(t))

@@ -34,6 +34,7 @@ bytes, collectives issued — which the HBM model (`hbm.py`) turns into buffers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,20 +62,22 @@ class Propagation:
     nodes: list[Node]
     argument_bytes: float
     output_bytes: float
-    events: list[ValueEvent]
     notes: list[str] = field(default_factory=list)
 
 
 class ShardingPropagator:
-    """One walk of a program: shardings forward, nodes and value events out (`run`)."""
+    """One walk of a program (`run`): shardings forward, nodes out, value events to `listener`."""
 
-    def __init__(self, module: IRModule, kernel_cost: KernelCostHook | None):
+    def __init__(self, module: IRModule, kernel_cost: KernelCostHook | None,
+                 listener: Callable[[ValueEvent], None] | None = None):
         self.module = module
+        # where value events go as they happen (e.g. `HbmModel.feed`); streamed, not kept: a Wan
+        # program has some 10^5 of them
+        self.emit: Callable[[ValueEvent], None] = listener or (lambda event: None)
         self.mesh = module.mesh
         self.sizes = AxisSizes(self.mesh.sizes)
         self.kernel_cost = kernel_cost
         self.nodes: list[Node] = []
-        self.events: list[ValueEvent] = []
         self.notes: list[str] = []
         self.producer: dict[int, int] = {}  # value -> index of the node that computes it
         self.frame = 0  # one per function-call walk: value ids repeat across calls of one callee
@@ -105,7 +108,7 @@ class ShardingPropagator:
         n = self.sizes.n(axes) if axes else 1
         self.nodes.append(CommNode(i, kind, tuple(axes), n, payload, recv, mult, cause == "written", reason, deps,
                                    prefetchable))
-        self.events.append(CollectiveIssued(kind, payload, result_bytes, cause))
+        self.emit(CollectiveIssued(kind, payload, result_bytes, cause))
         return i
 
     def value(self, v: int, t: TensorType | None, sh: Sharding | None) -> Value:
@@ -134,7 +137,7 @@ class ShardingPropagator:
         if src.unreduced:
             src = self._sum_partials(t, src, dst, mult, reason, cause, deps)
         cur = self.sizes.local_bytes(t, src)
-        early = (self.frame, value) in self.prefetchable
+        prefetchable = (self.frame, value) in self.prefetchable
         where_src = {a: i for i, d in enumerate(src.dims) for a in d}
         where_dst = {a: i for i, d in enumerate(dst.dims) for a in d}
         moved = tuple(a for a, i in where_src.items() if a in where_dst and where_dst[a] != i)
@@ -142,11 +145,11 @@ class ShardingPropagator:
         if moved:
             n = self.sizes.n(moved)
             self.collective("all-to-all", moved, cur, cur * (n - 1) / n, mult, cause=cause, result_bytes=cur,
-                            reason=f"{reason}: move {'+'.join(moved)}", deps=deps, prefetchable=early)
+                            reason=f"{reason}: move {'+'.join(moved)}", deps=deps, prefetchable=prefetchable)
         if removed:
             n = self.sizes.n(removed)
             self.collective("all-gather", removed, cur, cur * (n - 1), mult, cause=cause, result_bytes=cur * n,
-                            reason=f"{reason}: gather {'+'.join(removed)}", deps=deps, prefetchable=early)
+                            reason=f"{reason}: gather {'+'.join(removed)}", deps=deps, prefetchable=prefetchable)
 
     def _sum_partials(self, t: TensorType, src: Sharding, dst: Sharding, mult: int, reason: str,
                       cause: CollectiveCause, deps: tuple[int, ...]) -> Sharding:
@@ -195,31 +198,31 @@ class ShardingPropagator:
             if t is not None:
                 self.reshard(ret.operands[k] if ret else -1, t, have, target, 1, "result")
                 out_bytes += self.sizes.local_bytes(t, target)
-        return Propagation(self.mesh.axes, self.nodes, arg_bytes, out_bytes, self.events, self.notes)
+        return Propagation(self.mesh.axes, self.nodes, arg_bytes, out_bytes, self.notes)
 
     def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
         """Walk a region (reporting it as value events); returns the shardings it returns."""
         env: dict[int, Sharding] = dict(zip(region.args, arg_shardings))
         self.hints.collect_requests(region, self.frame)
         self.hints.collect_preferences(region, self.frame)
-        self.events.append(RegionEntered(region, tuple(self.value(a, t, env.get(a))
+        self.emit(RegionEntered(region, tuple(self.value(a, t, env.get(a))
                                                        for a, t in zip(region.args, region.arg_types))))
         for op in region.ops:
             if op.name in RETURN_OPS:
                 returned = [env.get(v, replicated(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
-                self.events.append(RegionLeft(returned=True))
+                self.emit(RegionLeft(returned=True))
                 return returned
             ins = self._operand_shardings(op, env, manual)
-            self.events.append(OpStarted(op, tuple(self.value(v, t, s)
+            self.emit(OpStarted(op, tuple(self.value(v, t, s)
                                                    for v, t, s in zip(op.operands, op.operand_types, ins))))
             outs = self.op(op, ins, mult, manual)
             for r, t, s in zip(op.results, op.result_types, outs):
                 env[r] = s
             if op.name in PREFETCH_PRESERVING and op.operands and (self.frame, op.operands[0]) in self.prefetchable:
                 self.prefetchable.update((self.frame, r) for r in op.results)
-            self.events.append(OpFinished(op, tuple(self.value(r, t, s)
+            self.emit(OpFinished(op, tuple(self.value(r, t, s)
                                                     for r, t, s in zip(op.results, op.result_types, outs))))
-        self.events.append(RegionLeft(returned=False))
+        self.emit(RegionLeft(returned=False))
         return []
 
     @staticmethod

@@ -22,6 +22,8 @@ class AxisSizes:
 
     def __init__(self, sizes: Mapping[str, int]):
         self.sizes = dict(sizes)
+        # local bytes by (type, per-dimension axes): every value's bytes are asked for, often
+        self._bytes: dict[tuple[tuple[int, ...], str, tuple[tuple[str, ...], ...] | None], float] = {}
 
     def n(self, axes: tuple[str, ...] | list[str]) -> int:
         return math.prod(axis_size(self.sizes, a) for a in axes)
@@ -34,7 +36,11 @@ class AxisSizes:
     def local_bytes(self, t: TensorType | None, sh: Sharding | None) -> float:
         if t is None:
             return 0.0
-        return math.prod(self.local_shape(t, sh)) * t.itemsize
+        key = (t.shape, t.dtype, sh.dims if sh is not None else None)
+        b = self._bytes.get(key)
+        if b is None:
+            b = self._bytes[key] = math.prod(self.local_shape(t, sh)) * t.itemsize
+        return b
 
 
 def fit(sh: Sharding, t: TensorType, sizes: AxisSizes) -> Sharding:
