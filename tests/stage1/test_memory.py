@@ -264,7 +264,7 @@ def test_a_reshape_across_lanes_is_a_relayout_copy():
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from aoizora.stage1 import dag
+    from aoizora.stage1 import fusion
 
     mesh = Mesh(np.array(get_topology("v5e:2x2").devices).reshape(4), ("c",))
     seq, heads, dim = 65536, 16, 2048
@@ -287,8 +287,8 @@ def test_a_reshape_across_lanes_is_a_relayout_copy():
     assert compiled >= 2 * rotated_f32  # the compiler really materializes two float32 copies
     module = read_module(lowered)
     assert predict(module).peak_temp_bytes == pytest.approx(compiled, rel=0.1)
-    assert dag._relayout((seq, heads, 128), (seq, heads, 64, 2))
-    assert not dag._relayout((seq, dim), (seq, heads, 128))  # splitting whole lane tiles is free
+    assert fusion.relayout((seq, heads, 128), (seq, heads, 64, 2))
+    assert not fusion.relayout((seq, dim), (seq, heads, 128))  # splitting whole lane tiles is free
 
 
 def test_gathered_weights_are_fetched_a_few_ops_ahead(monkeypatch):
@@ -301,7 +301,7 @@ def test_gathered_weights_are_fetched_a_few_ops_ahead(monkeypatch):
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from aoizora.stage1 import dag
+    from aoizora.stage1 import hbm
 
     mesh = Mesh(np.array(get_topology("v5e:2x4").devices).reshape(8), ("f",))
     rows, d, layers, per_layer = 1024, 6144, 4, 6
@@ -324,5 +324,5 @@ def test_gathered_weights_are_fetched_a_few_ops_ahead(monkeypatch):
     assert 2 * weight < compiled < per_layer * weight
     module = read_module(lowered)
     assert predict(module).peak_temp_bytes == pytest.approx(compiled, rel=0.1)
-    monkeypatch.setattr(dag, "WEIGHT_PREFETCH_OPS", 10**6)  # fetched at the top of the layer
+    monkeypatch.setattr(hbm, "WEIGHT_PREFETCH_OPS", 10**6)  # fetched at the top of the layer
     assert predict(module).peak_temp_bytes > 1.4 * compiled

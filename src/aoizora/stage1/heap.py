@@ -8,8 +8,8 @@ this way gives the size of its temp allocation on every Wan program checked, whe
 best fit by decreasing size (XLA's heap simulator default) gives back the live peak, 1.1-1.6x
 less (docs/notebook/memory-model.md, "The compiler's temp allocation is a linear scan").
 
-The liveness walk of the prediction DAG (`dag.py`) records every buffer it holds on a
-`Timeline`; `packed_bytes` replays that allocation.
+The HBM model (`hbm.py`) records every buffer it decides on a `Timeline`; `packed_bytes`
+replays that allocation.
 """
 
 from __future__ import annotations

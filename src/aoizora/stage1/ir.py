@@ -3,7 +3,7 @@
 Why: Stage 1 must judge a strategy from `jax.jit(...).lower(...)` alone, which is ~100x cheaper
 than compiling. The lowered module says what the *program* asks for (argument/result shardings,
 sharding constraints, shard_map bodies with the collectives written in them, opaque custom
-calls, scanned loops) but not what the SPMD partitioner will insert; `dag.py` predicts that.
+calls, scanned loops) but not what the SPMD partitioner will insert; `propagate.py` predicts that.
 
 The module is read through the MLIR Python bindings shipped with jaxlib (`jaxlib.mlir.ir`, the
 typed Shardy attributes of `jaxlib.mlir._mlir_libs._sdy`, the StableHLO attribute wrappers of
@@ -562,3 +562,47 @@ def group_axes(groups: tuple[tuple[int, ...], ...], mesh: Mesh) -> tuple[str, ..
             if len(set(coords[:, j].tolist())) > 1:
                 varying.add(j)
     return tuple(mesh.axes[j][0] for j in sorted(varying))
+
+
+# --- queries on the read IR (shared by the sharding propagator and the HBM model) ---------------
+
+RETURN_OPS = {"func.return", "stablehlo.return", "sdy.return"}
+
+
+def uses(op: Op) -> list[int]:
+    """The values `op` reads, its nested regions' reads included (in order, with repeats)."""
+    out = list(op.operands)
+    for r in op.regions:
+        for o in r.ops:
+            out.extend(uses(o))
+    return out
+
+
+def same_shape(op: Op) -> bool:
+    """Whether every operand (scalars aside) and result of `op` has its first result's shape."""
+    if not op.result_types or op.result_types[0] is None:
+        return False
+    shape = op.result_types[0].shape
+    return all(t is None or t.shape == shape or t.rank == 0 for t in op.operand_types) and all(
+        t is not None and t.shape == shape for t in op.result_types
+    )
+
+
+def contains_op(funcs: Mapping[str, Func], region: Region, name: str) -> bool:
+    """Whether `region` runs an op called `name`, in nested regions or called functions too."""
+    for o in region.ops:
+        if o.name == name:
+            return True
+        if o.name == "func.call" and contains_op(funcs, funcs[o.attrs["callee"]].body, name):
+            return True
+        if any(contains_op(funcs, r, name) for r in o.regions):
+            return True
+    return False
+
+
+def dot_free_dims(op: Op) -> tuple[list[int], list[int]]:
+    """The free (neither batch nor contracted) dimensions of a dot_general's lhs and rhs."""
+    lt, rt = op.operand_types
+    lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
+    return ([d for d in range(lt.rank) if d not in lb and d not in lc],
+            [d for d in range(rt.rank) if d not in rb and d not in rc])

@@ -1,26 +1,31 @@
 """Per-device memory estimate of a lowered strategy against the generation's HBM.
 
-Why: a strategy that does not fit fails to compile (`RESOURCE_EXHAUSTED`) after seconds of
-compile time; Stage 1 drops it from the lowered IR alone. The estimate mirrors the three figures
-of `compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs,
-and temporaries — the intermediate buffers found by the prediction DAG's liveness walk, packed
-into one allocation the way libtpu packs them (best fit, in the order buffers are born; see
-`heap.py`), which takes more than their live peak. The buffers: results of contractions,
-reductions, kernels, collectives and loop carries; elementwise and layout ops are fused into the
-ops that consume them, which hold the fused inputs live until they run, except into an opaque
-kernel or an all-to-all, and except a reshape that moves elements across the 128 TPU lanes (a
-relayout copy); a fused value several such ops read is written out once (over an operand of its
+Why: a strategy that does not fit fails to compile (`RESOURCE_EXHAUSTED`) after seconds of compile
+time; Stage 1 drops it from the lowered IR alone. The estimate mirrors the three figures of
+`compiled.memory_analysis()`: arguments (parameters and inputs, per-device shards), outputs, and
+temporaries — the intermediate buffers the HBM model (`hbm.py`) finds in the sharding propagator's
+value events (`events.py`), packed into one allocation the way libtpu packs them (best fit, in the
+order buffers are born; see `heap.py`), which takes more than their live peak. The buffers: results
+of contractions, reductions, kernels, collectives and loop carries; elementwise and layout ops are
+fused into the ops that consume them, which hold the fused inputs live until they run, except into
+an opaque kernel or an all-to-all, and except a reshape that moves elements across the 128 TPU lanes
+(a relayout copy); a fused value several such ops read is written out once (over an operand of its
 size that dies there), unless it is larger than what it is computed from (then each reader
 recomputes it); a view keeps its buffer live; a loop body counts once; a weight gathered by a
 sharding constraint is fetched a few ops ahead of its first use; an all-gather of an activation
-holds a second copy of its result, libtpu's async collective fusion buffer; a collective
-permute's result is live from its operand's definition, as libtpu issues it then, unless the
-program would not fit so (`predict_within_hbm`); a loop's state owns buffers for the whole loop;
-a partial-sum all-reduce writes its result over its input; a shard_map's computed operand is
-written out as an argument its body owns until its last use there; a kernel's output is a buffer
-its caller holds until its last use. The shardings are the partitioner's, constraints propagated
-back through reshapes, slices and concatenates as Shardy does. The limit is the HBM the compiler
-allows one program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
+holds a second copy of its result, libtpu's async collective fusion buffer; a collective permute's
+result is live from its operand's definition, as libtpu issues it then, unless the program would not
+fit so (`predict_within_hbm`); a loop's state owns buffers for the whole loop; a partial-sum
+all-reduce writes its result over its input; a shard_map's computed operand is written out as an
+argument its body owns until its last use there; a kernel's output is a buffer its caller holds
+until its last use. The shardings are the partitioner's, constraints propagated back through
+reshapes, slices and concatenates as Shardy does. The limit is the HBM the compiler allows one
+program (`hbm_usable_bytes`, e.g. 15.75 GiB of v5e's 16), not the chip's nominal HBM.
+
+Where each rule lives: which ops fuse, until when a fused value's inputs stay live, relayout
+reshapes and when permutes are issued in `fusion.py`; buffers, loop state, shard_map arguments,
+kernel outputs, weight prefetch, async copies and scratch in `hbm.py`; the packing in `heap.py`;
+the fit against the compiler's limit and the scheduler's fallback for permutes here.
 
 Not modelled: what libtpu places in on-chip VMEM (buffers up to ~100 MiB on v5e), which leaves
 HBM; small programs are therefore over-estimated, Wan's activations are larger than that.
