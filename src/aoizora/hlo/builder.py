@@ -28,6 +28,7 @@ from typing import Any, Union
 
 from aoizora.errors import HloModelError, HloParseError
 from aoizora.hlo import attrs as A
+from aoizora.hlo.algorithm import parse_algorithm_config
 from aoizora.hlo.costs import (
     ELEMENTWISE_FLOP_OPS,
     MOVEMENT_OPS,
@@ -39,7 +40,6 @@ from aoizora.hlo.costs import (
 )
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    AlgorithmConfig,
     Collective,
     CollectiveKind,
     CollectiveMode,
@@ -496,9 +496,8 @@ class _Builder:
         cfg = None
         for bc in (inst.backend_config, coll_inst.backend_config):
             if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
-                parsed = A.parse_algorithm_config(bc["collective_algorithm_config"])
-                if parsed is not None:
-                    cfg = AlgorithmConfig(raw=bc["collective_algorithm_config"], **parsed)
+                cfg = parse_algorithm_config(bc["collective_algorithm_config"])
+                if cfg is not None:
                     break
         dtype = in_shapes[0].leaves()[0].dtype if in_shapes and in_shapes[0].leaves() else res_shape.dtype
         channel = coll_inst.attr("channel_id")

@@ -56,9 +56,10 @@ Build it with `aoizora.hlo.analyze` (HLO text or a jax compiled object) or
       object); ``source_target_pairs`` for permutes (``groups`` is then empty);
     * sizes (below), ``dtype``, ``dimensions``, ``channel_id``, ``multiplicity``, ``loop``;
     * ``algorithm`` — the parsed ``collective_algorithm_config`` (`AlgorithmConfig`: emitter,
-      strategy names, colors, phases, has_reordering_map, is_multistep, every debug field),
-      None when the compiler printed none (async collective fusions print
-      ``async_collective_fusion_config`` instead, kept in ``async_fusion_configs``).
+      strategy names, colors, phases, has_reordering_map, is_multistep, every debug field, and
+      the ring direction, N-D grid and per-colour dimension orders read from them; see
+      `aoizora.hlo.algorithm`), None when the compiler printed none (async collective fusions
+      print ``async_collective_fusion_config`` instead, kept in ``async_fusion_configs``).
 
 `Program.loops` — one `Loop` per ``while``: trip count and its source (``backend_config``
     ``known_trip_count``, or ``induction``: the condition compares a loop-state element with
@@ -85,8 +86,8 @@ ring): the gathered result of an all-gather, the input of a reduce-scatter / all
 for an all-to-all, S for a permute. Sizes are logical (TPU tile padding ignored).
 
 The send/receive figures are algorithm-independent lower bounds on each device's traffic;
-how that traffic maps onto links (ring order and direction, reordering, colors) is the cost
-model's business and is recorded, not interpreted, in ``algorithm``.
+how that traffic maps onto links (ring order and direction, reordering, colors) is the
+business of the models that read ``algorithm``.
 
 Opaque ops: custom calls (``tpu_custom_call`` for Pallas kernels such as splash attention) have
 no derivable cost. `build_program` / `analyze` accept ``opaque_cost``, a callable receiving an
@@ -110,6 +111,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aoizora.hlo.algorithm import AlgorithmConfig
 from aoizora.hlo.shapes import Shape
 
 
@@ -142,39 +144,6 @@ class CollectiveMode(str, enum.Enum):
     ASYNC = "async"  # -start / -done pair (or async-start/async-done wrapping the op)
     FUSION = "fusion"  # a collective fusion (kCustom fusion whose body holds the collective)
     ASYNC_FUSION = "async-fusion"  # async collective fusion / AsyncCollectiveStart..Done pair
-
-
-@dataclass(frozen=True, slots=True)
-class AlgorithmConfig:
-    """The compiler's choice of collective algorithm (``collective_algorithm_config``).
-
-    ``fields`` holds every ``key: value`` / ``key=value`` / ``key:value`` found in the free-form
-    ``debug`` text (e.g. ``colors``, ``phases``, ``group_size``, ``shard_size``); the typed
-    attributes are the ones a ring/contention model needs.
-    """
-
-    emitter: str | None
-    strategy: str | None
-    strategies: tuple[str, ...]
-    colors: int | None
-    phases: int | None
-    has_reordering_map: bool | None
-    is_multistep: bool | None
-    fields: Mapping[str, str]
-    raw: Mapping[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict (the raw backend config is left out: it is in the HLO text)."""
-        return {
-            "emitter": self.emitter,
-            "strategy": self.strategy,
-            "strategies": list(self.strategies),
-            "colors": self.colors,
-            "phases": self.phases,
-            "has_reordering_map": self.has_reordering_map,
-            "is_multistep": self.is_multistep,
-            "fields": dict(self.fields),
-        }
 
 
 @dataclass(slots=True)

@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
-from aoizora.sim.algorithms import Direction, RingOrder, best_ring_order, ring_direction
+from aoizora.sim.algorithms import best_ring_order, ring_direction
 from aoizora.sim.engine import OpaqueSeconds, Simulator
 from aoizora.sim.network import FlowNetwork, max_min_rates
 from aoizora.sim.result import CollectiveTiming, SimResult
@@ -51,8 +52,9 @@ __all__ = [
 
 
 def simulate(program: Program, topology: Topology, placement: Placement, *,
-             ring_order: RingOrder = "listed", opaque_seconds: OpaqueSeconds = None, chunks: int = 4,
-             ring_direction: Direction | str = "auto", default_direction: Direction = "bidirectional",
+             ring_order: RingOrder | str = RingOrder.LISTED, opaque_seconds: OpaqueSeconds = None,
+             chunks: int = 4, ring_direction: RingDirection | str | None = "auto",
+             default_direction: RingDirection | str = RingDirection.BIDIRECTIONAL,
              extrapolate_loops: bool = True, default_trip_count: int | None = None) -> SimResult:
     """Simulate one execution of `program` with logical device i on `placement.device_ids.flat[i]`.
 
@@ -63,8 +65,9 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
     opaque_seconds: seconds of opaque/unknown nodes, by node name (mapping) or a callable taking
         the `Node` (None = use the node's own cost).
     chunks: pieces each ring step's payload is split into and pipelined.
-    ring_direction: ``"auto"`` (from the compiled algorithm config, see `ring_direction`),
+    ring_direction: ``"auto"`` or None (from the compiled algorithm config, see `ring_direction`),
         or force ``"unidirectional"`` / ``"bidirectional"``.
+    The ring switches take the `RingOrder` / `RingDirection` enums Q2 shares, or their values.
     default_direction: what ``"auto"`` uses when the config names no direction.
     extrapolate_loops: skip loop iterations once provably periodic (exact up to float rounding).
     default_trip_count: trip count for loops whose count the parser could not tell.
@@ -74,8 +77,9 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
                     chunks=chunks, ring_direction=ring_direction, default_direction=default_direction,
                     extrapolate_loops=extrapolate_loops, default_trip_count=default_trip_count)
     sim.run()
-    return sim.result({"ring_order": ring_order, "chunks": chunks, "ring_direction": ring_direction,
-                       "default_direction": default_direction, "extrapolate_loops": extrapolate_loops})
+    forced = sim.ring_direction.value if sim.ring_direction is not None else "auto"
+    return sim.result({"ring_order": sim.ring_order.value, "chunks": chunks, "ring_direction": forced,
+                       "default_direction": sim.default_direction.value, "extrapolate_loops": extrapolate_loops})
 
 
 def simulate_placements(program: Program, topology: Topology, placements: Iterable[Placement],
