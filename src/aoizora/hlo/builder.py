@@ -24,6 +24,7 @@ How collectives are recognised:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Union
 
 from aoizora.errors import HloModelError, HloParseError
@@ -51,6 +52,7 @@ from aoizora.hlo.program import (
     Program,
 )
 from aoizora.hlo.shapes import Shape
+from aoizora.hlo.traffic import bytes_sent_per_device
 
 # A value's producers: a tuple of node indices, or a list of element values for tuples.
 Val = Union[tuple[int, ...], "TupleVal"]
@@ -736,19 +738,10 @@ def _traffic(
     n: int,
     pairs: tuple[tuple[int, int], ...],
 ) -> tuple[int, int, int]:
-    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm."""
+    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm (whole bytes)."""
     s = operand_bytes
-    if kind is CollectiveKind.ALL_REDUCE:
-        t = 2 * (n - 1) * s // n if n > 1 else 0
-        return s, t, t
-    if kind is CollectiveKind.ALL_GATHER:
-        t = (n - 1) * s
-        return s, t, t
-    if kind is CollectiveKind.REDUCE_SCATTER:
-        t = (n - 1) * s // n if n > 1 else 0
-        return s, t, t
-    if kind is CollectiveKind.ALL_TO_ALL:
-        t = (n - 1) * s // n if n > 1 else 0
+    if kind is not CollectiveKind.COLLECTIVE_PERMUTE:
+        t = int(bytes_sent_per_device(kind, n, Fraction(s))) if n > 1 else 0
         return s, t, t
     # collective-permute: a device sends its buffer once per pair it is the source of
     sends: dict[int, int] = {}

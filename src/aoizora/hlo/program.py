@@ -85,7 +85,8 @@ device; ``array_bytes`` is V of the textbook formulas (all-gather / reduce-scatt
 ring): the gathered result of an all-gather, the input of a reduce-scatter / all-reduce, N·S
 for an all-to-all, S for a permute. Sizes are logical (TPU tile padding ignored).
 
-The send/receive figures are algorithm-independent lower bounds on each device's traffic;
+The send/receive figures are algorithm-independent lower bounds on each device's traffic
+(`aoizora.hlo.traffic`, the one traffic formula of the package);
 how that traffic maps onto links (ring order and direction, reordering, colors) is the
 business of the models that read ``algorithm``.
 
@@ -109,10 +110,13 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aoizora.hlo.algorithm import AlgorithmConfig
 from aoizora.hlo.shapes import Shape
+
+if TYPE_CHECKING:  # the program model does not depend on the hardware at run time
+    from aoizora.topology.hardware import HardwareProfile
 
 
 class NodeKind(str, enum.Enum):
@@ -170,6 +174,17 @@ class Node:
     backend_config: Mapping[str, Any] | None = None
     score_elements: float | None = None  # an attention kernel's score-matrix elements (see OpaqueCost)
     matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (see OpaqueCost)
+
+    def compute_seconds(self, hardware: HardwareProfile) -> float:
+        """Time of this node on one device: the seconds a hook supplied, else the compiler's cycle
+        estimate at the device's clock, else the roofline of its FLOPs and HBM bytes. Q2 and the
+        simulator cost compute here."""
+        if self.seconds is not None:
+            return float(self.seconds)
+        if self.estimated_cycles is not None:
+            return self.estimated_cycles / hardware.clock_hz
+        return hardware.roofline_seconds(self.flops, self.hbm_bytes, matmul_dim=self.matmul_dim,
+                                         score_elements=self.score_elements)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict of the schedule entry."""

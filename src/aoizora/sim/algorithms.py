@@ -35,6 +35,7 @@ import numpy as np
 
 from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, resolve_direction
 from aoizora.hlo.program import Collective, CollectiveKind
+from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
 from aoizora.topology import Topology
 
 def ring_direction(algorithm: AlgorithmConfig | None,
@@ -82,8 +83,7 @@ def _link_weights(topology: Topology) -> np.ndarray:
     """Time per byte of each link relative to an ICI link: 1 for ICI, less for a faster D2D link."""
     weights = _LINK_WEIGHTS.get(topology)
     if weights is None:
-        reference = topology.chip_hardware.link_bandwidth_Bps
-        weights = np.array([reference / l.bandwidth_Bps for l in topology.links], dtype=float)
+        weights = np.array(topology.link_time_weights, dtype=float)
         weights.flags.writeable = False
         _LINK_WEIGHTS[topology] = weights
     return weights
@@ -330,14 +330,13 @@ def _rings(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, s
 
 
 def _ring_steps(kind: CollectiveKind, n: int, payload: float) -> tuple[int, float]:
-    """(steps, bytes per step per device) of a bandwidth-optimal ring (payload per the model)."""
-    if kind is CollectiveKind.ALL_GATHER:
-        return n - 1, payload
-    if kind is CollectiveKind.REDUCE_SCATTER:
-        return n - 1, payload / n
-    if kind is CollectiveKind.ALL_REDUCE:
-        return 2 * (n - 1), payload / n
-    raise ValueError(kind)
+    """(steps, bytes per step per device) of a bandwidth-optimal 1-D ring: an all-reduce runs its
+    reduce-scatter and all-gather passes as one ring of 2(n-1) steps (each step sends 1/n of the
+    payload in both passes), chunks flowing on without a barrier between the passes."""
+    phases = ring_phases(kind, (n,), (0,), payload)
+    if not phases:
+        raise ValueError(kind)
+    return sum(p.steps for p in phases), phases[0].bytes_per_step
 
 
 def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, ...], layout: NDLayout,
@@ -364,28 +363,17 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
 
     line_cache = {d: lines(d) for d in range(len(sizes))}
     for dims in colors:
-        data = payload / len(colors)
-        if kind is CollectiveKind.ALL_GATHER:
-            phases = [("ag", d) for d in dims]
-        elif kind is CollectiveKind.REDUCE_SCATTER:
-            phases = [("rs", d) for d in dims]
-        else:
-            phases = [("rs", d) for d in dims] + [("ag", d) for d in reversed(dims)]
+        # a standalone all-gather walks the colour's printed order; an all-reduce gathers in reverse
+        scatter_order = tuple(reversed(dims)) if kind is CollectiveKind.ALL_GATHER else dims
         prior: dict[int, tuple[int, ...]] = {}
         seq_base = 0
-        for what, dim in phases:
-            n = sizes[dim]
-            if what == "rs":
-                steps, step_bytes = n - 1, data / n
-                data /= n
-            else:
-                steps, step_bytes = n - 1, data
-                data *= n
+        for phase in ring_phases(kind, sizes, scatter_order, payload / len(colors)):
             nxt: dict[int, tuple[int, ...]] = {}
-            for line in line_cache[dim]:
-                nxt.update(_rings(plan, topology, line, steps, step_bytes, bidirectional, chunks, prior, seq_base))
+            for line in line_cache[phase.dim]:
+                nxt.update(_rings(plan, topology, line, phase.steps, phase.bytes_per_step, bidirectional, chunks,
+                                  prior, seq_base))
             prior = nxt
-            seq_base += steps * chunks
+            seq_base += phase.steps * chunks
 
 
 def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -451,7 +439,7 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
             for a in devs:
                 for b in devs:
                     if a != b:
-                        plan.add(topology, a, b, payload / n, plan.new_sender(), 0, ())
+                        plan.add(topology, a, b, all_to_all_chunk(n, payload), plan.new_sender(), 0, ())
             desc.append("pairwise")
             continue
         layout = nd_layout(collective.algorithm, n)

@@ -42,7 +42,6 @@ from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
 from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.sim.algorithms import Plan, build_plan
-from aoizora.topology.hardware import HardwareProfile
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult
 from aoizora.topology import Topology
@@ -174,7 +173,7 @@ class Simulator:
             if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and opaque_seconds is not None:
                 t = opaque_seconds(node) if callable(opaque_seconds) else opaque_seconds.get(node.name)
             if t is None:
-                t = _node_seconds(node, hw)
+                t = node.compute_seconds(hw)
             if t < 0 or not math.isfinite(t):
                 raise SimulationError(f"node {node.name!r} has a cost of {t} s; costs must be finite and >= 0")
             if t == 0 and node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN):
@@ -512,16 +511,6 @@ class Simulator:
             device_finish_seconds={self.l2p[d]: float(self.finish[d]) for d in range(self.n)},
             loops_extrapolated=dict(self.extrapolated), events=self.events, rate_solves=self.net.solves,
             warnings=tuple(self.warnings), options=options)
-
-
-def _node_seconds(node: Node, hw: HardwareProfile) -> float:
-    """Seconds of a compute node: given seconds, else compiler cycles / clock, else the roofline."""
-    if node.seconds is not None:
-        return float(node.seconds)
-    if node.estimated_cycles is not None:
-        return node.estimated_cycles / hw.clock_hz
-    return hw.roofline_seconds(node.flops, node.hbm_bytes, matmul_dim=node.matmul_dim,
-                               score_elements=node.score_elements)
 
 
 def ring_switches(ring_order: RingOrder | str, ring_direction: RingDirection | str | None,
