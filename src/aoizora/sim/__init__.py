@@ -1,21 +1,44 @@
 """Reference simulator: event-driven, flow-level execution of one program on one placement.
 
-Independent of the cost model Q2 so that Q2 can be validated against it. Shared with Q2: the
-topology (links, routes), the program graph, the compute model (compiler cycles, else the
-roofline) and the hardware profile's figures (link bandwidth, per-hop latency, the fixed launch
-cost of a collective). Modelled here on its own: how collectives move data (transfer DAGs, chunk
-pipelining, store and forward), how flows share links (max-min), how hop latency and launch cost
-combine with transfers in time, and the schedule. Entry point: `simulate`. See
-`aoizora.sim.engine` for the execution model, `aoizora.sim.algorithms` for how compiled
-algorithm configs become transfer DAGs, `aoizora.sim.network` for max-min fair link sharing.
+Independent of the cost model Q2 so that Q2 can be validated against it: the two share their
+inputs and a few definitions, and model the execution each its own way. Entry point:
+`simulate`. See `aoizora.sim.engine` for the execution model, `aoizora.sim.algorithms` for how
+compiled collectives become transfer DAGs, `aoizora.sim.network` for max-min fair link sharing.
 
-What it models: a fixed launch cost per collective run and device (``collective_launch_s``: its
-transfers start that long after the device issued it); every ring step / exchange as chunked
-point-to-point transfers over dimension-order routes (die-to-die links between the two cores of
-a TPU7x chip included); store-and-forward per chunk; max-min fair sharing of every directed link
-at its own bandwidth, re-solved whenever a flow starts or ends; hops x hop latency per transfer;
-all groups of a collective at once; per-device in-order compute; async start/done overlap; loops
-walked per iteration (or skipped once provably periodic).
+Shared with Q2 (one implementation, used by both):
+
+* the parsed program (`aoizora.hlo.Program`): schedule order, dependencies, loops and trip
+  counts, collectives with their groups, pairs, sizes and start/done nodes;
+* the compiler's algorithm choice as parsed with it (`aoizora.hlo.AlgorithmConfig`: ring
+  direction, N-D grid and per-colour dimension orders, reordering map) and the switches over it
+  (`aoizora.hlo.RingOrder`, `aoizora.hlo.RingDirection`);
+* the traffic function (`aoizora.hlo.traffic`): the bandwidth-optimal bytes of every ring phase
+  and all-to-all exchange;
+* the compute time of a node (`Node.compute_seconds`: supplied seconds, else compiler cycles at
+  the clock, else `HardwareProfile.roofline_seconds`);
+* the slice (`aoizora.topology.Topology`: chips, directed ICI and die-to-die links,
+  dimension-order routes, link time weights), the hardware profile's figures (link bandwidths,
+  per-hop latency, the fixed launch cost of a collective) and the placement.
+
+Modelled here on its own:
+
+* scheduling: every device walks the program on its own in-order compute stream; sync and async
+  collectives block at their issue or ``-done`` node; loops are walked iteration by iteration
+  (or skipped once provably periodic), where Q2 walks a body once and scales it;
+* collective algorithms: every ring step or exchange as chunked point-to-point transfers with
+  store-and-forward prerequisites per chunk, N-D strategies as phases whose lines wait for the
+  previous phase, and its own best ring order (`best_ring_order`: bottleneck link, longest hop,
+  total hops);
+* contention: concurrent flows share every directed link max-min fairly at its own bandwidth,
+  re-solved whenever a flow starts or ends, where Q2 times a collective by its busiest link and
+  lets collectives in flight at once carry their bytes over shared links in turn;
+* link-level timing: a transfer is one cut-through flow over its route, delivered hops x hop
+  latency after its last byte; a collective run starts ``collective_launch_s`` after a device
+  issues it;
+* where it reads the shared config otherwise than Q2: libtpu's ``StrategyND`` runs in phases on
+  its grid (Q2 costs it as one ring), a standalone N-D all-gather walks each colour's printed
+  dimension order (Q2 the reverse), and a config that names no direction gets
+  `default_direction` (Q2: bidirectional).
 
 What it leaves out, on purpose or for now: HBM contention between compute and DMA; the compute
 of reductions inside reduce-scatter / all-reduce steps; compute fused into collective fusions
