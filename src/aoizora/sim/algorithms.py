@@ -38,6 +38,7 @@ from aoizora.hlo.program import Collective, CollectiveKind
 from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
 from aoizora.topology import Topology
 
+
 def ring_direction(algorithm: AlgorithmConfig | None,
                    default: RingDirection = RingDirection.BIDIRECTIONAL) -> RingDirection:
     """Uni- or bidirectional ring for a compiled collective: the config's direction, else `default`."""
