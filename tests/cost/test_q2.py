@@ -218,3 +218,15 @@ def test_every_collective_pays_its_launch_cost():
     assert cm.evaluate(b.build(), place).step_seconds == pytest.approx(2 * tiny.step_seconds)
     alone = one_collective(CollectiveKind.ALL_GATHER, [(i,) for i in range(8)], 64, 8)
     assert cm.evaluate(alone, place).step_seconds == 0.0
+
+
+def test_options_map_the_cli_spellings_onto_the_shared_switches():
+    from aoizora.hlo.algorithm import RingDirection, RingOrder
+
+    assert (Q2Options().order, Q2Options().direction) == (RingOrder.REORDERING_MAP, None)
+    assert Q2Options("listed", "uni").order is RingOrder.LISTED
+    assert Q2Options("best", "bi").direction is RingDirection.BIDIRECTIONAL
+    with pytest.raises(ValueError, match="ring_order"):
+        Q2Options(ring_order="reordered")
+    with pytest.raises(ValueError, match="ring_direction"):
+        Q2Options(ring_direction="unidirectional")

@@ -8,7 +8,8 @@ import pytest
 
 from aoizora.errors import HloParseError
 from aoizora.hlo import CollectiveKind, CollectiveMode, NodeKind, OpaqueCost, analyze, parse_hlo
-from aoizora.hlo.attrs import iota_ids, parse_algorithm_config, parse_pairs, parse_replica_groups
+from aoizora.hlo.algorithm import parse_algorithm_config
+from aoizora.hlo.attrs import iota_ids, parse_pairs, parse_replica_groups
 
 FIXTURE = Path(__file__).parent / "fixtures" / "syntax_edge_cases.hlo"
 
@@ -88,14 +89,13 @@ def test_algorithm_config_fields():
         "strategy": "UniDirection1DRingStrategy",
         "debug": "\nStrategyRing{colors:2 phases:1 cores:{4} has_reordering_map:0},is_multistep:1",
     })
-    assert cfg["emitter"] == "RotatedPincerEmitter"
-    assert cfg["strategy"] == "UniDirection1DRingStrategy"
-    assert cfg["strategies"] == ("StrategyRing",)
-    assert (cfg["colors"], cfg["phases"], cfg["has_reordering_map"], cfg["is_multistep"]) == (
-        2, 1, False, True)
+    assert cfg.emitter == "RotatedPincerEmitter"
+    assert cfg.strategy == "UniDirection1DRingStrategy"
+    assert cfg.strategies == ("StrategyRing",)
+    assert (cfg.colors, cfg.phases, cfg.has_reordering_map, cfg.is_multistep) == (2, 1, False, True)
     ag = parse_algorithm_config({"emitter": "1DAllGatherNonMajorDim",
                                  "debug": "\ngroup_size = 4 \nhas_reordering_map: true \n"})
-    assert ag["has_reordering_map"] is True and ag["fields"]["group_size"] == "4"
+    assert ag.has_reordering_map is True and ag.fields["group_size"] == "4"
 
 
 # -- the hand-written module --------------------------------------------------------------------

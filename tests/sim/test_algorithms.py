@@ -2,6 +2,7 @@
 
 import pytest
 
+from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import CollectiveKind
 from aoizora.sim import best_ring_order, ring_direction, simulate
 from aoizora.sim.algorithms import build_plan, nd_layout, ring_link_loads
@@ -60,8 +61,8 @@ def test_ring_transfers_follow_the_listed_order_and_carry_the_ring_bytes():
     b = ProgramBuilder(8)
     c = b.collective("reduce-scatter", [[0, 1, 2, 3], [4, 5, 6, 7]], S, algo=UNI_RING)
     coll = b.build().collectives[c]
-    plan = build_plan(coll, l2p, topo, ring_order="listed", chunks=2, direction="auto",
-                      default_direction="bidirectional")
+    plan = build_plan(coll, l2p, topo, ring_order=RingOrder.LISTED, chunks=2, direction=None,
+                      default_direction=RingDirection.BIDIRECTIONAL)
     pairs = {(s, d) for s, d in zip(plan.src, plan.dst)}
     assert pairs == {(l2p[g[i]], l2p[g[(i + 1) % 4]]) for g in ([0, 1, 2, 3], [4, 5, 6, 7]) for i in range(4)}
     # reduce-scatter: N-1 steps of S/N from every device
@@ -137,7 +138,7 @@ def test_all_to_all_and_permute_plans():
     a = b.collective("all-to-all", [[0, 1, 2, 3], [4, 5, 6, 7]], S)
     p = b.collective("collective-permute", payload_bytes=S, pairs=[(0, 5), (5, 0), (2, 3)])
     prog = b.build()
-    kw = dict(ring_order="listed", chunks=4, direction="auto", default_direction="bidirectional")
+    kw = dict(ring_order=RingOrder.LISTED, chunks=4, direction=None, default_direction=RingDirection.BIDIRECTIONAL)
     plan = build_plan(prog.collectives[a], l2p, topo, **kw)
     assert len(plan.src) == 2 * 4 * 3 and all(nb == S / 4 for nb in plan.nbytes)
     assert not any(plan.prereqs)

@@ -67,3 +67,13 @@ def test_q2_costs_an_opaque_node_with_the_roofline():
                 matmul_dim=128)
     expected = 40.0 * 18900 * 75600 / topo.hardware.attention_score_elements_per_s
     assert node_seconds(node, topo) == pytest.approx(expected)
+
+
+def test_a_node_takes_supplied_seconds_then_compiler_cycles_then_the_roofline():
+    hw = hardware_profile("v5e")
+    base = dict(index=0, name="f", opcode="fusion", kind=NodeKind.COMPUTE, computation="main",
+                shape=Shape("bf16", (1,)), operand_shapes=(), deps=(), multiplicity=1, loop=None,
+                flops=1e12, hbm_bytes=10**9)
+    assert Node(**base).compute_seconds(hw) == hw.roofline_seconds(1e12, 10**9)
+    assert Node(**base, estimated_cycles=1500).compute_seconds(hw) == 1500 / hw.clock_hz
+    assert Node(**base, estimated_cycles=1500, seconds=2).compute_seconds(hw) == 2.0

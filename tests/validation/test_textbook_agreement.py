@@ -26,8 +26,9 @@ def one(kind, groups, nbytes, n, pairs=()):
 
 
 def both(topo, prog, place, direction):
-    q2 = CostModel(topo, Q2Options(ring_direction=direction, ring_order="listed")).evaluate(prog, place).step_seconds
-    sim = simulate(prog, topo, place, ring_direction={"bi": "bidirectional", "uni": "unidirectional"}[direction]).step_seconds
+    options = Q2Options(ring_direction=direction, ring_order="listed")
+    q2 = CostModel(topo, options).evaluate(prog, place).step_seconds
+    sim = simulate(prog, topo, place, ring_direction=options.direction).step_seconds
     return q2, sim
 
 

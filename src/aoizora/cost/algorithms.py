@@ -1,24 +1,24 @@
-"""How Q2 reads the compiler's collective algorithm: ring direction and ring order.
+"""How Q2 reads the compiler's collective algorithm: ring direction, ring order and ring grid.
 
-Evidence from libtpu 0.0.42.1 on v5e (see README, "What the compiler decides"):
-- all-reduce prints `RotatedPincerEmitter` with `UniDirection1DRingStrategy{colors:2 ...
-  has_reordering_map:0}`: a pincer with two colours, read here as two rings running in opposite
-  directions over the group's listed order, each carrying half of the data (bidirectional);
-- all-gather prints `1DAllGatherNonMajorDim ... has_reordering_map: true`: the compiler keeps a map
-  from the listed order to its own ring, read here as "the compiler picks the ring order".
-Both readings are assumptions; they are switches of `Q2Options`, never hidden constants.
+The config is parsed once, with the simulator, into `aoizora.hlo.AlgorithmConfig` (rules and
+evidence in `aoizora.hlo.algorithm`). Q2's own choices on top of it:
+- a config that names no direction (all-gather emitters, no config) is taken as bidirectional,
+  the ICI default of the textbook costs;
+- only N-D *ring* strategies (``...NDRingStrategy``) are costed in phases, one ring pass per grid
+  dimension; libtpu's ``StrategyND`` is costed as one ring over the group's listed order.
+Each assumption the compiler's text cannot settle is a switch of `Q2Options`, never a hidden
+constant.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
 
-from aoizora.hlo.program import AlgorithmConfig
+from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, resolve_direction
 
-RingOrder = Literal["auto", "listed", "best"]
-RingDirection = Literal["auto", "uni", "bi"]
+# The user-facing spelling of each switch (CLI `--ring-order`, `--ring-direction`, plan files).
+_RING_ORDERS = {"auto": RingOrder.REORDERING_MAP, "listed": RingOrder.LISTED, "best": RingOrder.BEST}
+_RING_DIRECTIONS = {"auto": None, "uni": RingDirection.UNIDIRECTIONAL, "bi": RingDirection.BIDIRECTIONAL}
 
 
 @dataclass(frozen=True)
@@ -30,64 +30,55 @@ class Q2Options:
         compiler reports a reordering map and `listed` elsewhere.
     ring_direction: `uni` one ring direction, `bi` half the data each way, `auto` from the config
         (two colours or a bidirectional strategy -> bi; unidirectional with one colour -> uni;
-        no config -> bi, the ICI default of the textbook costs).
+        no direction named -> bi, the ICI default of the textbook costs).
     """
 
-    ring_order: RingOrder = "auto"
-    ring_direction: RingDirection = "auto"
+    ring_order: str = "auto"
+    ring_direction: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.ring_order not in _RING_ORDERS:
+            raise ValueError(f"ring_order must be one of {', '.join(_RING_ORDERS)}, not {self.ring_order!r}")
+        if self.ring_direction not in _RING_DIRECTIONS:
+            raise ValueError(f"ring_direction must be one of {', '.join(_RING_DIRECTIONS)}, "
+                             f"not {self.ring_direction!r}")
+
+    @property
+    def order(self) -> RingOrder:
+        """The ring-order switch as the enum Q2 and the simulator share."""
+        return _RING_ORDERS[self.ring_order]
+
+    @property
+    def direction(self) -> RingDirection | None:
+        """The forced ring direction, or None to read it from each collective's config."""
+        return _RING_DIRECTIONS[self.ring_direction]
 
 
 def ring_is_bidirectional(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:
-    """Pincer emitters with two or more colours and `BiDirection` strategies run both ways;
-    `UniDirection`/`StrategyRing` with one colour run one way; anything else (no config,
-    all-gather emitters that name no direction) is taken as bidirectional."""
-    if options.ring_direction != "auto":
-        return options.ring_direction == "bi"
-    if algorithm is None:
-        return True
-    names = " ".join(n for n in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if n).lower()
-    if "bidirection" in names or ("pincer" in names and (algorithm.colors or 0) != 1):
-        return True
-    if "unidirection" in names or "strategyring" in names:
-        return False
-    return True
+    """Whether the collective's rings carry half of the data each way."""
+    direction = resolve_direction(options.direction, algorithm, default=RingDirection.BIDIRECTIONAL)
+    return direction is RingDirection.BIDIRECTIONAL
 
 
-def ring_dim_orders(algorithm: AlgorithmConfig | None, ndims: int) -> list[tuple[int, ...]]:
-    """Per colour, the order in which an N-D strategy walks its dimensions.
+def ring_is_reordered(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:
+    """Whether the collective's rings take the best order over their members."""
+    return options.order.reorders(algorithm)
+
+
+def ring_dims(algorithm: AlgorithmConfig | None, group_size: int) -> tuple[int, ...]:
+    """Grid Q2 lays a group on: an N-D ring strategy's grid when it fits the group (one ring per
+    dimension, in phases; the listed order laid row-major on the grid), else one 1-D ring."""
+    grid = algorithm.grid_of(group_size) if algorithm is not None and algorithm.nd_ring else None
+    return grid or (group_size,)
+
+
+def ring_dim_orders(algorithm: AlgorithmConfig | None, ndims: int) -> tuple[tuple[int, ...], ...]:
+    """Per colour, the order in which an N-D strategy walks its `ndims` dimensions.
 
     libtpu prints e.g. `dim_used:{0 1},{1 0},{0 1},{1 0}`: four colours, half of them walking the
     dimensions the other way round, so the phases of different colours load different links at
     once. Each colour carries an equal share of the data. Default: one colour, dimensions in order.
     """
-    debug = algorithm.raw.get("debug", "") if algorithm is not None and isinstance(algorithm.raw, dict) else ""
-    orders: list[tuple[int, ...]] = []
-    if isinstance(debug, str) and "dim_used:" in debug:
-        tail = debug.split("dim_used:", 1)[1]
-        for block in tail.split("}"):
-            block = block.strip().lstrip(",").strip()
-            if not block.startswith("{"):
-                break
-            order = tuple(int(t) for t in block[1:].split() if t.isdigit())
-            if sorted(order) == list(range(ndims)):
-                orders.append(order)
-    return orders or [tuple(range(ndims))]
-
-
-def ring_dims(algorithm: AlgorithmConfig | None, group_size: int) -> tuple[int, ...]:
-    """Grid the compiler lays a group on: `NDRingStrategy` with `cores:{a b}` runs one ring per
-    dimension in phases (the listed order laid row-major on the grid); otherwise one 1-D ring."""
     if algorithm is None:
-        return (group_size,)
-    names = " ".join(n for n in (algorithm.strategy, *algorithm.strategies) if n).lower()
-    cores = algorithm.fields.get("cores", "")
-    dims = tuple(int(t) for t in cores.strip("{}").split() if t.isdigit())
-    if "ndring" in names and len(dims) > 1 and math.prod(dims) == group_size:
-        return dims
-    return (group_size,)
-
-
-def ring_is_reordered(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:
-    if options.ring_order != "auto":
-        return options.ring_order == "best"
-    return bool(algorithm is not None and algorithm.has_reordering_map)
+        return (tuple(range(ndims)),)
+    return algorithm.dim_orders_of(ndims)

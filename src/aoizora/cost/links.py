@@ -60,7 +60,7 @@ def incidence(topology: Topology) -> Incidence:
     data = np.ones(len(rows), dtype=np.float64)
     matrix = sp.csr_matrix((data, (rows, cols)), shape=(n * n, len(topology.links)))
     bandwidth = np.array([l.bandwidth_Bps for l in topology.links], dtype=float)
-    weight = topology.chip_hardware.link_bandwidth_Bps / bandwidth if bandwidth.size else bandwidth
+    weight = np.array(topology.link_time_weights, dtype=float)
     result = Incidence(matrix, hops, row, bandwidth, weight)
     _CACHE[topology.route_key] = result
     return result

@@ -79,16 +79,12 @@ class Q2Result:
 
 
 def node_seconds(node: Node, topology: Topology) -> float | None:
-    """Compute time of one node: supplied seconds, else compiler cycles, else the roofline."""
-    hw = topology.hardware
-    if node.seconds is not None:
-        return node.seconds
-    if node.estimated_cycles is not None:
-        return node.estimated_cycles / hw.clock_hz
-    if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and not node.flops and not node.hbm_bytes:
+    """Compute time of one node (`Node.compute_seconds`); None for an opaque or unknown op that
+    nothing costs (no supplied seconds, no compiler cycles, no FLOPs or bytes)."""
+    uncosted = node.seconds is None and node.estimated_cycles is None and not node.flops and not node.hbm_bytes
+    if uncosted and node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN):
         return None
-    return hw.roofline_seconds(node.flops, node.hbm_bytes, matmul_dim=node.matmul_dim,
-                               score_elements=node.score_elements)
+    return node.compute_seconds(topology.hardware)
 
 
 def placement_rows(program: Program, topology: Topology, placement: Placement, inc: Incidence) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Each collective is reconstructed as the algorithm the compiler chose (`algorithms`): rings for
 all-gather, reduce-scatter and all-reduce (one ring per group, all groups at once), direct
-pairwise exchanges for all-to-all, point-to-point for collective-permute.
+pairwise exchanges for all-to-all, point-to-point for collective-permute. The bytes of each ring
+phase and exchange are the bandwidth-optimal ones of `aoizora.hlo.traffic`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from aoizora.cost.links import Incidence
 from aoizora.placement import orders
 from aoizora.hlo.program import Collective, CollectiveKind
+from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
 
 _BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at most)
 
@@ -161,7 +163,7 @@ def collective_phases(
         return []
     if coll.kind == CollectiveKind.ALL_TO_ALL:
         m = np.zeros((n, n))
-        chunk = coll.operand_bytes / size
+        chunk = all_to_all_chunk(size, coll.operand_bytes)
         hops = 0
         for g in groups:
             for a in g:
@@ -172,12 +174,12 @@ def collective_phases(
         return [Traffic(m, 1, hops, hops)]
     dims = dims if dims and int(np.prod(dims)) == size else (size,)
     orders = [o for o in (dim_orders or []) if sorted(o) == list(range(len(dims)))] or [tuple(range(len(dims)))]
-    full = coll.operand_bytes if coll.kind != CollectiveKind.ALL_GATHER else coll.operand_bytes * size
     # Each colour carries an equal share; the k-th phases of all colours run at the same time.
     slots: list[Traffic] = []
     for order in orders:
-        for k, (d, held_bytes, scatter) in enumerate(_phases(coll.kind, dims, order, full / len(orders), size)):
-            per_edge = (dims[d] - 1) * (held_bytes / dims[d] if scatter else held_bytes)
+        for k, phase in enumerate(ring_phases(coll.kind, dims, order, coll.operand_bytes / len(orders))):
+            d = phase.dim
+            per_edge = phase.steps * phase.bytes_per_step
             m = np.zeros((n, n))
             hops = chain = 0
             for g in groups:
@@ -189,30 +191,11 @@ def collective_phases(
                     chain = max(chain, ring_chain_hops(edge_hops))
             if k < len(slots):
                 prev = slots[k]
-                slots[k] = Traffic(prev.matrix + m, max(prev.steps, dims[d] - 1), max(prev.max_hops, hops),
+                slots[k] = Traffic(prev.matrix + m, max(prev.steps, phase.steps), max(prev.max_hops, hops),
                                    max(prev.chain_hops, chain))
             else:
-                slots.append(Traffic(m, dims[d] - 1, hops, chain))
+                slots.append(Traffic(m, phase.steps, hops, chain))
     return slots
-
-
-def _phases(
-    kind: CollectiveKind, dims: tuple[int, ...], order: tuple[int, ...], full: float, size: int
-) -> list[tuple[int, float, bool]]:
-    """(grid dimension, bytes each device holds when the phase starts, is reduce-scatter) in order:
-    reduce-scatter along each dimension (shrinking), then all-gather in reverse (growing)."""
-    phases: list[tuple[int, float, bool]] = []
-    held = float(full)
-    if kind in (CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_REDUCE):
-        for d in order:
-            phases.append((d, held, True))
-            held /= dims[d]
-    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_REDUCE):
-        held = full / size
-        for d in reversed(order):
-            phases.append((d, held, False))
-            held *= dims[d]
-    return phases
 
 
 def _grid_lines(

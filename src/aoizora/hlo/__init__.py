@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, parse_algorithm_config
 from aoizora.hlo.builder import KNOWN_OPCODES, build_program, program_from_compiled
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    AlgorithmConfig,
     Collective,
     CollectiveKind,
     CollectiveMode,
@@ -48,6 +48,6 @@ def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
 __all__ = [
     "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
     "HloModule", "Instruction", "KNOWN_OPCODES", "Loop", "Node", "NodeKind", "OpaqueCost",
-    "OpaqueCostHook", "OpaqueOp", "Program", "Shape", "analyze", "build_program", "parse_hlo",
-    "program_from_compiled", "summarize",
+    "OpaqueCostHook", "OpaqueOp", "Program", "RingDirection", "RingOrder", "Shape", "analyze",
+    "build_program", "parse_algorithm_config", "parse_hlo", "program_from_compiled", "summarize",
 ]

@@ -1,4 +1,4 @@
-"""Typed readers of raw HLO attribute values (replica groups, pairs, int lists, configs).
+"""Typed readers of raw HLO attribute values (replica groups, pairs, int lists).
 
 The parser keeps attribute values as text; the program builder asks these functions for the
 few it needs. Each reader is a small recursive-descent parser over the same `Lexer`, so a
@@ -21,9 +21,8 @@ Replica-group forms libtpu prints (all resolve to tuples of logical device ids):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from math import prod
-from typing import Any
 
 from aoizora.errors import HloParseError
 from aoizora.hlo.lexer import HLO_FIX, Lexer
@@ -279,49 +278,3 @@ def _groups_over_axes(
     ids = [order[p] for p in positions]
     gsize = prod(flat_sizes[a] for a in grouped)
     return tuple(tuple(ids[i : i + gsize]) for i in range(0, len(ids), gsize))
-
-
-# -- compiler configs -----------------------------------------------------------------------
-_KV = re.compile(r"([A-Za-z_][\w]*)\s*(?:=|:)\s*(\{[^{}]*\}|[^\s,;{}]+)")
-_STRATEGY = re.compile(r"([A-Za-z_]\w*)\{")
-
-
-def parse_algorithm_config(cfg: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Typed fields of a ``collective_algorithm_config`` (emitter, strategies, debug keys)."""
-    if not cfg:
-        return None
-    debug = str(cfg.get("debug", ""))
-    fields: dict[str, str] = {}
-    for m in _KV.finditer(debug):
-        fields.setdefault(m.group(1), m.group(2))
-    strategies = tuple(_STRATEGY.findall(debug))
-    for key, val in cfg.items():
-        if key != "debug" and isinstance(val, (str, int, float, bool)):
-            fields.setdefault(key, str(val))
-
-    def _int_field(*keys: str) -> int | None:
-        for k in keys:
-            v = fields.get(k)
-            if v is not None:
-                try:
-                    return int(v)
-                except ValueError:
-                    pass
-        return None
-
-    def _bool_field(key: str) -> bool | None:
-        v = fields.get(key)
-        if v is None:
-            return None
-        return v.lower() in ("1", "true")
-
-    return {
-        "emitter": cfg.get("emitter"),
-        "strategy": cfg.get("strategy"),
-        "strategies": strategies,
-        "colors": _int_field("colors", "color_count"),
-        "phases": _int_field("phases", "phase_count"),
-        "has_reordering_map": _bool_field("has_reordering_map"),
-        "is_multistep": _bool_field("is_multistep"),
-        "fields": fields,
-    }

@@ -24,10 +24,12 @@ How collectives are recognised:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any, Union
 
 from aoizora.errors import HloModelError, HloParseError
 from aoizora.hlo import attrs as A
+from aoizora.hlo.algorithm import parse_algorithm_config
 from aoizora.hlo.costs import (
     ELEMENTWISE_FLOP_OPS,
     MOVEMENT_OPS,
@@ -39,7 +41,6 @@ from aoizora.hlo.costs import (
 )
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    AlgorithmConfig,
     Collective,
     CollectiveKind,
     CollectiveMode,
@@ -51,6 +52,7 @@ from aoizora.hlo.program import (
     Program,
 )
 from aoizora.hlo.shapes import Shape
+from aoizora.hlo.traffic import bytes_sent_per_device
 
 # A value's producers: a tuple of node indices, or a list of element values for tuples.
 Val = Union[tuple[int, ...], "TupleVal"]
@@ -496,9 +498,8 @@ class _Builder:
         cfg = None
         for bc in (inst.backend_config, coll_inst.backend_config):
             if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
-                parsed = A.parse_algorithm_config(bc["collective_algorithm_config"])
-                if parsed is not None:
-                    cfg = AlgorithmConfig(raw=bc["collective_algorithm_config"], **parsed)
+                cfg = parse_algorithm_config(bc["collective_algorithm_config"])
+                if cfg is not None:
                     break
         dtype = in_shapes[0].leaves()[0].dtype if in_shapes and in_shapes[0].leaves() else res_shape.dtype
         channel = coll_inst.attr("channel_id")
@@ -737,19 +738,10 @@ def _traffic(
     n: int,
     pairs: tuple[tuple[int, int], ...],
 ) -> tuple[int, int, int]:
-    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm."""
+    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm (whole bytes)."""
     s = operand_bytes
-    if kind is CollectiveKind.ALL_REDUCE:
-        t = 2 * (n - 1) * s // n if n > 1 else 0
-        return s, t, t
-    if kind is CollectiveKind.ALL_GATHER:
-        t = (n - 1) * s
-        return s, t, t
-    if kind is CollectiveKind.REDUCE_SCATTER:
-        t = (n - 1) * s // n if n > 1 else 0
-        return s, t, t
-    if kind is CollectiveKind.ALL_TO_ALL:
-        t = (n - 1) * s // n if n > 1 else 0
+    if kind is not CollectiveKind.COLLECTIVE_PERMUTE:
+        t = int(bytes_sent_per_device(kind, n, Fraction(s))) if n > 1 else 0
         return s, t, t
     # collective-permute: a device sends its buffer once per pair it is the source of
     sends: dict[int, int] = {}

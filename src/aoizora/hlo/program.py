@@ -56,9 +56,10 @@ Build it with `aoizora.hlo.analyze` (HLO text or a jax compiled object) or
       object); ``source_target_pairs`` for permutes (``groups`` is then empty);
     * sizes (below), ``dtype``, ``dimensions``, ``channel_id``, ``multiplicity``, ``loop``;
     * ``algorithm`` — the parsed ``collective_algorithm_config`` (`AlgorithmConfig`: emitter,
-      strategy names, colors, phases, has_reordering_map, is_multistep, every debug field),
-      None when the compiler printed none (async collective fusions print
-      ``async_collective_fusion_config`` instead, kept in ``async_fusion_configs``).
+      strategy names, colors, phases, has_reordering_map, is_multistep, every debug field, and
+      the ring direction, N-D grid and per-colour dimension orders read from them; see
+      `aoizora.hlo.algorithm`), None when the compiler printed none (async collective fusions
+      print ``async_collective_fusion_config`` instead, kept in ``async_fusion_configs``).
 
 `Program.loops` — one `Loop` per ``while``: trip count and its source (``backend_config``
     ``known_trip_count``, or ``induction``: the condition compares a loop-state element with
@@ -84,9 +85,10 @@ device; ``array_bytes`` is V of the textbook formulas (all-gather / reduce-scatt
 ring): the gathered result of an all-gather, the input of a reduce-scatter / all-reduce, N·S
 for an all-to-all, S for a permute. Sizes are logical (TPU tile padding ignored).
 
-The send/receive figures are algorithm-independent lower bounds on each device's traffic;
-how that traffic maps onto links (ring order and direction, reordering, colors) is the cost
-model's business and is recorded, not interpreted, in ``algorithm``.
+The send/receive figures are algorithm-independent lower bounds on each device's traffic
+(`aoizora.hlo.traffic`, the one traffic formula of the package);
+how that traffic maps onto links (ring order and direction, reordering, colors) is the
+business of the models that read ``algorithm``.
 
 Opaque ops: custom calls (``tpu_custom_call`` for Pallas kernels such as splash attention) have
 no derivable cost. `build_program` / `analyze` accept ``opaque_cost``, a callable receiving an
@@ -108,9 +110,13 @@ import dataclasses
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from aoizora.hlo.algorithm import AlgorithmConfig
 from aoizora.hlo.shapes import Shape
+
+if TYPE_CHECKING:  # the program model does not depend on the hardware at run time
+    from aoizora.topology.hardware import HardwareProfile
 
 
 class NodeKind(str, enum.Enum):
@@ -144,39 +150,6 @@ class CollectiveMode(str, enum.Enum):
     ASYNC_FUSION = "async-fusion"  # async collective fusion / AsyncCollectiveStart..Done pair
 
 
-@dataclass(frozen=True, slots=True)
-class AlgorithmConfig:
-    """The compiler's choice of collective algorithm (``collective_algorithm_config``).
-
-    ``fields`` holds every ``key: value`` / ``key=value`` / ``key:value`` found in the free-form
-    ``debug`` text (e.g. ``colors``, ``phases``, ``group_size``, ``shard_size``); the typed
-    attributes are the ones a ring/contention model needs.
-    """
-
-    emitter: str | None
-    strategy: str | None
-    strategies: tuple[str, ...]
-    colors: int | None
-    phases: int | None
-    has_reordering_map: bool | None
-    is_multistep: bool | None
-    fields: Mapping[str, str]
-    raw: Mapping[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict (the raw backend config is left out: it is in the HLO text)."""
-        return {
-            "emitter": self.emitter,
-            "strategy": self.strategy,
-            "strategies": list(self.strategies),
-            "colors": self.colors,
-            "phases": self.phases,
-            "has_reordering_map": self.has_reordering_map,
-            "is_multistep": self.is_multistep,
-            "fields": dict(self.fields),
-        }
-
-
 @dataclass(slots=True)
 class Node:
     """One costed instruction in program order (see the module docstring)."""
@@ -201,6 +174,17 @@ class Node:
     backend_config: Mapping[str, Any] | None = None
     score_elements: float | None = None  # an attention kernel's score-matrix elements (see OpaqueCost)
     matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (see OpaqueCost)
+
+    def compute_seconds(self, hardware: HardwareProfile) -> float:
+        """Time of this node on one device: the seconds a hook supplied, else the compiler's cycle
+        estimate at the device's clock, else the roofline of its FLOPs and HBM bytes. Q2 and the
+        simulator cost compute here."""
+        if self.seconds is not None:
+            return float(self.seconds)
+        if self.estimated_cycles is not None:
+            return self.estimated_cycles / hardware.clock_hz
+        return hardware.roofline_seconds(self.flops, self.hbm_bytes, matmul_dim=self.matmul_dim,
+                                         score_elements=self.score_elements)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict of the schedule entry."""

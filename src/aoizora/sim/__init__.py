@@ -1,21 +1,44 @@
 """Reference simulator: event-driven, flow-level execution of one program on one placement.
 
-Independent of the cost model Q2 so that Q2 can be validated against it. Shared with Q2: the
-topology (links, routes), the program graph, the compute model (compiler cycles, else the
-roofline) and the hardware profile's figures (link bandwidth, per-hop latency, the fixed launch
-cost of a collective). Modelled here on its own: how collectives move data (transfer DAGs, chunk
-pipelining, store and forward), how flows share links (max-min), how hop latency and launch cost
-combine with transfers in time, and the schedule. Entry point: `simulate`. See
-`aoizora.sim.engine` for the execution model, `aoizora.sim.algorithms` for how compiled
-algorithm configs become transfer DAGs, `aoizora.sim.network` for max-min fair link sharing.
+Independent of the cost model Q2 so that Q2 can be validated against it: the two share their
+inputs and a few definitions, and model the execution each its own way. Entry point:
+`simulate`. See `aoizora.sim.engine` for the execution model, `aoizora.sim.algorithms` for how
+compiled collectives become transfer DAGs, `aoizora.sim.network` for max-min fair link sharing.
 
-What it models: a fixed launch cost per collective run and device (``collective_launch_s``: its
-transfers start that long after the device issued it); every ring step / exchange as chunked
-point-to-point transfers over dimension-order routes (die-to-die links between the two cores of
-a TPU7x chip included); store-and-forward per chunk; max-min fair sharing of every directed link
-at its own bandwidth, re-solved whenever a flow starts or ends; hops x hop latency per transfer;
-all groups of a collective at once; per-device in-order compute; async start/done overlap; loops
-walked per iteration (or skipped once provably periodic).
+Shared with Q2 (one implementation, used by both):
+
+* the parsed program (`aoizora.hlo.Program`): schedule order, dependencies, loops and trip
+  counts, collectives with their groups, pairs, sizes and start/done nodes;
+* the compiler's algorithm choice as parsed with it (`aoizora.hlo.AlgorithmConfig`: ring
+  direction, N-D grid and per-colour dimension orders, reordering map) and the switches over it
+  (`aoizora.hlo.RingOrder`, `aoizora.hlo.RingDirection`);
+* the traffic function (`aoizora.hlo.traffic`): the bandwidth-optimal bytes of every ring phase
+  and all-to-all exchange;
+* the compute time of a node (`Node.compute_seconds`: supplied seconds, else compiler cycles at
+  the clock, else `HardwareProfile.roofline_seconds`);
+* the slice (`aoizora.topology.Topology`: chips, directed ICI and die-to-die links,
+  dimension-order routes, link time weights), the hardware profile's figures (link bandwidths,
+  per-hop latency, the fixed launch cost of a collective) and the placement.
+
+Modelled here on its own:
+
+* scheduling: every device walks the program on its own in-order compute stream; sync and async
+  collectives block at their issue or ``-done`` node; loops are walked iteration by iteration
+  (or skipped once provably periodic), where Q2 walks a body once and scales it;
+* collective algorithms: every ring step or exchange as chunked point-to-point transfers with
+  store-and-forward prerequisites per chunk, N-D strategies as phases whose lines wait for the
+  previous phase, and its own best ring order (`best_ring_order`: bottleneck link, longest hop,
+  total hops);
+* contention: concurrent flows share every directed link max-min fairly at its own bandwidth,
+  re-solved whenever a flow starts or ends, where Q2 times a collective by its busiest link and
+  lets collectives in flight at once carry their bytes over shared links in turn;
+* link-level timing: a transfer is one cut-through flow over its route, delivered hops x hop
+  latency after its last byte; a collective run starts ``collective_launch_s`` after a device
+  issues it;
+* where it reads the shared config otherwise than Q2: libtpu's ``StrategyND`` runs in phases on
+  its grid (Q2 costs it as one ring), a standalone N-D all-gather walks each colour's printed
+  dimension order (Q2 the reverse), and a config that names no direction gets
+  `default_direction` (Q2: bidirectional).
 
 What it leaves out, on purpose or for now: HBM contention between compute and DMA; the compute
 of reductions inside reduce-scatter / all-reduce steps; compute fused into collective fusions
@@ -30,9 +53,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
-from aoizora.sim.algorithms import Direction, RingOrder, best_ring_order, ring_direction
+from aoizora.sim.algorithms import best_ring_order, ring_direction
 from aoizora.sim.engine import OpaqueSeconds, Simulator
 from aoizora.sim.network import FlowNetwork, max_min_rates
 from aoizora.sim.result import CollectiveTiming, SimResult
@@ -51,8 +75,9 @@ __all__ = [
 
 
 def simulate(program: Program, topology: Topology, placement: Placement, *,
-             ring_order: RingOrder = "listed", opaque_seconds: OpaqueSeconds = None, chunks: int = 4,
-             ring_direction: Direction | str = "auto", default_direction: Direction = "bidirectional",
+             ring_order: RingOrder | str = RingOrder.LISTED, opaque_seconds: OpaqueSeconds = None,
+             chunks: int = 4, ring_direction: RingDirection | str | None = "auto",
+             default_direction: RingDirection | str = RingDirection.BIDIRECTIONAL,
              extrapolate_loops: bool = True, default_trip_count: int | None = None) -> SimResult:
     """Simulate one execution of `program` with logical device i on `placement.device_ids.flat[i]`.
 
@@ -63,8 +88,9 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
     opaque_seconds: seconds of opaque/unknown nodes, by node name (mapping) or a callable taking
         the `Node` (None = use the node's own cost).
     chunks: pieces each ring step's payload is split into and pipelined.
-    ring_direction: ``"auto"`` (from the compiled algorithm config, see `ring_direction`),
+    ring_direction: ``"auto"`` or None (from the compiled algorithm config, see `ring_direction`),
         or force ``"unidirectional"`` / ``"bidirectional"``.
+    The ring switches take the `RingOrder` / `RingDirection` enums Q2 shares, or their values.
     default_direction: what ``"auto"`` uses when the config names no direction.
     extrapolate_loops: skip loop iterations once provably periodic (exact up to float rounding).
     default_trip_count: trip count for loops whose count the parser could not tell.
@@ -74,8 +100,9 @@ def simulate(program: Program, topology: Topology, placement: Placement, *,
                     chunks=chunks, ring_direction=ring_direction, default_direction=default_direction,
                     extrapolate_loops=extrapolate_loops, default_trip_count=default_trip_count)
     sim.run()
-    return sim.result({"ring_order": ring_order, "chunks": chunks, "ring_direction": ring_direction,
-                       "default_direction": default_direction, "extrapolate_loops": extrapolate_loops})
+    forced = sim.ring_direction.value if sim.ring_direction is not None else "auto"
+    return sim.result({"ring_order": sim.ring_order.value, "chunks": chunks, "ring_direction": forced,
+                       "default_direction": sim.default_direction.value, "extrapolate_loops": extrapolate_loops})
 
 
 def simulate_placements(program: Program, topology: Topology, placements: Iterable[Placement],

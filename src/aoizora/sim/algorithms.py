@@ -6,64 +6,43 @@ and forward, per chunk), so chunk c of step s from device i waits for chunk c of
 i. Transfers that leave one device along one ring direction form a *sender* queue and leave in
 (step, chunk) order, one at a time, which pipelines chunks along the ring.
 
-Algorithm config -> ring shape (`ring_direction="auto"`), decided from the strings libtpu
-0.0.42.1 prints (see `ring_direction`):
+The compiled algorithm config is read, with Q2, into `aoizora.hlo.AlgorithmConfig` (rules and
+evidence in `aoizora.hlo.algorithm`). The simulator's choices on top of it:
 
-* ``BiDirection...`` anywhere in emitter/strategy        -> bidirectional
-* emitter containing ``Pincer`` (``RotatedPincerEmitter``, ``RotatedPincerShortEmitter``):
-  ``colors:1`` -> unidirectional (a one-armed pincer), otherwise -> bidirectional: the two colors are the two arms of the pincer, i.e. the data
-  split in halves going opposite ways round the ring (this holds even when the strategy is named
-  ``UniDirection1DRingStrategy{colors:2}``: each color is a one-way ring, the pair is not)
-* ``UniDirection...`` or ``StrategyRing`` (``colors:1``)   -> unidirectional
-* anything else (``1DAllGatherNonMajorDim``, no config)   -> `default_direction` (bidirectional
-  unless told otherwise: the textbook V/W_bidi assumption)
-
-N-D strategies (``StrategyND``, ``UniDirectionNDRingStrategy``, any config with ``num_dims`` >= 2)
-``{dim_sizes:a,b dim_used:{0 1},{1 0}}`` -> one ring per dimension, in phases. Assumption: such a
-strategy names *physical* dimensions (on v5e:4x4 a 16-device group prints ``dim_sizes:4,4``,
-the slice's own extents, whatever the group's device order), so when the group's chips fill an
-a x b box, strategy dim k runs along the k-th physical axis of that extent; otherwise the listed
-order is laid row-major on the grid. Each line (a ring along one dimension) goes through its
-members in their listed order (``ring_order="listed"``) or in their best order (``"best"``); each color carries 1/colors of the
-data and walks the dimensions in its ``dim_used`` order (reduce-scatter phases, then all-gather
-phases in reverse for an all-reduce). Each per-dimension ring is uni/bidirectional as above.
+* ring direction (`ring_direction="auto"`): the direction the config names, else
+  `default_direction` (bidirectional unless told otherwise: the textbook V/W_bidi assumption);
+* N-D strategies (the config's ``grid``, ``StrategyND`` as well as ``...NDRingStrategy``): one
+  ring per grid dimension, in phases. Assumption: such a strategy names *physical* dimensions
+  (on v5e:4x4 a 16-device group prints ``dim_sizes:4,4``, the slice's own extents, whatever the
+  group's device order), so when the group's chips fill an a x b box, strategy dim k runs along
+  the k-th physical axis of that extent; otherwise the listed order is laid row-major on the
+  grid. Each line (a ring along one dimension) goes through its members in their listed order
+  (``ring_order="listed"``) or in their best order (``"best"``); each colour carries 1/colours of
+  the data and walks the dimensions in its ``dim_used`` order (reduce-scatter phases, then
+  all-gather phases in reverse for an all-reduce). Each per-dimension ring is uni- or
+  bidirectional as above.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping
 import math
-import re
 import weakref
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-from aoizora.hlo.program import AlgorithmConfig, Collective, CollectiveKind
+from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, resolve_direction
+from aoizora.hlo.program import Collective, CollectiveKind
+from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
 from aoizora.topology import Topology
 
-Direction = Literal["unidirectional", "bidirectional"]
-RingOrder = Literal["listed", "best", "reordering-map"]
 
-_BI = re.compile(r"bi-?direction", re.IGNORECASE)
-_UNI = re.compile(r"uni-?direction|strategyring", re.IGNORECASE)
-
-
-def ring_direction(algorithm: AlgorithmConfig | None, default: Direction = "bidirectional") -> Direction:
-    """Uni- or bidirectional ring for a compiled collective (mapping in the module docstring)."""
-    if algorithm is None:
-        return default
-    text = " ".join(s for s in (algorithm.emitter, algorithm.strategy, *algorithm.strategies) if s)
-    if _BI.search(text):
-        return "bidirectional"
-    if "pincer" in text.lower():
-        return "unidirectional" if algorithm.colors == 1 else "bidirectional"
-    if _UNI.search(text):
-        return "unidirectional"
-    return default
+def ring_direction(algorithm: AlgorithmConfig | None,
+                   default: RingDirection = RingDirection.BIDIRECTIONAL) -> RingDirection:
+    """Uni- or bidirectional ring for a compiled collective: the config's direction, else `default`."""
+    return resolve_direction(None, algorithm, default)
 
 
 @dataclass(frozen=True)
@@ -74,53 +53,15 @@ class NDLayout:
     dim_orders: tuple[tuple[int, ...], ...]
 
 
-_DIM_SIZES = re.compile(r"dim_sizes:\s*([0-9,\s]+?)(?:\s+[a-z_]+:|\}|$)")
-_NUM_DIMS = re.compile(r"num_dims:\s*(\d+)")
-_DIM_USED = re.compile(r"dim_used:\s*((?:\{[0-9\s]+\},?)+)")
-
-
 def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | None:
-    """The N-D layout of a ``StrategyND`` config when it fits the group, else None (1-D ring)."""
-    if algorithm is None:
+    """The N-D layout of an N-D strategy's config when it fits the group, else None (1-D ring)."""
+    grid = algorithm.grid_of(group_size) if algorithm is not None else None
+    if grid is None:
         return None
-    names = " ".join(s for s in (algorithm.strategy, *algorithm.strategies) if s)
-    raw = algorithm.raw.get("debug", "") if isinstance(algorithm.raw, Mapping) else ""
-    text = raw if isinstance(raw, str) else ""
-    dims_m = _NUM_DIMS.search(text)
-    if "ND" not in names and not (dims_m and int(dims_m.group(1)) >= 2):
-        return None
-    sizes_m = _DIM_SIZES.search(text)
-    sizes_src = sizes_m.group(1) if sizes_m else algorithm.fields.get("dim_sizes")
-    if not sizes_src:
-        return None
-    try:
-        sizes = tuple(int(v) for v in re.split(r"[,\s]+", sizes_src.strip()) if v)
-    except ValueError:
-        return None
-    if len(sizes) < 2 or math.prod(sizes) != group_size:
-        return None
-    used_m = _DIM_USED.search(text)
-    orders: list[tuple[int, ...]] = []
-    if used_m:
-        for block in re.findall(r"\{([0-9\s]+)\}", used_m.group(1)):
-            order = tuple(int(v) for v in block.split())
-            if sorted(order) == list(range(len(sizes))):
-                orders.append(order)
-    if not orders:
-        orders = [tuple(range(len(sizes)))]
-    return NDLayout(sizes, tuple(orders))
+    return NDLayout(grid, algorithm.dim_orders_of(len(grid)))
 
 
 # --- ring order ------------------------------------------------------------------------------
-
-
-def effective_ring_order(ring_order: RingOrder, algorithm: AlgorithmConfig | None) -> Literal["listed", "best"]:
-    """``"reordering-map"``: the best order only where the config says the compiler carries a
-    reordering map (``has_reordering_map: true``, printed e.g. for ``1DAllGatherNonMajorDim``
-    all-gathers), the listed order elsewhere (``has_reordering_map:0`` or no config)."""
-    if ring_order == "reordering-map":
-        return "best" if algorithm is not None and algorithm.has_reordering_map else "listed"
-    return ring_order
 
 
 def ring_link_loads(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> dict[int, int]:
@@ -143,8 +84,7 @@ def _link_weights(topology: Topology) -> np.ndarray:
     """Time per byte of each link relative to an ICI link: 1 for ICI, less for a faster D2D link."""
     weights = _LINK_WEIGHTS.get(topology)
     if weights is None:
-        reference = topology.chip_hardware.link_bandwidth_Bps
-        weights = np.array([reference / l.bandwidth_Bps for l in topology.links], dtype=float)
+        weights = np.array(topology.link_time_weights, dtype=float)
         weights.flags.writeable = False
         _LINK_WEIGHTS[topology] = weights
     return weights
@@ -391,18 +331,17 @@ def _rings(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, s
 
 
 def _ring_steps(kind: CollectiveKind, n: int, payload: float) -> tuple[int, float]:
-    """(steps, bytes per step per device) of a bandwidth-optimal ring (payload per the model)."""
-    if kind is CollectiveKind.ALL_GATHER:
-        return n - 1, payload
-    if kind is CollectiveKind.REDUCE_SCATTER:
-        return n - 1, payload / n
-    if kind is CollectiveKind.ALL_REDUCE:
-        return 2 * (n - 1), payload / n
-    raise ValueError(kind)
+    """(steps, bytes per step per device) of a bandwidth-optimal 1-D ring: an all-reduce runs its
+    reduce-scatter and all-gather passes as one ring of 2(n-1) steps (each step sends 1/n of the
+    payload in both passes), chunks flowing on without a barrier between the passes."""
+    phases = ring_phases(kind, (n,), (0,), payload)
+    if not phases:
+        raise ValueError(kind)
+    return sum(p.steps for p in phases), phases[0].bytes_per_step
 
 
 def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, ...], layout: NDLayout,
-        payload: float, bidirectional: bool, chunks: int, ring_order: RingOrder) -> None:
+        payload: float, bidirectional: bool, chunks: int, reorder: bool) -> None:
     """Phased per-dimension rings of an N-D strategy (see the module docstring)."""
     sizes = layout.dim_sizes
     colors = layout.dim_orders
@@ -416,7 +355,7 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
         for base in itertools.product(*others):
             start = sum(b * st for b, st in zip(base, strides))
             line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
-            if ring_order == "best":
+            if reorder:
                 line = best_ring_order(topology, line, bidirectional)
             else:
                 line = tuple(sorted(line, key=listed_pos.__getitem__))
@@ -425,28 +364,17 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
 
     line_cache = {d: lines(d) for d in range(len(sizes))}
     for dims in colors:
-        data = payload / len(colors)
-        if kind is CollectiveKind.ALL_GATHER:
-            phases = [("ag", d) for d in dims]
-        elif kind is CollectiveKind.REDUCE_SCATTER:
-            phases = [("rs", d) for d in dims]
-        else:
-            phases = [("rs", d) for d in dims] + [("ag", d) for d in reversed(dims)]
+        # a standalone all-gather walks the colour's printed order; an all-reduce gathers in reverse
+        scatter_order = tuple(reversed(dims)) if kind is CollectiveKind.ALL_GATHER else dims
         prior: dict[int, tuple[int, ...]] = {}
         seq_base = 0
-        for what, dim in phases:
-            n = sizes[dim]
-            if what == "rs":
-                steps, step_bytes = n - 1, data / n
-                data /= n
-            else:
-                steps, step_bytes = n - 1, data
-                data *= n
+        for phase in ring_phases(kind, sizes, scatter_order, payload / len(colors)):
             nxt: dict[int, tuple[int, ...]] = {}
-            for line in line_cache[dim]:
-                nxt.update(_rings(plan, topology, line, steps, step_bytes, bidirectional, chunks, prior, seq_base))
+            for line in line_cache[phase.dim]:
+                nxt.update(_rings(plan, topology, line, phase.steps, phase.bytes_per_step, bidirectional, chunks,
+                                  prior, seq_base))
             prior = nxt
-            seq_base += steps * chunks
+            seq_base += phase.steps * chunks
 
 
 def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -480,9 +408,12 @@ def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int,
 
 
 def build_plan(collective: Collective, logical_to_device: list[int], topology: Topology, *,
-               ring_order: RingOrder, chunks: int, direction: Direction | Literal["auto"],
-               default_direction: Direction) -> Plan:
-    """All transfers of one run of `collective`, all groups at once, on physical devices."""
+               ring_order: RingOrder, chunks: int, direction: RingDirection | None,
+               default_direction: RingDirection) -> Plan:
+    """All transfers of one run of `collective`, all groups at once, on physical devices.
+
+    `direction` forces the ring direction; None reads it from the config, else `default_direction`.
+    """
     plan = Plan()
     kind = collective.kind
     payload = float(collective.payload_bytes or collective.operand_bytes)
@@ -494,8 +425,8 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
             plan.add(topology, src, dst, payload, plan.new_sender(), 0, ())
         plan.description = f"permute x{len(collective.source_target_pairs)}"
         return plan.finish(tuple(dict.fromkeys(members)))
-    bidi = (direction if direction != "auto" else ring_direction(collective.algorithm, default_direction)) == "bidirectional"
-    ring_order = effective_ring_order(ring_order, collective.algorithm)
+    bidi = resolve_direction(direction, collective.algorithm, default_direction) is RingDirection.BIDIRECTIONAL
+    reorder = ring_order.reorders(collective.algorithm)
     desc = []
     # HLO's empty replica_groups={} means one group of every device
     groups = collective.groups or (tuple(range(len(logical_to_device))),)
@@ -509,15 +440,15 @@ def build_plan(collective: Collective, logical_to_device: list[int], topology: T
             for a in devs:
                 for b in devs:
                     if a != b:
-                        plan.add(topology, a, b, payload / n, plan.new_sender(), 0, ())
+                        plan.add(topology, a, b, all_to_all_chunk(n, payload), plan.new_sender(), 0, ())
             desc.append("pairwise")
             continue
         layout = nd_layout(collective.algorithm, n)
         if layout is not None:
-            _nd(plan, topology, kind, devs, layout, payload, bidi, chunks, ring_order)
+            _nd(plan, topology, kind, devs, layout, payload, bidi, chunks, reorder)
             desc.append(f"nd{layout.dim_sizes}")
             continue
-        order = best_ring_order(topology, devs, bidi) if ring_order == "best" else devs
+        order = best_ring_order(topology, devs, bidi) if reorder else devs
         steps, step_bytes = _ring_steps(kind, n, payload)
         _rings(plan, topology, order, steps, step_bytes, bidi, chunks, {}, 0)
         desc.append("ring")

@@ -40,8 +40,8 @@ import numpy as np
 from aoizora.errors import PlacementError, SimulationError
 from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
-from aoizora.sim.algorithms import Direction, Plan, RingOrder, build_plan
-from aoizora.topology.hardware import HardwareProfile
+from aoizora.hlo.algorithm import RingDirection, RingOrder
+from aoizora.sim.algorithms import Plan, build_plan
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult
 from aoizora.topology import Topology
@@ -82,16 +82,15 @@ class Simulator:
     """One simulation; use `aoizora.sim.simulate`."""
 
     def __init__(self, program: Program, topology: Topology, placement: Placement, *,
-                 ring_order: RingOrder, opaque_seconds: OpaqueSeconds, chunks: int,
-                 ring_direction: Direction | str, default_direction: Direction,
+                 ring_order: RingOrder | str, opaque_seconds: OpaqueSeconds, chunks: int,
+                 ring_direction: RingDirection | str | None, default_direction: RingDirection | str,
                  extrapolate_loops: bool, default_trip_count: int | None):
-        _validate(program, topology, placement, ring_order, chunks, ring_direction, default_direction)
+        _validate(program, topology, placement, chunks)
         self.program = program
         self.topology = topology
-        self.ring_order = ring_order
+        self.ring_order, self.ring_direction, self.default_direction = ring_switches(
+            ring_order, ring_direction, default_direction)
         self.chunks = chunks
-        self.ring_direction = ring_direction
-        self.default_direction = default_direction
         self.extrapolate = extrapolate_loops
         self.warnings: list[str] = []
         self.hop_latency = topology.hardware.hop_latency_s
@@ -174,7 +173,7 @@ class Simulator:
             if node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN) and opaque_seconds is not None:
                 t = opaque_seconds(node) if callable(opaque_seconds) else opaque_seconds.get(node.name)
             if t is None:
-                t = _node_seconds(node, hw)
+                t = node.compute_seconds(hw)
             if t < 0 or not math.isfinite(t):
                 raise SimulationError(f"node {node.name!r} has a cost of {t} s; costs must be finite and >= 0")
             if t == 0 and node.kind in (NodeKind.OPAQUE, NodeKind.UNKNOWN):
@@ -332,7 +331,7 @@ class Simulator:
         plan = self.plans.get(c)
         if plan is None:
             plan = build_plan(self.program.collectives[c], self.l2p, self.topology, ring_order=self.ring_order,
-                              chunks=self.chunks, direction=self.ring_direction,  # type: ignore[arg-type]
+                              chunks=self.chunks, direction=self.ring_direction,
                               default_direction=self.default_direction)
             self.plans[c] = plan
         return plan
@@ -514,26 +513,23 @@ class Simulator:
             warnings=tuple(self.warnings), options=options)
 
 
-def _node_seconds(node: Node, hw: HardwareProfile) -> float:
-    """Seconds of a compute node: given seconds, else compiler cycles / clock, else the roofline."""
-    if node.seconds is not None:
-        return float(node.seconds)
-    if node.estimated_cycles is not None:
-        return node.estimated_cycles / hw.clock_hz
-    return hw.roofline_seconds(node.flops, node.hbm_bytes, matmul_dim=node.matmul_dim,
-                               score_elements=node.score_elements)
-
-
-def _validate(program: Program, topology: Topology, placement: Placement, ring_order: str, chunks: int,
-              ring_direction: str, default_direction: str) -> None:
-    """Reject inputs that would make the simulation meaningless, with a message saying what to do."""
-    if ring_order not in ("listed", "best", "reordering-map"):
+def ring_switches(ring_order: RingOrder | str, ring_direction: RingDirection | str | None,
+                  default_direction: RingDirection | str) -> tuple[RingOrder, RingDirection | None, RingDirection]:
+    """The simulator's ring switches as the enums it shares with Q2 (``"auto"`` or None: no forced
+    direction); SimulationError on a value outside them."""
+    if ring_order not in tuple(RingOrder):
         raise SimulationError(f"ring_order must be 'listed', 'best' or 'reordering-map', not {ring_order!r}")
-    if ring_direction not in ("auto", "unidirectional", "bidirectional"):
+    if ring_direction not in ("auto", None, *RingDirection):
         raise SimulationError(f"ring_direction must be 'auto', 'unidirectional' or 'bidirectional', "
                               f"not {ring_direction!r}")
-    if default_direction not in ("unidirectional", "bidirectional"):
+    if default_direction not in tuple(RingDirection):
         raise SimulationError("default_direction must be 'unidirectional' or 'bidirectional'")
+    forced = None if ring_direction in ("auto", None) else RingDirection(ring_direction)
+    return RingOrder(ring_order), forced, RingDirection(default_direction)
+
+
+def _validate(program: Program, topology: Topology, placement: Placement, chunks: int) -> None:
+    """Reject inputs that would make the simulation meaningless, with a message saying what to do."""
     if not isinstance(chunks, int) or chunks < 1:
         raise SimulationError(f"chunks must be a positive integer, not {chunks!r}")
     try:

@@ -202,6 +202,12 @@ class Topology:
         """Whether the cores of a chip are joined by D2D links (which routes then use)."""
         return bool(self.d2d_index)
 
+    @functools.cached_property
+    def link_time_weights(self) -> tuple[float, ...]:
+        """Time per byte of each link relative to an ICI link: 1 for ICI, less for a faster D2D link."""
+        reference = self.chip_hardware.link_bandwidth_Bps
+        return tuple(reference / link.bandwidth_Bps for link in self.links)
+
     @property
     def route_key(self) -> str:
         """Identifies the routes: the slice and, where it changes them, the core-to-ICI assumption."""

@@ -43,10 +43,8 @@ class RankedPlacement:
 
 
 def simulator_options(options: Q2Options) -> dict[str, Any]:
-    """The same compiler assumptions, phrased for the simulator's switches."""
-    direction = {"auto": "auto", "uni": "unidirectional", "bi": "bidirectional"}[options.ring_direction]
-    order = {"auto": "reordering-map", "listed": "listed", "best": "best"}[options.ring_order]
-    return {"ring_order": order, "ring_direction": direction}
+    """The same compiler assumptions as the simulator's keyword arguments (the switches are shared enums)."""
+    return {"ring_order": options.order, "ring_direction": options.direction}
 
 
 def check_program_mesh(program: Program, mesh: MeshSpec) -> None:
