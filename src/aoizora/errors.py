@@ -79,3 +79,7 @@ class ShapeError(AoizoraError):
 
 class BenchError(AoizoraError):
     """A benchmark request that cannot run (unknown cell, unreadable results)."""
+
+
+class CostModelOptionError(AoizoraError):
+    """An option of the cost model or simulator that is not one of its choices (e.g. a ring order)."""

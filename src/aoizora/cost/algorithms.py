@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aoizora.errors import CostModelOptionError
 from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, resolve_direction
 
 # The user-facing spelling of each switch (CLI `--ring-order`, `--ring-direction`, plan files).
@@ -38,9 +39,9 @@ class Q2Options:
 
     def __post_init__(self) -> None:
         if self.ring_order not in _RING_ORDERS:
-            raise ValueError(f"ring_order must be one of {', '.join(_RING_ORDERS)}, not {self.ring_order!r}")
+            raise CostModelOptionError(f"ring_order must be one of {', '.join(_RING_ORDERS)}, not {self.ring_order!r}")
         if self.ring_direction not in _RING_DIRECTIONS:
-            raise ValueError(f"ring_direction must be one of {', '.join(_RING_DIRECTIONS)}, "
+            raise CostModelOptionError(f"ring_direction must be one of {', '.join(_RING_DIRECTIONS)}, "
                              f"not {self.ring_direction!r}")
 
     @property
