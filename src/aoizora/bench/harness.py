@@ -29,13 +29,13 @@ from typing import Any
 
 from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
-from aoizora.cost import Q2Options
+from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
 from aoizora.plan.planner import expert_entries, plan_space, source_fingerprint
-from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
+from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, Scored, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.stage1.space import Candidate, StrategySpace
@@ -98,11 +98,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
                          libtpu_args=opts.flags)
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
-    # what the search finds without the expert deployments among its candidates (the shipped
-    # planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies
-    searched = {e.key for e in stage1.entries}
-    alone = min((s for o in planned.outcomes or [] if o.key in searched for s in o.scored),
-                key=lambda s: (s.q2.step_seconds, not s.verified))
+    alone = _search_only(planned, stage1, space, topo, options, opts, cache)
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -185,6 +181,36 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     doc["metrics"] = cell_metrics(doc)
     doc["bench_seconds"] = time.perf_counter() - t_cell
     return doc
+
+
+def _search_only(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options, opts: BenchOptions,
+                 cache: CompileCache) -> Any:
+    """What the search finds without the expert deployments among its candidates (the shipped
+    planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies.
+
+    The planner skips strategies whose Q1 reaches the best Q2 it found, the experts' included: a
+    Stage 1 strategy it skipped because of an expert may still be the best of Stage 1's own, so
+    those are compiled here (from the compile cache when the oracle has them), in Q1 order, until
+    the next one's Q1 reaches the best Q2 of Stage 1's strategies.
+    """
+    searched = {e.key for e in stage1.entries}
+    pairs = [s for o in planned.outcomes or [] if o.key in searched for s in o.scored]
+    pruned = (planned.stage2.pruned if planned.stage2 is not None else {})
+    model = CostModel(topo, options)
+    by_key = {e.key: e for e in stage1.entries}
+    for key in sorted(pruned, key=lambda k: pruned[k]["q1_seconds"]):
+        best = min((s.q2.step_seconds for s in pairs), default=math.inf)
+        if pruned[key]["q1_seconds"] >= best:
+            break
+        strategy = by_key[key].candidate.strategy
+        placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
+        try:
+            compiled = compile_strategy(space, strategy, key, topo, placements[0], opts.compile_timeout_s, cache,
+                                        opts.flags_of(key))
+        except Exception:  # refused or failed: not a choice the search could deploy
+            continue
+        pairs += [Scored(key, p, model.evaluate(compiled.program, p), compiled.program) for p in placements]
+    return min(pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
 
 
 def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from aoizora.plan import cache
 from aoizora.plan.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
-from aoizora.plan.stage2 import Scored, StrategyOutcome, run_stage2
+from aoizora.plan.stage2 import Scored, Stage2Summary, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, run_stage1
 from aoizora.stage1.space import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags
@@ -57,6 +57,7 @@ class PlanResult:
     from_cache: bool
     stage1: Stage1Result | None = None
     outcomes: list[StrategyOutcome] | None = None
+    stage2: Stage2Summary | None = None  # what Stage 2 compiled and what Q1 pruned
 
 
 @functools.lru_cache(maxsize=1)
@@ -157,8 +158,12 @@ def plan_space(
     # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
     taken = {k for k, _ in kept}
     reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
-    outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
-                                     compile_cache, reserve, [e.key for e in stage1.kept], flags, flags_by_key)
+    # Q1 bounds every placement's step time from below: a strategy whose Q1 reaches the best Q2
+    # found cannot win and is not compiled (the experts are baselines: always compiled, first)
+    bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
+    outcomes, timings, notes, summary = _stage2(
+        space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
+        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts])
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -188,10 +193,11 @@ def plan_space(
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
+    doc["stage2"] = summary.to_json()
     plan = Plan(doc)
     if use_cache:
         cache.store(request, plan)
-    return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
+    return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
 
 
 def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) -> CompilerFlags:
@@ -203,10 +209,10 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key)
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
@@ -219,7 +225,8 @@ def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progr
             total[0] += 1
             bar.update(task, total=total[0])
 
-        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow, **common)
+        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow,
+                          on_pruned=lambda _: bar.advance(task), **common)
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:
