@@ -34,6 +34,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
+from aoizora.plan.compile_workers import CompileWorkers
 from aoizora.plan.planner import expert_entries, plan_space, source_fingerprint
 from aoizora.plan.stage2 import OUT_OF_HBM, Compiled, Scored, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
@@ -96,9 +97,17 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
                          use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console,
                          libtpu_args=opts.flags)
+    with CompileWorkers(1) as workers:  # the cell's own compiles, each in a child process that can be stopped
+        return _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress,
+                                     console, log, workers)
+
+
+def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress, console, log,
+                          workers) -> dict[str, Any]:
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
-    alone = _search_only(planned, stage1, space, topo, options, opts, cache)
+    alone = _search_only(planned, stage1, space, topo, options, opts, cache, workers)
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -126,12 +135,13 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     # the planner's programs (compiled over placements[0], as the oracle compiles) are not compiled again
     known = {o.key: o.compiled for o in planned.outcomes or [] if o.compiled is not None}
     strategies, pairs, pruned, violations = _score_strategies(
-        space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known)
+        space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known,
+        workers)
     # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
     logical_key = None
     for key, _ in logical.ranking:
         if key not in strategies and key in by_key:
-            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known)
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, workers)
         if key in strategies and "dropped" not in strategies[key]:
             logical_key = key
             break
@@ -141,7 +151,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     own: dict[str, Any] = {}
     for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
         if pair is not None and pair[1] != JAX_DEFAULT:
-            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache)
+            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, workers)
 
     doc: dict[str, Any] = {
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
@@ -184,7 +194,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
 
 def _search_only(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options, opts: BenchOptions,
-                 cache: CompileCache) -> Any:
+                 cache: CompileCache, workers: CompileWorkers) -> Any:
     """What the search finds without the expert deployments among its candidates (the shipped
     planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies.
 
@@ -206,7 +216,7 @@ def _search_only(planned: Any, stage1: Any, space: StrategySpace, topo: Any, opt
         placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
         try:
             compiled = compile_strategy(space, strategy, key, topo, placements[0], opts.compile_timeout_s, cache,
-                                        opts.flags_of(key))
+                                        opts.flags_of(key), workers=workers)
         except Exception:  # refused or failed: not a choice the search could deploy
             continue
         pairs += [Scored(key, p, model.evaluate(compiled.program, p), compiled.program) for p in placements]
@@ -218,7 +228,9 @@ def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:
     return (best["strategy"], best["placement"]) if best else None
 
 
-def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache) -> dict[str, Any]:
+def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache,
+                          workers) -> dict[str, Any]:
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
     from aoizora.sim import simulate
     from aoizora.validation.rank import simulator_options
 
@@ -226,7 +238,7 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
     try:
         compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
-                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key))
+                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key), workers=workers)
     except Exception as exc:
         return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
     sim = simulate(compiled.program, topo, placement, **simulator_options(options))
@@ -234,13 +246,14 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
 
 
 def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
-               known: dict[str, Compiled]) -> None:
+               known: dict[str, Compiled], workers: CompileWorkers) -> None:
     """Compile one strategy (unless `known` holds it; else from the cache) and score every placement of it."""
     spec = space.mesh_spec(e.candidate.strategy)
     placements = enumerate_placements(topo, spec).placements
     try:
         compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key))
+                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key),
+                                                        workers=workers)
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return
@@ -253,7 +266,7 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
 
 
 def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound: bool, options, opts, cache,
-                      progress, console, known):
+                      progress, console, known, workers):
     """Score `first`, then `rest` (in ascending Q1) until, with `bound`, a strategy's Q1 reaches the
     best simulated latency so far: it and every later one are pruned (their Q1 is no lower).
     Returns (strategies, pairs, pruned {key: why}, bound violations [keys whose Q1 > their best])."""
@@ -264,7 +277,7 @@ def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound:
 
     def score(e: Entry) -> None:
         n = len(pairs)
-        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
+        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known, workers)
         mine = [p["sim_seconds"] for p in pairs[n:]]
         if e.q1 is not None and mine and e.q1.seconds > min(mine) * (1 + 1e-9):
             violations.append(e.key)

@@ -8,6 +8,7 @@ are recompiled with their own device order and re-scored before the final choice
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -19,17 +20,18 @@ from typing import Any
 from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.errors import AoizoraError
-from aoizora.hlo.builder import build_program, program_from_compiled
+from aoizora.hlo.builder import build_program
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.plan.compile_cache import CompileCache, CompileRecord
+from aoizora.plan.compile_workers import (
+    ChildResult, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of, memory_bytes,
+)
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.stage1.space import StrategySpace
 from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
-
-class CompileTimeout(Exception):
-    pass
+log = logging.getLogger("aoizora.stage2")
 
 
 @dataclass
@@ -73,7 +75,11 @@ class StrategyOutcome:
 
 
 def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerFlags | None = None) -> Any:
-    """`lowered.compile()` with `flags` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
+    """`lowered.compile()` with `flags` in a thread of this process; CompileTimeout after `timeout_s`.
+
+    The fallback for workloads that cannot go to a child process: the compile cannot be stopped,
+    so on timeout the thread is abandoned and runs to its end.
+    """
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -92,13 +98,24 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
     return box["compiled"]
 
 
+# Tracing is not assumed thread-safe for every workload (a model may record its kernels in a
+# module-level recorder while it traces): lowerings run one at a time, compiles in parallel.
+_LOWERING = threading.Lock()
+
+
 def compile_strategy(
     space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
     cache: CompileCache | None = None,
     flags: CompilerFlags | None = None,
+    workers: CompileWorkers | None = None,
 ) -> Compiled:
     """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
+    The program is lowered here and looked up in `cache` first; a miss is compiled in a child
+    process of `workers` (default: one started for this compile), killed when the compile exceeds
+    `timeout_s` or the caller is interrupted; only a finished compile is stored in `cache`. A
+    space that cannot go to a child process (see `aoizora.plan.compile_workers`) is compiled in
+    this process, where a timeout abandons the compile instead of stopping it.
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
     """
     import jax
@@ -106,13 +123,15 @@ def compile_strategy(
     from aoizora.plan.planner import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    inputs = space.lowering_inputs(strategy, mesh)
-    lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+    with _LOWERING:
+        inputs = space.lowering_inputs(strategy, mesh)
+        lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+        text = lowered.as_text()
+        entry = None
+        if cache is not None:
+            entry = cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags)
     hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
-    entry = None
-    if cache is not None:
-        entry = cache.key(lowered.as_text(), topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(),
-                          flags)
+    if cache is not None and entry is not None:
         record = cache.get(entry)
         if record is not None:
             if record.error is not None:
@@ -127,18 +146,37 @@ def compile_strategy(
     label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:
-        compiled = compile_with_timeout(lowered, timeout_s, flags)
+        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, workers)
     except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
                                            label=label))
         raise
-    seconds = time.perf_counter() - t0
-    program = program_from_compiled(compiled, opaque_cost=hook)
-    memory = _memory_bytes(compiled)
+    program = build_program(result.hlo_text, opaque_cost=hook, device_ids=result.device_ids)
     if cache is not None and entry is not None:
-        cache.put(entry, CompileRecord(compiled.as_text(), program.device_ids, memory, seconds, label=label))
-    return Compiled(key, program, memory, seconds, placement.name)
+        cache.put(entry, CompileRecord(result.hlo_text, program.device_ids, result.memory_bytes,
+                                       result.compile_seconds, label=label))
+    return Compiled(key, program, result.memory_bytes, result.compile_seconds, placement.name)
+
+
+def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, placement: Placement, lowered: Any,
+                  text: str, timeout_s: float | None, flags: CompilerFlags | None,
+                  workers: CompileWorkers | None) -> ChildResult:
+    """Compile a program the cache did not have: in a child process when the workload can go there."""
+    if workers is None:
+        with CompileWorkers(1) as own:
+            return _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, own)
+    job = workers.job(space, strategy, topology.name, placement, flags, text)
+    if job is not None:
+        try:
+            return workers.compile(job, timeout_s)
+        except WorkloadNotTransferable as exc:
+            log.info("aoizora: compiling %s in this process (%s)", space.name, exc)
+            workers.refuse(space)
+    t0 = time.perf_counter()
+    compiled = compile_with_timeout(lowered, timeout_s, flags)
+    seconds = time.perf_counter() - t0
+    return ChildResult(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled), seconds)
 
 
 class CachedCompileError(Exception):
@@ -148,19 +186,6 @@ class CachedCompileError(Exception):
 def _is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
-
-
-def _memory_bytes(compiled: Any) -> int | None:
-    try:
-        m = compiled.memory_analysis()
-    except Exception:
-        return None
-    if m is None:
-        return None
-    return int(
-        m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
-        + getattr(m, "generated_code_size_in_bytes", 0)
-    )
 
 
 OUT_OF_HBM = "out of HBM at compile"  # how `drop_reason` starts for the compiler's HBM refusal (cached ones too)
@@ -175,7 +200,7 @@ def drop_reason(exc: BaseException) -> str:
         return f"{OUT_OF_HBM}: {first}"
     if isinstance(exc, CompileTimeout):
         return first
-    return f"compile failed: {type(exc).__name__}: {first}"
+    return f"compile failed: {getattr(exc, 'original_type', type(exc).__name__)}: {first}"
 
 
 @dataclass
@@ -363,7 +388,7 @@ def run_stage2(
 
     def compile_one(key: str, strategy: Any) -> Compiled:
         return compile_strategy(space, strategy, key, topology, placements_of(strategy)[0], compile_timeout_s,
-                                compile_cache, flags_of(key))
+                                compile_cache, flags_of(key), workers=pool)
 
     def finish(i: int, outcome: StrategyOutcome) -> None:
         key = outcome.key
@@ -390,20 +415,21 @@ def run_stage2(
 
     sweep = _BoundedSweep(kept, lower_bounds or {}, baselines, 1, compile_one, finish, on_pruned)
     verified: set[tuple[str, str]] = set()
-    while True:
-        t0 = time.perf_counter()
-        sweep.run()
-        timings["compile_wall"] = timings.get("compile_wall", 0.0) + time.perf_counter() - t0
-        outcomes = [finished[i] for i in sorted(finished)]
-        t0 = time.perf_counter()
-        _verify(space, topology, model, outcomes, verify_top, verified, compile_timeout_s, compile_cache, flags_of,
-                timings, notes)
-        timings["verify"] += time.perf_counter() - t0
-        best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
-        if not sweep.reopen(best):
-            break
-        notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
-                     "that strategy was compiled after all")
+    with CompileWorkers(1) as pool:
+        while True:
+            t0 = time.perf_counter()
+            sweep.run()
+            timings["compile_wall"] = timings.get("compile_wall", 0.0) + time.perf_counter() - t0
+            outcomes = [finished[i] for i in sorted(finished)]
+            t0 = time.perf_counter()
+            _verify(space, topology, model, outcomes, verify_top, verified, compile_timeout_s, compile_cache, flags_of,
+                    timings, notes, pool)
+            timings["verify"] += time.perf_counter() - t0
+            best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
+            if not sweep.reopen(best):
+                break
+            notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
+                         "that strategy was compiled after all")
 
     summary = sweep.summary
     if cached:
@@ -422,7 +448,8 @@ def run_stage2(
 
 def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
             verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
-            flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str]) -> None:
+            flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
+            pool: CompileWorkers) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
     pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
@@ -436,7 +463,7 @@ def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes
         outcome = by_key[s.key]
         try:
             own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout_s, cache,
-                                   flags_of(s.key))
+                                   flags_of(s.key), workers=pool)
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
