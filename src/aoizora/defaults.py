@@ -1,5 +1,7 @@
 """The planner's defaults, in one place: the library (`plan_space`, `run_stage1`, the bench) and the CLI read them here."""
 
+import os
+
 #: Strategies Stage 1 passes to Stage 2: the smallest K with full top-1 recall on the tuning grid
 #: (docs/methodology.md, "How K was chosen").
 DEFAULT_TOP_K = 8
@@ -10,3 +12,7 @@ DEFAULT_COMPILE_TIMEOUT_S = 900.0
 
 #: Best (strategy, placement) pairs recompiled with their own device order before the choice.
 DEFAULT_VERIFY_TOP = 1
+
+#: Stage 2 compiles in flight at once, each in its own process: the host's cores (a compile is
+#: single-process and CPU-bound; its memory, several GiB for a Wan 14B step, is the other limit).
+DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1

@@ -115,3 +115,19 @@ def test_the_plan_records_what_was_compiled_and_pruned(small, tmp_path):
     assert chosen[2] == pytest.approx(_best(small.full[0])[2], rel=1e-12)
     again = load_plan(result.plan.save(tmp_path / "plan.json"))  # the schema takes the section
     assert again.data["stage2"] == section
+
+
+def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
+    """Two compiles in flight (in child processes, on an empty compile cache): the same chosen pair
+    and Q2 as one at a time; anything compiled beyond the sequential set has a Q1 that cannot win."""
+    sequential = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                            lower_bounds=small.bounds, workers=1)
+    parallel = run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=1,
+                          lower_bounds=small.bounds, workers=2)
+    assert _best(parallel[0]) == _best(sequential[0])
+    seq, par = sequential[3], parallel[3]
+    assert par.workers == 2 and set(seq.compiled) <= set(par.compiled)
+    assert all(small.bounds[k] >= _best(sequential[0])[2] for k in set(par.compiled) - set(seq.compiled))
+    assert set(par.pruned) <= set(seq.pruned)
+    assert [o.key for o in parallel[0]] == [k for k, _ in small.kept if k in par.compiled]  # kept's order
+    assert all(not o.compiled.from_cache for o in parallel[0])  # compiled here, not read back

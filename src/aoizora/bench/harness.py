@@ -30,7 +30,7 @@ from typing import Any
 from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.cost import CostModel, Q2Options
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.compile_cache import CompileCache
@@ -60,6 +60,7 @@ class BenchOptions:
     options: Q2Options | None = None
     flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
     flags_by_key: dict[str, CompilerFlags] = dataclasses.field(default_factory=dict)  # entries with their own (experts)
+    workers: int = DEFAULT_COMPILE_WORKERS  # the planner's compiles in flight at once (the oracle's run one by one)
 
     def flags_of(self, key: str) -> CompilerFlags:
         return self.flags_by_key.get(key, self.flags)
@@ -96,7 +97,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     log(f"{cell.label()}: planning with aoizora (Top-{opts.top_k})")
     planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
                          use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console,
-                         libtpu_args=opts.flags)
+                         libtpu_args=opts.flags, workers=opts.workers)
     with CompileWorkers(1) as workers:  # the cell's own compiles, each in a child process that can be stopped
         return _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress,
                                      console, log, workers)

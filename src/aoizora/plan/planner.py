@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.plan.compile_cache import CompileCache, default_compile_cache
@@ -100,6 +100,7 @@ def plan_space(
     stage1: Stage1Result | None = None,
     libtpu_args: str | CompilerFlags | None = None,
     include_experts: bool = True,
+    workers: int = DEFAULT_COMPILE_WORKERS,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
@@ -112,6 +113,8 @@ def plan_space(
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
+    `workers`: Stage 2 compiles run at once, each in its own process; the plan is the one a
+    sequential run makes (see `run_stage2`), so the number is not part of the cached request.
     """
     import aoizora
 
@@ -163,7 +166,7 @@ def plan_space(
     bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
     outcomes, timings, notes, summary = _stage2(
         space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts])
+        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -209,10 +212,10 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines)
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress

@@ -354,6 +354,7 @@ def run_stage2(
     lower_bounds: Mapping[str, float] | None = None,
     baselines: Collection[str] = (),
     on_pruned: Callable[[str], None] | None = None,
+    workers: int = 1,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
     """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
     all placements of each; recompile and re-score the best pairs.
@@ -364,6 +365,11 @@ def run_stage2(
     cap: never more is compiled, and the choice is the one compiling all of `kept` gives whenever
     the bound holds. Should the verifying recompile raise the leading pair's Q2 above a pruned
     strategy's bound, that strategy is compiled after all.
+
+    Up to `workers` compiles run at once, each in its own process (`CompileWorkers`), started in
+    the same order; the pruning decisions are those of a sequential run (`_BoundedSweep`), so the
+    choice equals the sequential one whenever the bound holds. The scoring and the verifying
+    recompiles run in this process as results arrive.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -413,9 +419,9 @@ def run_stage2(
             if on_backfill:
                 on_backfill(nxt[0])
 
-    sweep = _BoundedSweep(kept, lower_bounds or {}, baselines, 1, compile_one, finish, on_pruned)
+    sweep = _BoundedSweep(kept, lower_bounds or {}, baselines, workers, compile_one, finish, on_pruned)
     verified: set[tuple[str, str]] = set()
-    with CompileWorkers(1) as pool:
+    with CompileWorkers(workers) as pool:
         while True:
             t0 = time.perf_counter()
             sweep.run()
