@@ -131,3 +131,46 @@ def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
     assert set(par.pruned) <= set(seq.pruned)
     assert [o.key for o in parallel[0]] == [k for k, _ in small.kept if k in par.compiled]  # kept's order
     assert all(not o.compiled.from_cache for o in parallel[0])  # compiled here, not read back
+
+
+def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monkeypatch):
+    """Interrupted while two compiles are in flight: run_stage2 returns at once (it does not wait
+    for the compiles) and no child process is left compiling."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import aoizora.plan.stage2 as stage2
+
+    started = []
+
+    class Recorded(stage2.CompileWorkers):
+        def __init__(self, size):
+            super().__init__(size)
+            started.append(self)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted
+
+    monkeypatch.setattr(stage2, "CompileWorkers", Recorded)
+    previous = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(Interrupted):
+            run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=0,
+                       workers=2)
+        assert time.perf_counter() - t0 < 60
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    (workers,) = started
+    assert workers.pids
+    for pid in workers.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

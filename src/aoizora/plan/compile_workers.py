@@ -107,16 +107,19 @@ class _Child:
         os.close(to_parent)
         self.send_conn = Connection(to_child, readable=False)
         self.recv_conn = Connection(from_child, writable=False)
-        try:
-            # the child imports this process's modules by the same path (a workload defined in a
-            # test module or a user's package is unpickled there)
-            self.send_conn.send(list(sys.path))
-            if not self.recv_conn.poll(CHILD_START_TIMEOUT_S):
-                raise ChildDied(f"a compile process did not start within {CHILD_START_TIMEOUT_S:.0f} s")
-            self._receive()  # "ready", after its imports
-        except BaseException:  # Ctrl-C while it starts too
-            self.kill()
-            raise
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Wait for the child's imports (once); ChildDied if it does not start."""
+        if self.ready:
+            return
+        # the child imports this process's modules by the same path (a workload defined in a
+        # test module or a user's package is unpickled there)
+        self.send_conn.send(list(sys.path))
+        if not self.recv_conn.poll(CHILD_START_TIMEOUT_S):
+            raise ChildDied(f"a compile process did not start within {CHILD_START_TIMEOUT_S:.0f} s")
+        self._receive()  # "ready", after its imports
+        self.ready = True
 
     @property
     def pid(self) -> int:
@@ -175,7 +178,7 @@ class CompileWorkers:
         self._blobs: dict[int, tuple[Any, bytes | None]] = {}  # id(space) -> (space, its pickle or None)
         self._closed = False
         self.pids: list[int] = []  # every child started (for diagnostics and tests)
-        self.start_seconds: list[float] = []  # how long each child took to start (spawn + imports)
+        self.start_seconds: list[float] = []  # how long each child took to get ready (its imports)
 
     def job(self, space: Any, strategy: Any, topology_name: str, placement: Placement, flags: CompilerFlags | None,
             lowered_text: str) -> CompileJob | None:
@@ -200,6 +203,11 @@ class CompileWorkers:
         with self._slots:
             child = self._take()
             try:
+                if not child.ready:
+                    t0 = time.perf_counter()
+                    child.wait_ready()
+                    with self._lock:
+                        self.start_seconds.append(time.perf_counter() - t0)
                 result = child.run(job, timeout_s)
             except (ChildCompileError, WorkloadNotTransferable):
                 self._give(child)  # the child answered: it is still good
@@ -220,12 +228,14 @@ class CompileWorkers:
                 child = self._idle.pop()
                 self._busy.add(child)
                 return child
-        t0 = time.perf_counter()
         child = _Child()
-        with self._lock:
+        with self._lock:  # registered before it is ready, so that `close` can kill it while it starts
             self.pids.append(child.pid)
-            self.start_seconds.append(time.perf_counter() - t0)
             self._busy.add(child)
+            closed = self._closed
+        if closed:
+            child.kill()
+            raise RuntimeError("the compile workers are closed")
         return child
 
     def _give(self, child: _Child) -> None:

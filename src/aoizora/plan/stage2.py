@@ -298,16 +298,21 @@ class _BoundedSweep:
         self.best_q2 = best_q2
         return bool(back)
 
-    def run(self) -> None:
-        """Compile until every strategy is compiled or pruned."""
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="aoizora-compile") as pool:
-            running: dict[Future[Compiled], int] = {}
-            try:
-                self._loop(pool, running)
-            except BaseException:
-                for fut in running:
-                    fut.cancel()
-                raise
+    def run(self, abort: Callable[[], None]) -> None:
+        """Compile until every strategy is compiled or pruned.
+
+        On an error or Ctrl-C, `abort` stops the compiles in flight (it kills their processes, so
+        the threads waiting for them return at once) before the exception goes on.
+        """
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="aoizora-compile")
+        running: dict[Future[Compiled], int] = {}
+        try:
+            self._loop(pool, running)
+        except BaseException:
+            abort()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def _loop(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
         while True:
@@ -424,7 +429,7 @@ def run_stage2(
     with CompileWorkers(workers) as pool:
         while True:
             t0 = time.perf_counter()
-            sweep.run()
+            sweep.run(abort=pool.close)
             timings["compile_wall"] = timings.get("compile_wall", 0.0) + time.perf_counter() - t0
             outcomes = [finished[i] for i in sorted(finished)]
             t0 = time.perf_counter()
