@@ -224,7 +224,7 @@ class Stage2Summary:
                 "workers": self.workers}
 
 
-#: Relative slack of the bound check: Q1 and Q2 are sums of the same terms in another order.
+#: Relative slack of the bound check (floating-point rounding where Q1 and Q2 meet at the bound).
 BOUND_TOLERANCE = 1e-9
 
 
@@ -236,8 +236,8 @@ class _BoundedSweep:
     one first: they cannot be pruned, and their Q2 helps prune). Before a strategy starts, its
     lower bound is compared with the best Q2 of the pairs scored so far; a strategy whose bound
     reaches it cannot beat that pair on any placement. The decision to prune is only taken when
-    no compile is in flight, so it rests on every strategy started before it: a strategy is
-    pruned exactly when the sequential sweep prunes it. With several workers, a strategy started
+    no compile is in flight, so it rests on every strategy started before it, as in a sequential
+    sweep: whatever is pruned, the sequential sweep prunes too. With several workers, a strategy started
     while others were still compiling may be one the sequential sweep would have pruned; it is
     scored all the same, and cannot change the minimum (its Q2 >= its bound >= the sequential
     best). The compiled set is thus the sequential one, or a superset that cannot change the
