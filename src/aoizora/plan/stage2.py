@@ -171,7 +171,8 @@ def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, place
         try:
             return workers.compile(job, timeout_s)
         except WorkloadNotTransferable as exc:
-            log.info("aoizora: compiling %s in this process (%s)", space.name, exc)
+            log.warning("aoizora: compiling %s in this process, where a timeout cannot stop a compile (%s)",
+                        space.name, exc)
             workers.refuse(space)
     t0 = time.perf_counter()
     compiled = compile_with_timeout(lowered, timeout_s, flags)
