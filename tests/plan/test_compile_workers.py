@@ -110,3 +110,21 @@ def test_an_interrupted_compile_kills_its_child(tmp_path):
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_wan_space_that_has_lowered_can_still_go_to_a_child():
+    """The Wan space caches meshes (holding devices, which do not pickle) as it lowers; a copy for
+    a child process leaves them out, so its compiles can still be stopped."""
+    import pickle
+
+    from aoizora.models.registry import wan_space
+
+    topo = get_topology("v5e:2x2")
+    space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
+    candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
+    placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    space.lowering_inputs(candidate.strategy, placement.jax_mesh(topo))
+    job = CompileWorkers(1).job(space, candidate.strategy, topo.name, placement, None, "lowered text")
+    assert job is not None
+    again = pickle.loads(job.space_blob)
+    assert again.workload() == space.workload()
