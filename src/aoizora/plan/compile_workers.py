@@ -108,6 +108,8 @@ class _Child:
         self.send_conn = Connection(to_child, readable=False)
         self.recv_conn = Connection(from_child, writable=False)
         self.ready = False
+        self.killed = False
+        self._kill_lock = threading.Lock()
 
     def wait_ready(self) -> None:
         """Wait for the child's imports (once); ChildDied if it does not start."""
@@ -145,11 +147,17 @@ class _Child:
         raise ChildCompileError(*payload)
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self.send_conn.close()
-        self.recv_conn.close()
+        """Kill the child and close the pipes, once (the waiting thread and `close` may both call it:
+        closing a descriptor twice could close another one opened in between)."""
+        with self._kill_lock:
+            if self.killed:
+                return
+            self.killed = True
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            self.send_conn.close()
+            self.recv_conn.close()
 
     def stop(self) -> None:
         """Ask an idle child to exit; kill it if it does not."""
