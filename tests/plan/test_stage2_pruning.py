@@ -174,3 +174,16 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monk
     for pid in workers.pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_compile_cache_hits_start_no_child_process(small, monkeypatch):
+    """The parent looks a program up in the compile cache before any child is started."""
+    import aoizora.plan.compile_workers as compile_workers
+
+    def no_child():
+        pytest.fail("a compile process was started for a program in the compile cache")
+
+    monkeypatch.setattr(compile_workers, "_Child", no_child)
+    outcomes = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                          lower_bounds=small.bounds, workers=2)[0]
+    assert outcomes and all(o.compiled.from_cache for o in outcomes)
