@@ -249,10 +249,11 @@ class CompileWorkers:
     def _give(self, child: _Child) -> None:
         with self._lock:
             self._busy.discard(child)
-            if self._closed:
-                child.stop()
-            else:
+            closed = self._closed
+            if not closed:
                 self._idle.append(child)
+        if closed:
+            child.stop()
 
     def close(self) -> None:
         """Stop the idle children and kill those still compiling."""
