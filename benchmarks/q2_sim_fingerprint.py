@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--sim-programs", type=int, default=10**9, help="simulate only the N smallest programs")
     args = ap.parse_args()
     if args.cache is None:
-        from aoizora.plan.compile_cache import default_compile_cache
+        from aoizora.stage2.compile_cache import default_compile_cache
 
         args.cache = default_compile_cache().root
     with open(args.out, "w") as out:

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import AoizoraError, OutputPathError, PlanningError
 
 EXIT_BAD_INPUT = 2
@@ -230,7 +230,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
-        libtpu_args=None, expert_residency="both", ring_order="auto", ring_direction="auto",
+        workers=DEFAULT_COMPILE_WORKERS, libtpu_args=None, expert_residency="both", ring_order="auto",
+        ring_direction="auto",
     )
 
 
@@ -288,6 +289,12 @@ def _ring_options(fn):
         fn = option(fn)
     return fn
 
+
+_workers_option = click.option(
+    "--workers", type=click.IntRange(min=1), default=DEFAULT_COMPILE_WORKERS, show_default=True,
+    help="Stage 2 compiles run at once, each in its own process (default: the host's cores). The plan is the "
+    "one a sequential run makes.",
+)
 
 _libtpu_args_option = click.option(
     "--libtpu-args",
@@ -388,6 +395,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
               help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
+@_workers_option
 @_libtpu_args_option
 @click.option("--expert-residency", type=click.Choice(["both", "swap"]), default="both", show_default=True,
               help="Two-expert models (Wan 2.2 A14B): both experts in HBM, or one with the other "
@@ -395,7 +403,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @_ring_options
 def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, libtpu_args: str | None, expert_residency: str, ring_order: str,
+         verify_top: int, workers: int, libtpu_args: str | None, expert_residency: str, ring_order: str,
          ring_direction: str) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     from rich.console import Console
@@ -436,7 +444,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     try:
         outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
                              verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
-                             libtpu_args=flags)
+                             libtpu_args=flags, workers=workers)
     except PlanningError:
         _no_fit_hint(space, topo)
         raise
@@ -547,10 +555,11 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
                    "marked as such.")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
+@_workers_option
 @_libtpu_args_option
 def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
-          compile_timeout: float, libtpu_args: str | None) -> None:
+          compile_timeout: float, workers: int, libtpu_args: str | None) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -567,7 +576,7 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
         grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
-                        compile_timeout_s=compile_timeout,
+                        compile_timeout_s=compile_timeout, workers=workers,
                         flags=environment_flags().merged(CompilerFlags.parse(libtpu_args)))
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),

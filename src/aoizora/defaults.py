@@ -22,3 +22,8 @@ def cache_root() -> Path:
     directory (e.g. ~/.cache/aoizora)."""
     env = os.environ.get("AOIZORA_CACHE_DIR")
     return Path(env) if env else Path(platformdirs.user_cache_dir("aoizora"))
+
+
+#: Stage 2 compiles in flight at once, each in its own process: the host's cores (a compile is
+#: single-process and CPU-bound; its memory, several GiB for a Wan 14B step, is the other limit).
+DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1

@@ -332,3 +332,31 @@ def test_the_search_alone_is_reported_beside_the_shipped_planner(cell_doc):
             m["latency_seconds"]["expert"] / m["search_only_latency_seconds"])
     # the search alone never competes with a deployment it did not see: its choice is a Top-K strategy
     assert cell_doc["stage1"]["ranks"][alone["strategy"]] <= cell_doc["top_k"]
+
+
+def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(compile_cache, stage1):
+    """The planner prunes by the best Q2 found, the experts' included; the search-only choice is
+    the best of Stage 1's strategies alone, so a strategy pruned below that best is compiled for it."""
+    from types import SimpleNamespace
+
+    from aoizora.cost import Q2Options
+    from aoizora.stage2.compile_workers import CompileWorkers
+    from aoizora.bench.harness import _search_only
+    from aoizora.stage2.search import Stage2Summary, run_stage2
+
+    first, last = stage1.ranked[0], stage1.ranked[-1]
+    topo = stage1.topology
+    space = TransformerSpace(CFG)
+    outcomes = run_stage2(space, [(last.key, last.candidate.strategy)], topo, compile_cache=compile_cache,
+                          verify_top=0)[0]
+    both = run_stage2(space, [(first.key, first.candidate.strategy), (last.key, last.candidate.strategy)], topo,
+                      compile_cache=compile_cache, verify_top=0)[0]
+    expected = min((s for o in both for s in o.scored), key=lambda s: s.q2.step_seconds)
+    assert expected.key == first.key  # else this test would not see a missing compile
+    # as if an expert's Q2 had pruned Stage 1's first strategy
+    planned = SimpleNamespace(outcomes=outcomes, stage2=Stage2Summary(
+        pruned={first.key: {"q1_seconds": first.q1.seconds, "best_q2_seconds": first.q1.seconds}}))
+    with CompileWorkers(1) as workers:
+        alone = _search_only(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
+    assert (alone.key, alone.placement.name) == (expected.key, expected.placement.name)
+    assert alone.q2.step_seconds == expected.q2.step_seconds

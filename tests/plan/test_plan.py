@@ -292,6 +292,8 @@ def test_compile_cache_entry_with_unparseable_hlo_is_discarded_and_recompiled(pl
     assert result.plan.strategy == planned.result.plan.strategy
     assert result.plan.predicted_step_seconds == pytest.approx(planned.result.plan.predicted_step_seconds, rel=1e-12)
     assert any("discarded compile-cache entry" in r.getMessage() for r in caplog.records)
+    compiled = set(result.stage2.compiled)  # a strategy Q1 pruned was not compiled: its entry is not read
     for path in compiled_dir.glob("*.json.gz"):  # rewritten with the real program
         record = cache.get(path.name[: -len(".json.gz")])
-        assert record is None or record.hlo_text is None or "broken" not in record.hlo_text
+        if record is not None and record.label.split(" / ")[0] in compiled:
+            assert record.hlo_text is None or "broken" not in record.hlo_text

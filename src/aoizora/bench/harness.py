@@ -29,13 +29,14 @@ from typing import Any
 
 from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
-from aoizora.cost import Q2Options
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S
+from aoizora.cost import CostModel, Q2Options
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS
 from aoizora.errors import BenchError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
-from aoizora.stage2.compile_cache import CompileCache
 from aoizora.plan.planner import expert_entries, plan_space
-from aoizora.stage2.search import OUT_OF_HBM, Compiled, compile_strategy, drop_reason
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.search import OUT_OF_HBM, Compiled, Scored, compile_strategy, drop_reason
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.workload import Candidate, StrategySpace
@@ -59,6 +60,7 @@ class BenchOptions:
     options: Q2Options | None = None
     flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
     flags_by_key: dict[str, CompilerFlags] = dataclasses.field(default_factory=dict)  # entries with their own (experts)
+    workers: int = DEFAULT_COMPILE_WORKERS  # the planner's compiles in flight at once (the oracle's run one by one)
 
     def flags_of(self, key: str) -> CompilerFlags:
         return self.flags_by_key.get(key, self.flags)
@@ -95,14 +97,18 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     log(f"{cell.label()}: planning with aoizora (Top-{opts.top_k})")
     planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
                          use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console,
-                         libtpu_args=opts.flags)
+                         libtpu_args=opts.flags, workers=opts.workers)
+    with CompileWorkers(1) as workers:  # the cell's own compiles, each in a child process that can be stopped
+        return _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress,
+                                     console, log, workers)
+
+
+def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress, console, log,
+                          workers) -> dict[str, Any]:
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
-    # what the search finds without the expert deployments among its candidates (the shipped
-    # planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies
-    searched = {e.key for e in stage1.entries}
-    alone = min((s for o in planned.outcomes or [] if o.key in searched for s in o.scored),
-                key=lambda s: (s.q2.step_seconds, not s.verified))
+    alone = _search_only(planned, stage1, space, topo, options, opts, cache, workers)
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -130,12 +136,13 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     # the planner's programs (compiled over placements[0], as the oracle compiles) are not compiled again
     known = {o.key: o.compiled for o in planned.outcomes or [] if o.compiled is not None}
     strategies, pairs, pruned, violations = _score_strategies(
-        space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known)
+        space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known,
+        workers)
     # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
     logical_key = None
     for key, _ in logical.ranking:
         if key not in strategies and key in by_key:
-            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known)
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, workers)
         if key in strategies and "dropped" not in strategies[key]:
             logical_key = key
             break
@@ -145,7 +152,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     own: dict[str, Any] = {}
     for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
         if pair is not None and pair[1] != JAX_DEFAULT:
-            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache)
+            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, workers)
 
     doc: dict[str, Any] = {
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
@@ -187,12 +194,44 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     return doc
 
 
+def _search_only(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options, opts: BenchOptions,
+                 cache: CompileCache, workers: CompileWorkers) -> Any:
+    """What the search finds without the expert deployments among its candidates (the shipped
+    planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies.
+
+    The planner skips strategies whose Q1 reaches the best Q2 it found, the experts' included: a
+    Stage 1 strategy it skipped because of an expert may still be the best of Stage 1's own, so
+    those are compiled here (from the compile cache when the oracle has them), in Q1 order, until
+    the next one's Q1 reaches the best Q2 of Stage 1's strategies.
+    """
+    searched = {e.key for e in stage1.entries}
+    pairs = [s for o in planned.outcomes or [] if o.key in searched for s in o.scored]
+    pruned = (planned.stage2.pruned if planned.stage2 is not None else {})
+    model = CostModel(topo, options)
+    by_key = {e.key: e for e in stage1.entries}
+    for key in sorted(pruned, key=lambda k: pruned[k]["q1_seconds"]):
+        best = min((s.q2.step_seconds for s in pairs), default=math.inf)
+        if pruned[key]["q1_seconds"] >= best:
+            break
+        strategy = by_key[key].candidate.strategy
+        placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
+        try:
+            compiled = compile_strategy(space, strategy, key, topo, placements[0], opts.compile_timeout_s, cache,
+                                        opts.flags_of(key), workers=workers)
+        except Exception:  # refused or failed: not a choice the search could deploy
+            continue
+        pairs += [Scored(key, p, model.evaluate(compiled.program, p), compiled.program) for p in placements]
+    return min(pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
+
+
 def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:
     best = min(pairs, key=lambda p: p["sim_seconds"], default=None)
     return (best["strategy"], best["placement"]) if best else None
 
 
-def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache) -> dict[str, Any]:
+def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache,
+                          workers) -> dict[str, Any]:
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
     from aoizora.sim import simulate
     from aoizora.validation.rank import simulator_options
 
@@ -200,7 +239,7 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
     try:
         compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
-                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key))
+                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key), workers=workers)
     except Exception as exc:
         return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
     sim = simulate(compiled.program, topo, placement, **simulator_options(options))
@@ -208,13 +247,14 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
 
 
 def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
-               known: dict[str, Compiled]) -> None:
+               known: dict[str, Compiled], workers: CompileWorkers) -> None:
     """Compile one strategy (unless `known` holds it; else from the cache) and score every placement of it."""
     spec = space.mesh_spec(e.candidate.strategy)
     placements = enumerate_placements(topo, spec).placements
     try:
         compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key))
+                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key),
+                                                        workers=workers)
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return
@@ -227,7 +267,7 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
 
 
 def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound: bool, options, opts, cache,
-                      progress, console, known):
+                      progress, console, known, workers):
     """Score `first`, then `rest` (in ascending Q1) until, with `bound`, a strategy's Q1 reaches the
     best simulated latency so far: it and every later one are pruned (their Q1 is no lower).
     Returns (strategies, pairs, pruned {key: why}, bound violations [keys whose Q1 > their best])."""
@@ -238,7 +278,7 @@ def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound:
 
     def score(e: Entry) -> None:
         n = len(pairs)
-        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known)
+        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known, workers)
         mine = [p["sim_seconds"] for p in pairs[n:]]
         if e.q1 is not None and mine and e.q1.seconds > min(mine) * (1 + 1e-9):
             violations.append(e.key)

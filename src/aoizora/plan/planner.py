@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
+from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
-from aoizora.stage2.search import Scored, StrategyOutcome, run_stage2
+from aoizora.stage2.search import Scored, Stage2Summary, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
@@ -53,6 +53,7 @@ class PlanResult:
     from_cache: bool
     stage1: Stage1Result | None = None
     outcomes: list[StrategyOutcome] | None = None
+    stage2: Stage2Summary | None = None  # what Stage 2 compiled and what Q1 pruned
 
 
 def plan_space(
@@ -70,6 +71,7 @@ def plan_space(
     stage1: Stage1Result | None = None,
     libtpu_args: str | CompilerFlags | None = None,
     include_experts: bool = True,
+    workers: int = DEFAULT_COMPILE_WORKERS,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
@@ -82,6 +84,8 @@ def plan_space(
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
+    `workers`: Stage 2 compiles run at once, each in its own process; the plan is the one a
+    sequential run makes (see `run_stage2`), so the number is not part of the cached request.
     """
     import aoizora
 
@@ -128,8 +132,12 @@ def plan_space(
     # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
     taken = {k for k, _ in kept}
     reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
-    outcomes, timings, notes = _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
-                                     compile_cache, reserve, [e.key for e in stage1.kept], flags, flags_by_key)
+    # Q1 bounds every placement's step time from below: a strategy whose Q1 reaches the best Q2
+    # found cannot win and is not compiled (the experts are baselines: always compiled, first)
+    bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
+    outcomes, timings, notes, summary = _stage2(
+        space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
+        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -159,10 +167,11 @@ def plan_space(
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
+    doc["stage2"] = summary.to_json()
     plan = Plan(doc)
     if use_cache:
         cache.store(request, plan)
-    return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes)
+    return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
 
 
 def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) -> CompilerFlags:
@@ -174,10 +183,10 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key)
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
@@ -190,7 +199,8 @@ def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progr
             total[0] += 1
             bar.update(task, total=total[0])
 
-        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow, **common)
+        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow,
+                          on_pruned=lambda _: bar.advance(task), **common)
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:

@@ -81,6 +81,17 @@ PLAN_SCHEMA: dict[str, Any] = {
         "baselines": {"type": "object"},
         "alternatives": {"type": "array", "items": {"type": "object", "required": ["strategy", "placement"]}},
         "stage1": {"type": "object"},
+        "stage2": {
+            "type": "object",
+            "required": ["compiles", "pruned_by_q1"],
+            "properties": {
+                "compiles": {"type": "integer", "minimum": 0},
+                "compiled_strategies": {"type": "array", "items": {"type": "string"}},
+                "pruned_by_q1": {"type": "object"},
+                "q1_bound_violations": {"type": "object"},
+                "workers": {"type": "integer", "minimum": 1},
+            },
+        },
         "timings": {"type": "object", "additionalProperties": _SECONDS},
         "notes": {"type": "array", "items": {"type": "string"}},
         "request": {"type": "object"},

@@ -8,26 +8,30 @@ are recompiled with their own device order and re-scored before the final choice
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.errors import AoizoraError
-from aoizora.hlo.builder import build_program, program_from_compiled
+from aoizora.hlo.builder import build_program
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord
+from aoizora.stage2.compile_workers import (
+    ChildResult, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of, memory_bytes,
+)
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.workload import StrategySpace
 from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
-
-class CompileTimeout(Exception):
-    pass
+log = logging.getLogger("aoizora.stage2")
 
 
 @dataclass
@@ -71,7 +75,11 @@ class StrategyOutcome:
 
 
 def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerFlags | None = None) -> Any:
-    """`lowered.compile()` with `flags` in a worker thread; CompileTimeout after `timeout_s` (the thread is abandoned)."""
+    """`lowered.compile()` with `flags` in a thread of this process; CompileTimeout after `timeout_s`.
+
+    The fallback for workloads that cannot go to a child process: the compile cannot be stopped,
+    so on timeout the thread is abandoned and runs to its end.
+    """
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -90,13 +98,24 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
     return box["compiled"]
 
 
+# Tracing is not assumed thread-safe for every workload (a model may record its kernels in a
+# module-level recorder while it traces): lowerings run one at a time, compiles in parallel.
+_LOWERING = threading.Lock()
+
+
 def compile_strategy(
     space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
     cache: CompileCache | None = None,
     flags: CompilerFlags | None = None,
+    workers: CompileWorkers | None = None,
 ) -> Compiled:
     """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
+    The program is lowered here and looked up in `cache` first; a miss is compiled in a child
+    process of `workers` (default: one started for this compile), killed when the compile exceeds
+    `timeout_s` or the caller is interrupted; only a finished compile is stored in `cache`. A
+    space that cannot go to a child process (see `aoizora.stage2.compile_workers`) is compiled in
+    this process, where a timeout abandons the compile instead of stopping it.
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
     """
     import jax
@@ -104,13 +123,15 @@ def compile_strategy(
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    inputs = space.lowering_inputs(strategy, mesh)
-    lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+    with _LOWERING:
+        inputs = space.lowering_inputs(strategy, mesh)
+        lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+        text = lowered.as_text()
+        entry = None
+        if cache is not None:
+            entry = cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags)
     hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
-    entry = None
-    if cache is not None:
-        entry = cache.key(lowered.as_text(), topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(),
-                          flags)
+    if cache is not None and entry is not None:
         record = cache.get(entry)
         if record is not None:
             if record.error is not None:
@@ -125,18 +146,38 @@ def compile_strategy(
     label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:
-        compiled = compile_with_timeout(lowered, timeout_s, flags)
+        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, workers)
     except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
                                            label=label))
         raise
-    seconds = time.perf_counter() - t0
-    program = program_from_compiled(compiled, opaque_cost=hook)
-    memory = _memory_bytes(compiled)
+    program = build_program(result.hlo_text, opaque_cost=hook, device_ids=result.device_ids)
     if cache is not None and entry is not None:
-        cache.put(entry, CompileRecord(compiled.as_text(), program.device_ids, memory, seconds, label=label))
-    return Compiled(key, program, memory, seconds, placement.name)
+        cache.put(entry, CompileRecord(result.hlo_text, program.device_ids, result.memory_bytes,
+                                       result.compile_seconds, label=label))
+    return Compiled(key, program, result.memory_bytes, result.compile_seconds, placement.name)
+
+
+def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, placement: Placement, lowered: Any,
+                  text: str, timeout_s: float | None, flags: CompilerFlags | None,
+                  workers: CompileWorkers | None) -> ChildResult:
+    """Compile a program the cache did not have: in a child process when the workload can go there."""
+    if workers is None:
+        with CompileWorkers(1) as own:
+            return _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, own)
+    job = workers.job(space, strategy, topology.name, placement, flags, text)
+    if job is not None:
+        try:
+            return workers.compile(job, timeout_s)
+        except WorkloadNotTransferable as exc:
+            log.warning("aoizora: compiling %s in this process, where a timeout cannot stop a compile (%s)",
+                        space.name, exc)
+            workers.refuse(space)
+    t0 = time.perf_counter()
+    compiled = compile_with_timeout(lowered, timeout_s, flags)
+    seconds = time.perf_counter() - t0
+    return ChildResult(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled), seconds)
 
 
 class CachedCompileError(Exception):
@@ -146,19 +187,6 @@ class CachedCompileError(Exception):
 def _is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
-
-
-def _memory_bytes(compiled: Any) -> int | None:
-    try:
-        m = compiled.memory_analysis()
-    except Exception:
-        return None
-    if m is None:
-        return None
-    return int(
-        m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
-        + getattr(m, "generated_code_size_in_bytes", 0)
-    )
 
 
 OUT_OF_HBM = "out of HBM at compile"  # how `drop_reason` starts for the compiler's HBM refusal (cached ones too)
@@ -173,7 +201,145 @@ def drop_reason(exc: BaseException) -> str:
         return f"{OUT_OF_HBM}: {first}"
     if isinstance(exc, CompileTimeout):
         return first
-    return f"compile failed: {type(exc).__name__}: {first}"
+    return f"compile failed: {getattr(exc, 'original_type', type(exc).__name__)}: {first}"
+
+
+@dataclass
+class Stage2Summary:
+    """What Stage 2 gave the compiler and what Stage 1's bound let it skip.
+
+    `compiled`: keys given to the compiler, in the order they were started (cache hits and
+    refusals included); `pruned`: keys not compiled because their Q1 reached the best Q2 found
+    (with both numbers); `bound_violations`: compiled strategies whose Q1 exceeded their own best
+    Q2 (after the first, nothing more is pruned).
+    """
+
+    compiled: list[str] = field(default_factory=list)
+    pruned: dict[str, dict[str, float]] = field(default_factory=dict)
+    bound_violations: dict[str, dict[str, float]] = field(default_factory=dict)
+    workers: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compiles": len(self.compiled), "compiled_strategies": list(self.compiled),
+                "pruned_by_q1": dict(self.pruned), "q1_bound_violations": dict(self.bound_violations),
+                "workers": self.workers}
+
+
+#: Relative slack of the bound check (floating-point rounding where Q1 and Q2 meet at the bound).
+BOUND_TOLERANCE = 1e-9
+
+
+class _BoundedSweep:
+    """Stage 2's compiles in bound order, pruned by Q1, with up to `workers` in flight.
+
+    The order: `baselines` first (never pruned: they are reported whatever happens, and their Q2
+    can prune the others), then the other strategies by ascending lower bound (strategies without
+    one first: they cannot be pruned, and their Q2 helps prune). Before a strategy starts, its
+    lower bound is compared with the best Q2 of the pairs scored so far; a strategy whose bound
+    reaches it cannot beat that pair on any placement. The decision to prune is only taken when
+    no compile is in flight, so it rests on every strategy started before it, as in a sequential
+    sweep: whatever is pruned, the sequential sweep prunes too. With several workers, a strategy started
+    while others were still compiling may be one the sequential sweep would have pruned; it is
+    scored all the same, and cannot change the minimum (its Q2 >= its bound >= the sequential
+    best). The compiled set is thus the sequential one, or a superset that cannot change the
+    minimum, whenever the bound holds.
+
+    The bound is checked on every compiled strategy that has one (bound <= its best Q2, with a
+    relative tolerance of `BOUND_TOLERANCE`); after the first violation nothing more is pruned.
+    """
+
+    def __init__(self, entries: list[tuple[str, Any]], lower_bounds: Mapping[str, float], baselines: Collection[str],
+                 workers: int, compile_one: Callable[[str, Any], Compiled], finish: Callable[[int, StrategyOutcome], None],
+                 on_pruned: Callable[[str], None] | None) -> None:
+        self.entries = list(entries)
+        self.bounds = dict(lower_bounds)
+        self.baselines = set(baselines)
+        self.workers = max(1, workers)
+        self.compile_one = compile_one
+        self.finish = finish
+        self.on_pruned = on_pruned
+        self.pending: list[int] = sorted(range(len(self.entries)), key=self._order)
+        self.best_q2 = math.inf
+        self.summary = Stage2Summary(workers=self.workers)
+
+    def _order(self, i: int) -> tuple[int, float, int]:
+        key = self.entries[i][0]
+        if key in self.baselines:
+            return (0, 0.0, i)
+        return (1, self.bounds.get(key, -math.inf), i)
+
+    def add(self, entry: tuple[str, Any]) -> None:
+        """A strategy to compile after those pending (a backfill: its bound is no lower than theirs)."""
+        self.entries.append(entry)
+        self.pending.append(len(self.entries) - 1)
+
+    def scored(self, key: str, step_seconds: list[float]) -> None:
+        """A compiled strategy's Q2 per placement: the best so far, and the bound checked."""
+        if not step_seconds:
+            return
+        own = min(step_seconds)
+        self.best_q2 = min(self.best_q2, own)
+        bound = self.bounds.get(key)
+        if bound is not None and bound > own * (1 + BOUND_TOLERANCE):
+            self.summary.bound_violations[key] = {"q1_seconds": bound, "best_q2_seconds": own}
+
+    def _prunable(self, i: int) -> bool:
+        key = self.entries[i][0]
+        if self.summary.bound_violations or key in self.baselines or key not in self.bounds:
+            return False
+        return self.bounds[key] >= self.best_q2
+
+    def reopen(self, best_q2: float) -> bool:
+        """Pruned strategies whose bound is below `best_q2` (the best pair after verification) go
+        back to the pending list; True when any did."""
+        back = [i for i, (key, _) in enumerate(self.entries) if key in self.summary.pruned and self.bounds[key] < best_q2]
+        for i in back:
+            del self.summary.pruned[self.entries[i][0]]
+        self.pending = sorted(self.pending + back, key=self._order)
+        self.best_q2 = best_q2
+        return bool(back)
+
+    def run(self, abort: Callable[[], None]) -> None:
+        """Compile until every strategy is compiled or pruned.
+
+        On an error or Ctrl-C, `abort` stops the compiles in flight (it kills their processes, so
+        the threads waiting for them return at once) before the exception goes on.
+        """
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="aoizora-compile")
+        running: dict[Future[Compiled], int] = {}
+        try:
+            self._loop(pool, running)
+        except BaseException:
+            abort()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def _loop(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
+        while True:
+            while self.pending and len(running) < self.workers and not self._prunable(self.pending[0]):
+                i = self.pending.pop(0)
+                key, strategy = self.entries[i]
+                self.summary.compiled.append(key)
+                running[pool.submit(self.compile_one, key, strategy)] = i
+            if not running:
+                if not self.pending:
+                    return
+                i = self.pending.pop(0)  # prunable, and decided on every compile started before it
+                key = self.entries[i][0]
+                self.summary.pruned[key] = {"q1_seconds": self.bounds[key], "best_q2_seconds": self.best_q2}
+                if self.on_pruned:
+                    self.on_pruned(key)
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f]):
+                i = running.pop(fut)
+                outcome = StrategyOutcome(*self.entries[i])
+                try:
+                    outcome.compiled = fut.result()
+                except Exception as exc:
+                    outcome.dropped = drop_reason(exc)
+                self.finish(i, outcome)
 
 
 def run_stage2(
@@ -191,73 +357,125 @@ def run_stage2(
     on_backfill: Callable[[str], None] | None = None,
     flags: CompilerFlags | None = None,
     flags_by_key: Mapping[str, CompilerFlags] | None = None,
-) -> tuple[list[StrategyOutcome], dict[str, float], list[str]]:
-    """Compile each kept strategy with compiler `flags` (or its own in `flags_by_key`), score all its
-    placements; recompile and re-score the best pairs.
+    lower_bounds: Mapping[str, float] | None = None,
+    baselines: Collection[str] = (),
+    on_pruned: Callable[[str], None] | None = None,
+    workers: int = 1,
+) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
+    """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
+    all placements of each; recompile and re-score the best pairs.
+
+    `lower_bounds` (Stage 1's Q1 per key: a step time no placement can beat) prune the compiles:
+    `baselines` are compiled first and always, the others in ascending bound, and a strategy whose
+    bound reaches the best Q2 found so far is not compiled (see `_BoundedSweep`). `kept` is thus the
+    cap: never more is compiled, and the choice is the one compiling all of `kept` gives whenever
+    the bound holds. Should the verifying recompile raise the leading pair's Q2 above a pruned
+    strategy's bound, that strategy is compiled after all.
+
+    Up to `workers` compiles run at once, each in its own process (`CompileWorkers`), started in
+    the same order; the pruning decisions are those of a sequential run (`_BoundedSweep`), so the
+    choice equals the sequential one whenever the bound holds. The scoring and the verifying
+    recompiles run in this process as results arrive.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
     estimate is approximate, and the planner should still score as many strategies as asked.
-    Returns the outcomes, seconds per phase, and notes (e.g. when a recompile changed the program).
+    Returns the outcomes (in `kept`'s order, then backfills), seconds per phase, notes (e.g. when
+    a recompile changed the program) and what was compiled and pruned.
     """
     model = CostModel(topology, options)
 
     def flags_of(key: str) -> CompilerFlags | None:
         return (flags_by_key or {}).get(key, flags)
 
-    outcomes: list[StrategyOutcome] = []
     timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
     notes: list[str] = []
     cached: list[float] = []  # original compile seconds of programs read from the compile cache
-    queue = list(kept)
     spare = list(reserve or [])
     replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
-    for key, strategy in queue:  # a list iterator also visits what is appended while it runs
-        outcome = StrategyOutcome(key, strategy)
-        space_p = enumerate_placements(topology, space.mesh_spec(strategy))
-        default = space_p.placements[0]
-        try:
-            outcome.compiled = compile_strategy(space, strategy, key, topology, default, compile_timeout_s, compile_cache,
-                                                flags_of(key))
+    finished: dict[int, StrategyOutcome] = {}
+
+    def placements_of(strategy: Any) -> list[Placement]:
+        return enumerate_placements(topology, space.mesh_spec(strategy)).placements
+
+    def compile_one(key: str, strategy: Any) -> Compiled:
+        return compile_strategy(space, strategy, key, topology, placements_of(strategy)[0], compile_timeout_s,
+                                compile_cache, flags_of(key), workers=pool)
+
+    def finish(i: int, outcome: StrategyOutcome) -> None:
+        key = outcome.key
+        if outcome.compiled is not None:
             if outcome.compiled.from_cache:
                 cached.append(outcome.compiled.compile_seconds)
             else:
                 timings["compile"] += outcome.compiled.compile_seconds
-        except Exception as exc:
-            outcome.dropped = drop_reason(exc)
-        if outcome.compiled is not None:
             t0 = time.perf_counter()
-            for p in space_p.placements:
+            for p in placements_of(outcome.strategy):
                 outcome.scored.append(Scored(key, p, model.evaluate(outcome.compiled.program, p), outcome.compiled.program))
             timings["score"] += time.perf_counter() - t0
-        outcomes.append(outcome)
+            sweep.scored(key, [s.q2.step_seconds for s in outcome.scored])
+        finished[i] = outcome
         if on_compiled:
             on_compiled(outcome)
         if outcome.dropped and outcome.dropped.startswith(OUT_OF_HBM) and key in replaceable and spare:
             nxt = spare.pop(0)
-            queue.append(nxt)
+            sweep.add(nxt)
             replaceable.add(nxt[0])
             notes.append(f"{key} does not fit in HBM (compiler); {nxt[0]}, next in Stage 1's ranking, compiled in its place")
             if on_backfill:
                 on_backfill(nxt[0])
 
+    sweep = _BoundedSweep(kept, lower_bounds or {}, baselines, workers, compile_one, finish, on_pruned)
+    verified: set[tuple[str, str]] = set()
+    with CompileWorkers(workers) as pool:
+        while True:
+            t0 = time.perf_counter()
+            sweep.run(abort=pool.close)
+            timings["compile_wall"] = timings.get("compile_wall", 0.0) + time.perf_counter() - t0
+            outcomes = [finished[i] for i in sorted(finished)]
+            t0 = time.perf_counter()
+            _verify(space, topology, model, outcomes, verify_top, verified, compile_timeout_s, compile_cache, flags_of,
+                    timings, notes, pool)
+            timings["verify"] += time.perf_counter() - t0
+            best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
+            if not sweep.reopen(best):
+                break
+            notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
+                         "that strategy was compiled after all")
+
+    summary = sweep.summary
     if cached:
-        notes.append(f"{len(cached)} of {len(queue)} compiles read from the compile cache "
+        notes.append(f"{len(cached)} of {len(summary.compiled)} compiles read from the compile cache "
                      f"(they took {sum(cached):.1f} s when compiled)")
         timings["compile_cached"] = sum(cached)
+    if summary.pruned:
+        notes.append(f"{len(summary.pruned)} of {len(summary.pruned) + len(summary.compiled)} strategies not compiled: "
+                     f"their Q1 is no lower than the best Q2 found ({sweep.best_q2 * 1e3:.3f} ms)")
+    if summary.bound_violations:
+        shown = ", ".join(f"{k} (Q1 {v['q1_seconds'] * 1e3:.3f} ms > Q2 {v['best_q2_seconds'] * 1e3:.3f} ms)"
+                          for k, v in summary.bound_violations.items())
+        notes.append(f"Q1 exceeded the best Q2 of {shown}: the bound is not trusted, nothing more was pruned")
+    return outcomes, timings, notes, summary
 
-    # Verify the leading pairs on programs compiled with their own device order.
+
+def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
+            verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
+            flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
+            pool: CompileWorkers) -> None:
+    """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
     pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
-    t0 = time.perf_counter()
     for s in pairs[:verify_top]:
+        if (s.key, s.placement.name) in verified:
+            continue
+        verified.add((s.key, s.placement.name))
         if s.placement.name == JAX_DEFAULT:
             s.verified = True
             continue
         outcome = by_key[s.key]
         try:
-            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, compile_timeout_s, compile_cache,
-                                   flags_of(s.key))
+            own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout_s, cache,
+                                   flags_of(s.key), workers=pool)
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
@@ -270,5 +488,3 @@ def run_stage2(
                 f"{s.q2.step_seconds * 1e3:.3f} ms to {rescored.step_seconds * 1e3:.3f} ms"
             )
         s.q2, s.program, s.verified = rescored, own.program, True
-    timings["verify"] = time.perf_counter() - t0
-    return outcomes, timings, notes

@@ -63,6 +63,11 @@ class WanSpace(StrategySpace):
         self._meshes: dict[Strategy, Any] = {}
         self._kernel_costs: dict[Strategy, list] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The space without its per-process caches (meshes hold devices, which do not pickle): a
+        copy sent to another process (Stage 1's and Stage 2's workers) rebuilds them as it lowers."""
+        return {**self.__dict__, "_meshes": {}, "_kernel_costs": {}}
+
     def candidates(self, num_devices: int) -> list[Candidate]:
         out = []
         for sizes in axis_assignments(num_devices, MESH_AXES):

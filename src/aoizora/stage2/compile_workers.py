@@ -1,0 +1,363 @@
+"""TPU compiles in child processes, so that a compile can be stopped.
+
+libtpu's compile cannot be interrupted from Python: a thread running it runs to its end, burning
+CPU and memory after its caller gave up. Here a compile runs in a child process, which is killed
+when the compile exceeds its timeout or the caller is interrupted (SIGKILL: libtpu prints a crash
+report on SIGTERM). A child is a fresh interpreter (running `main`,
+started like multiprocessing's `spawn`: a fork of a process in which JAX has started is unsafe,
+but unlike `spawn` it does not re-run the caller's main script, so a script without an
+`if __name__ == "__main__"` guard can plan) and is reused for the next compile, so the imports of
+jax and libtpu (a few seconds) are paid once per child, not per compile. It speaks pickle over
+two pipes (`multiprocessing.connection.Connection`).
+
+A child receives what lowering needs, not the lowered program: the pickled strategy space and
+strategy, the slice's name, the placement (the device order) and the compiler flags. It lowers
+the program again, checks it is the program the parent lowered (the SHA-256 of the lowered text;
+the parent's text keys the compile cache), compiles it and returns the compiled HLO text, the
+logical device order, the memory the compiler reported and the compile's seconds. It writes
+nothing: the parent stores what arrives in the compile cache, so a killed compile leaves no entry.
+
+A space that cannot be pickled, or unpickled in a fresh process (e.g. a `FunctionSpace` of a
+lambda, of a function defined inside another or in the caller's `__main__`), is compiled in the calling process instead
+(`compile_strategy` does so), where a timeout abandons the compile rather than stopping it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.placement import Placement
+from aoizora.toolchain import CompilerFlags
+
+#: Seconds a new child may take to import jax and libtpu before it is considered broken.
+CHILD_START_TIMEOUT_S = 600.0
+
+
+class CompileTimeout(Exception):
+    """A compile did not finish within its timeout (its child process was killed)."""
+
+
+class WorkloadNotTransferable(Exception):
+    """The strategy space cannot be sent to a child process: compile in this one."""
+
+
+class ChildCompileError(Exception):
+    """The compiler's error in a child process; `str()` is its message, `original_type` its class name."""
+
+    def __init__(self, original_type: str, message: str) -> None:
+        super().__init__(message)
+        self.original_type = original_type
+
+
+class ChildDied(Exception):
+    """A compile's child process ended without an answer (killed from outside, or crashed)."""
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    """What a child needs to lower and compile one strategy over one device order."""
+
+    space_blob: bytes
+    strategy_blob: bytes
+    topology_name: str
+    placement: Placement
+    flags: CompilerFlags | None
+    lowered_sha256: str  # of the lowered text the parent keyed the compile cache with
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """A compile's output, as the parent stores it in the compile cache."""
+
+    hlo_text: str
+    device_ids: tuple[int, ...] | None
+    memory_bytes: int | None
+    compile_seconds: float
+
+
+def lowered_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class _Child:
+    """One child process (a fresh interpreter running `main`) and the pipes to it."""
+
+    def __init__(self) -> None:
+        from_parent, to_child = os.pipe()
+        from_child, to_parent = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", "from aoizora.stage2.compile_workers import main; main()", str(from_parent),
+                 str(to_parent)],
+                pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+        except BaseException:
+            for fd in (to_child, from_parent, from_child, to_parent):
+                os.close(fd)
+            raise
+        os.close(from_parent)
+        os.close(to_parent)
+        self.send_conn = Connection(to_child, readable=False)
+        self.recv_conn = Connection(from_child, writable=False)
+        self.ready = False
+        self.killed = False
+        self._kill_lock = threading.Lock()
+
+    def wait_ready(self) -> None:
+        """Wait for the child's imports (once); ChildDied if it does not start."""
+        if self.ready:
+            return
+        # the child imports this process's modules by the same path (a workload defined in a
+        # test module or a user's package is unpickled there)
+        self.send_conn.send(list(sys.path))
+        if not self.recv_conn.poll(CHILD_START_TIMEOUT_S):
+            raise ChildDied(f"a compile process did not start within {CHILD_START_TIMEOUT_S:.0f} s")
+        self._receive()  # "ready", after its imports
+        self.ready = True
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _receive(self) -> Any:
+        try:
+            return self.recv_conn.recv()
+        except (EOFError, OSError) as exc:
+            raise ChildDied(f"the compile process {self.process.pid} ended without an answer "
+                            f"(exit code {self.process.poll()})") from exc
+
+    def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+        self.send_conn.send(job)
+        if not self.recv_conn.poll(timeout_s):
+            self.kill()
+            raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+        kind, *payload = self._receive()
+        if kind == "ok":
+            return payload[0]
+        if kind == "workload":
+            raise WorkloadNotTransferable(payload[0])
+        raise ChildCompileError(*payload)
+
+    def kill(self) -> None:
+        """Kill the child and close the pipes, once (the waiting thread and `close` may both call it:
+        closing a descriptor twice could close another one opened in between)."""
+        with self._kill_lock:
+            if self.killed:
+                return
+            self.killed = True
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            self.send_conn.close()
+            self.recv_conn.close()
+
+    def stop(self) -> None:
+        """Ask an idle child to exit; kill it if it does not."""
+        try:
+            self.send_conn.send(None)
+            self.process.wait(5.0)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class CompileWorkers:
+    """Up to `size` compile processes, started when first needed and reused until `close()`.
+
+    Thread-safe: each `compile` takes an idle child (or starts one) for its duration, so up to
+    `size` threads compile at once. A context manager: leaving it (normally or by an exception,
+    Ctrl-C included) stops every child, killing those still compiling.
+    """
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = max(1, size)
+        self._slots = threading.BoundedSemaphore(self.size)
+        self._lock = threading.Lock()
+        self._idle: list[_Child] = []
+        self._busy: set[_Child] = set()
+        self._blobs: dict[int, tuple[Any, bytes | None]] = {}  # id(space) -> (space, its pickle or None)
+        self._closed = False
+        self.pids: list[int] = []  # every child started (for diagnostics and tests)
+        self.start_seconds: list[float] = []  # how long each child took to get ready (its imports)
+
+    def job(self, space: Any, strategy: Any, topology_name: str, placement: Placement, flags: CompilerFlags | None,
+            lowered_text: str) -> CompileJob | None:
+        """The job for one compile, or None when the space or strategy cannot be pickled."""
+        with self._lock:
+            held = self._blobs.get(id(space))
+            if held is None or held[0] is not space:
+                held = (space, _pickled(space))
+                self._blobs[id(space)] = held
+        blob, strategy_blob = held[1], _pickled(strategy)
+        if blob is None or strategy_blob is None:
+            return None
+        return CompileJob(blob, strategy_blob, topology_name, placement, flags, lowered_digest(lowered_text))
+
+    def refuse(self, space: Any) -> None:
+        """Remember that a child could not load `space`: its compiles stay in the caller's process."""
+        with self._lock:
+            self._blobs[id(space)] = (space, None)
+
+    def compile(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+        """Run `job` in a child; CompileTimeout (the child killed) after `timeout_s` seconds."""
+        with self._slots:
+            child = self._take()
+            try:
+                if not child.ready:
+                    t0 = time.perf_counter()
+                    child.wait_ready()
+                    with self._lock:
+                        self.start_seconds.append(time.perf_counter() - t0)
+                result = child.run(job, timeout_s)
+            except (ChildCompileError, WorkloadNotTransferable):
+                self._give(child)  # the child answered: it is still good
+                raise
+            except BaseException:  # timeout, Ctrl-C, a dead child: the child goes
+                with self._lock:
+                    self._busy.discard(child)
+                child.kill()
+                raise
+            self._give(child)
+            return result
+
+    def _take(self) -> _Child:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the compile workers are closed")
+            if self._idle:
+                child = self._idle.pop()
+                self._busy.add(child)
+                return child
+        child = _Child()
+        with self._lock:  # registered before it is ready, so that `close` can kill it while it starts
+            self.pids.append(child.pid)
+            self._busy.add(child)
+            closed = self._closed
+        if closed:
+            child.kill()
+            raise RuntimeError("the compile workers are closed")
+        return child
+
+    def _give(self, child: _Child) -> None:
+        with self._lock:
+            self._busy.discard(child)
+            closed = self._closed
+            if not closed:
+                self._idle.append(child)
+        if closed:
+            child.stop()
+
+    def close(self) -> None:
+        """Stop the idle children and kill those still compiling."""
+        with self._lock:
+            self._closed = True
+            idle, busy = self._idle, list(self._busy)
+            self._idle, self._busy = [], set()
+        for child in busy:
+            child.kill()
+        for child in idle:
+            child.stop()
+
+    def __enter__(self) -> "CompileWorkers":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _pickled(obj: Any) -> bytes | None:
+    try:
+        return pickle.dumps(obj)
+    except Exception:  # a lambda, a local function, an open resource: not transferable
+        return None
+
+
+# ------------------------------------------------------------------------------------------
+# The child's side
+# ------------------------------------------------------------------------------------------
+def _serve(recv_conn: Any, send_conn: Any) -> None:
+    """A child's loop: announce readiness, then run jobs until told to stop (None) or orphaned."""
+    sys.path[:] = recv_conn.recv()
+    import jax  # noqa: F401  (the imports a compile needs, before the parent's clock starts)
+
+    import aoizora  # noqa: F401  (libtpu's multi-process switch, before libtpu loads)
+
+    send_conn.send(("ready",))
+    spaces: dict[bytes, Any] = {}
+    while True:
+        try:
+            job = recv_conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if job is None:
+            return
+        send_conn.send(_run(job, spaces))
+
+
+def _run(job: CompileJob, spaces: dict[bytes, Any]) -> tuple[Any, ...]:
+    import jax
+
+    from aoizora.toolchain import compile_lowered
+    from aoizora.topology import get_topology
+
+    digest = hashlib.sha256(job.space_blob).digest()
+    try:
+        if digest not in spaces:
+            spaces.clear()  # one workload at a time
+            spaces[digest] = pickle.loads(job.space_blob)
+        space, strategy = spaces[digest], pickle.loads(job.strategy_blob)
+    except Exception as exc:  # e.g. a function defined in a module this process cannot import
+        return ("workload", f"the workload cannot be loaded in a child process ({type(exc).__name__}: {exc})")
+    try:
+        topology = get_topology(job.topology_name)
+        inputs = space.lowering_inputs(strategy, job.placement.jax_mesh(topology))
+        lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+        if lowered_digest(lowered.as_text()) != job.lowered_sha256:
+            return ("workload", "the child process lowered another program than the planner")
+        t0 = time.perf_counter()
+        compiled = compile_lowered(lowered, job.flags)
+        seconds = time.perf_counter() - t0
+        return ("ok", ChildResult(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled), seconds))
+    except Exception as exc:  # the compiler's refusal (out of HBM) or error, reported to the parent
+        return ("error", type(exc).__name__, str(exc))
+
+
+def memory_bytes(compiled: Any) -> int | None:
+    """The per-device bytes the compiler reports for a compiled program (None when it does not)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        return None
+    if m is None:
+        return None
+    return int(
+        m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+        + getattr(m, "generated_code_size_in_bytes", 0)
+    )
+
+
+def device_ids_of(compiled: Any) -> tuple[int, ...] | None:
+    """The executable's logical device order, as `aoizora.hlo.builder.program_from_compiled` reads it."""
+    try:
+        shardings = compiled.input_shardings[0]
+        if shardings:
+            return tuple(int(d.id) for d in shardings[0]._device_assignment)
+    except Exception:
+        return None
+    return None
+
+
+def main() -> None:
+    """A child's entry point: `python -c "...; main()" READ_FD WRITE_FD` (the pipes from and to the parent)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent kills us
+    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

@@ -1,0 +1,130 @@
+"""Compiles in child processes: a timeout kills the child and leaves nothing in the compile cache."""
+
+import os
+
+import pytest
+
+from aoizora.placement import enumerate_placements
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.search import CompileTimeout, compile_strategy
+from aoizora.stage1 import TransformerSpace
+from aoizora.topology import get_topology
+from aoizora.workloads.transformer import TransformerConfig
+
+CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def strategy():
+    space = TransformerSpace(CFG)
+    topo = get_topology("v5e:2x2")
+    candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
+    placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    return space, topo, candidate, placement
+
+
+def test_a_compile_over_its_timeout_kills_its_child_and_caches_nothing(strategy, tmp_path):
+    space, topo, candidate, placement = strategy
+    cache = CompileCache(tmp_path)
+    with CompileWorkers(1) as workers:
+        with pytest.raises(CompileTimeout):
+            compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 0.01, cache, workers=workers)
+        (pid,) = workers.pids
+        assert _gone(pid)  # killed and reaped, not left compiling
+        assert not list(tmp_path.iterdir())  # no entry, no temporary file
+        # the next compile starts a fresh child, which finishes and is stored
+        done = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, cache, workers=workers)
+        assert len(workers.pids) == 2 and done.program.collectives is not None and not done.from_cache
+    assert all(_gone(pid) for pid in workers.pids)  # closing stops the idle child
+    assert [p.name.endswith(".json.gz") for p in tmp_path.iterdir()] == [True]
+
+
+def test_a_child_compile_gives_the_in_process_program(strategy, tmp_path):
+    """The child lowers the program again from the pickled space; the parent checks it is the same
+    program and parses the child's compiled text: the same program as compiling here."""
+    from aoizora.cost import CostModel
+
+    space, topo, candidate, placement = strategy
+    with CompileWorkers(1) as workers:
+        child = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, workers=workers)
+        workers.refuse(space)  # as for a space a child cannot load: compiled in this process
+        here = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, workers=workers)
+        assert len(workers.pids) == 1
+    model = CostModel(topo)
+    assert model.evaluate(child.program, placement).step_seconds == model.evaluate(here.program, placement).step_seconds
+    assert child.program.device_ids == here.program.device_ids and child.memory_bytes == here.memory_bytes
+
+
+def test_a_space_that_cannot_be_pickled_compiles_in_this_process(tmp_path):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    from aoizora.placement import MeshSpec
+    from aoizora.plan.function_space import FunctionSpace, FunctionStrategy
+
+    topo = get_topology("v5e:2x2")
+    strategy = FunctionStrategy("data", MeshSpec(("data",), (4,)), (P("data", None),))
+    space = FunctionSpace(lambda x: jnp.sin(x) * 2, (jax.ShapeDtypeStruct((512, 128), jnp.float32),), [strategy])
+    placement = enumerate_placements(topo, strategy.mesh).placements[0]
+    with CompileWorkers(1) as workers:
+        done = compile_strategy(space, strategy, "data", topo, placement, 600, CompileCache(tmp_path), workers=workers)
+        assert workers.pids == []  # no child was started
+    assert done.program is not None and len(list(tmp_path.glob("*.json.gz"))) == 1
+
+
+def test_an_interrupted_compile_kills_its_child(tmp_path):
+    """Ctrl-C (SIGINT) while a compile runs: the child is killed, not left compiling, and nothing is cached."""
+    import signal
+    import threading
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted
+
+    space = TransformerSpace(TransformerConfig(layers=8, dim=1024, heads=8, head_dim=128, mlp=4096, seq=2048, batch=2))
+    topo = get_topology("v5e:2x2")
+    candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
+    placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    previous = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(5.0, os.kill, (os.getpid(), signal.SIGINT))  # a compile of it takes several seconds
+    try:
+        with CompileWorkers(1) as workers:
+            timer.start()
+            with pytest.raises(Interrupted):
+                compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, CompileCache(tmp_path),
+                                 workers=workers)
+            assert workers.pids and all(_gone(pid) for pid in workers.pids)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_wan_space_that_has_lowered_can_still_go_to_a_child():
+    """The Wan space caches meshes (holding devices, which do not pickle) as it lowers; a copy for
+    a child process leaves them out, so its compiles can still be stopped."""
+    import pickle
+
+    from aoizora.models.registry import wan_space
+
+    topo = get_topology("v5e:2x2")
+    space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
+    candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
+    placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    space.lowering_inputs(candidate.strategy, placement.jax_mesh(topo))
+    job = CompileWorkers(1).job(space, candidate.strategy, topo.name, placement, None, "lowered text")
+    assert job is not None
+    again = pickle.loads(job.space_blob)
+    assert again.workload() == space.workload()

@@ -1,0 +1,189 @@
+"""Stage 2 pruned by Stage 1's bound: the same choice as compiling every kept strategy, fewer compiles."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from aoizora.plan import load_plan, plan_space
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.search import run_stage2
+from aoizora.stage1 import TransformerSpace, run_stage1
+from aoizora.topology import get_topology
+from aoizora.workloads.transformer import TransformerConfig
+
+CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+
+
+def _best(outcomes):
+    pair = min((s for o in outcomes for s in o.scored), key=lambda s: (s.q2.step_seconds, not s.verified))
+    return pair.key, pair.placement.name, pair.q2.step_seconds
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Every legal strategy of a small transformer on v5e:2x2, compiled once (the compile cache
+    then serves the pruned runs)."""
+    space = TransformerSpace(CFG)
+    topo = get_topology("v5e:2x2")
+    stage1 = run_stage1(space, topo, top_k=64, progress=False)
+    kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
+    bounds = {e.key: e.q1.seconds for e in stage1.ranked}
+    cache = CompileCache(tmp_path_factory.mktemp("compiled"))
+    full = run_stage2(space, kept, topo, compile_cache=cache, verify_top=1)
+    return SimpleNamespace(space=space, topo=topo, stage1=stage1, kept=kept, bounds=bounds, cache=cache, full=full)
+
+
+def test_pruned_stage2_chooses_what_compiling_every_kept_strategy_chooses(small):
+    outcomes, _, notes, summary = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache,
+                                             verify_top=1, lower_bounds=small.bounds)
+    full_outcomes, _, _, full_summary = small.full
+    assert not full_summary.pruned and len(full_summary.compiled) == len(small.kept)
+    assert _best(outcomes) == _best(full_outcomes)
+    assert summary.pruned and len(summary.compiled) < len(small.kept), "the bound prunes on this space"
+    assert set(summary.compiled) | set(summary.pruned) == {k for k, _ in small.kept}
+    assert not summary.bound_violations
+    # compiled in ascending Q1, and everything below the first pruned strategy's Q1 was compiled
+    q1 = [small.bounds[k] for k in summary.compiled]
+    assert q1 == sorted(q1)
+    cut = min(why["q1_seconds"] for why in summary.pruned.values())
+    assert all(k in summary.compiled for k, v in small.bounds.items() if v < cut)
+    best_q2 = {o.key: min(s.q2.step_seconds for s in o.scored) for o in full_outcomes if o.scored}
+    for key, why in summary.pruned.items():
+        assert why["q1_seconds"] == small.bounds[key] >= why["best_q2_seconds"] >= _best(full_outcomes)[2]
+        assert best_q2[key] >= small.bounds[key]  # the bound held for the strategy that was not compiled
+    assert any("not compiled" in n for n in notes)
+    assert [o.key for o in outcomes] == [k for k, _ in small.kept if k in summary.compiled]  # kept's order
+
+
+def test_a_violated_bound_prunes_nothing(small):
+    """Should a compiled strategy's Q1 exceed its best Q2, the bound is not trusted: nothing more is pruned."""
+    full_outcomes = small.full[0]
+    first = min(small.bounds, key=small.bounds.get)  # compiled first
+    own = min(s.q2.step_seconds for o in full_outcomes if o.key == first for s in o.scored)
+    # every bound raised by the same amount (the order stays), the first one's above its own Q2
+    lift = own * 1.01 - small.bounds[first]
+    raised = {k: v + lift for k, v in small.bounds.items()}
+    _, _, notes, summary = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                                      lower_bounds=raised)
+    assert next(iter(summary.bound_violations)) == first  # the first compile shows it
+    assert not summary.pruned and len(summary.compiled) == len(small.kept)
+    assert any("not trusted" in n for n in notes)
+
+
+def test_baselines_are_compiled_first_and_never_pruned(small):
+    """The expert deployments are baselines: compiled whatever their bound, and their Q2 prunes the rest."""
+    worst = max(small.bounds, key=small.bounds.get)
+    outcomes, _, _, summary = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=0,
+                                         lower_bounds=small.bounds, baselines=[worst])
+    assert summary.compiled[0] == worst and worst not in summary.pruned
+    assert any(o.key == worst and o.scored for o in outcomes)
+
+
+def test_a_refused_strategy_gives_its_place_to_the_next_under_pruning(small, monkeypatch):
+    """The HBM backfill keeps working with the bound: the next of Stage 1's ranking is compiled in a
+    refused strategy's place (and is itself subject to the bound)."""
+    import aoizora.stage2.search as stage2
+
+    ranked = [e.key for e in small.stage1.ranked]
+    real = stage2.compile_strategy
+
+    def refusing(space, strategy, key, *args, **kw):
+        if key == ranked[0]:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
+        return real(space, strategy, key, *args, **kw)
+
+    monkeypatch.setattr(stage2, "compile_strategy", refusing)
+    by_key = dict(small.kept)
+    outcomes, _, notes, summary = run_stage2(
+        small.space, [(k, by_key[k]) for k in ranked[:2]], small.topo, compile_cache=small.cache, verify_top=0,
+        lower_bounds=small.bounds, reserve=[(k, by_key[k]) for k in ranked[2:]])
+    assert summary.compiled[:3] == ranked[:3]
+    assert any(f"{ranked[2]}, next in Stage 1's ranking" in n for n in notes)
+    assert [o.key for o in outcomes][:3] == ranked[:3] and outcomes[0].dropped.startswith("out of HBM")
+
+
+def test_the_plan_records_what_was_compiled_and_pruned(small, tmp_path):
+    result = plan_space(small.space, small.topo, top_k=64, verify_top=1, use_cache=False, progress=False,
+                        compile_cache=small.cache, stage1=small.stage1)
+    section = result.plan.data["stage2"]
+    assert section == json.loads(json.dumps(result.stage2.to_json()))
+    assert section["compiles"] + len(section["pruned_by_q1"]) == len(small.kept)
+    assert section["pruned_by_q1"] and not section["q1_bound_violations"]
+    chosen = (result.plan.strategy["key"], result.plan.data["placement"]["name"], result.plan.predicted_step_seconds)
+    assert chosen[:2] == _best(small.full[0])[:2]
+    assert chosen[2] == pytest.approx(_best(small.full[0])[2], rel=1e-12)
+    again = load_plan(result.plan.save(tmp_path / "plan.json"))  # the schema takes the section
+    assert again.data["stage2"] == section
+
+
+def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
+    """Two compiles in flight (in child processes, on an empty compile cache): the same chosen pair
+    and Q2 as one at a time; anything compiled beyond the sequential set has a Q1 that cannot win."""
+    sequential = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                            lower_bounds=small.bounds, workers=1)
+    parallel = run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=1,
+                          lower_bounds=small.bounds, workers=2)
+    assert _best(parallel[0]) == _best(sequential[0])
+    seq, par = sequential[3], parallel[3]
+    assert par.workers == 2 and set(seq.compiled) <= set(par.compiled)
+    assert all(small.bounds[k] >= _best(sequential[0])[2] for k in set(par.compiled) - set(seq.compiled))
+    assert set(par.pruned) <= set(seq.pruned)
+    assert [o.key for o in parallel[0]] == [k for k, _ in small.kept if k in par.compiled]  # kept's order
+    assert all(not o.compiled.from_cache for o in parallel[0])  # compiled here, not read back
+
+
+def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monkeypatch):
+    """Interrupted while two compiles are in flight: run_stage2 returns at once (it does not wait
+    for the compiles) and no child process is left compiling."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import aoizora.stage2.search as stage2
+
+    started = []
+
+    class Recorded(stage2.CompileWorkers):
+        def __init__(self, size):
+            super().__init__(size)
+            started.append(self)
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted
+
+    monkeypatch.setattr(stage2, "CompileWorkers", Recorded)
+    previous = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(Interrupted):
+            run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=0,
+                       workers=2)
+        assert time.perf_counter() - t0 < 60
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    (workers,) = started
+    assert workers.pids
+    for pid in workers.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_compile_cache_hits_start_no_child_process(small, monkeypatch):
+    """The parent looks a program up in the compile cache before any child is started."""
+    import aoizora.stage2.compile_workers as compile_workers
+
+    def no_child():
+        pytest.fail("a compile process was started for a program in the compile cache")
+
+    monkeypatch.setattr(compile_workers, "_Child", no_child)
+    outcomes = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                          lower_bounds=small.bounds, workers=2)[0]
+    assert outcomes and all(o.compiled.from_cache for o in outcomes)
