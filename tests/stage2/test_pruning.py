@@ -8,7 +8,8 @@ import pytest
 from aoizora.plan import load_plan, plan_space
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.search import run_stage2
-from aoizora.stage1 import TransformerSpace, run_stage1
+from aoizora.stage1 import run_stage1
+from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
