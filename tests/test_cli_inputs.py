@@ -244,6 +244,7 @@ def test_ctrl_c_exits_130_with_one_line():
     assert [line for line in err.splitlines() if line.strip()] == ["aoizora: interrupted"]
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed interrupt, on purpose
 def test_an_interrupt_that_lands_in_a_finalizer_still_ends_the_command():
     """Python cannot raise inside a finalizer (it prints "Exception ignored" and goes on): the
     command must still end as interrupted, not finish with exit 0."""
