@@ -87,20 +87,10 @@ def plan_space(
     `workers`: Stage 2 compiles run at once, each in its own process; the plan is the one a
     sequential run makes (see `run_stage2`), so the number is not part of the cached request.
     """
-    import aoizora
-
     options = options or Q2Options()
     flags = planning_flags(libtpu_args, topology.name)
-    request = {
-        "workload": space.workload(),
-        "topology": topology.name,
-        "libtpu_args": str(flags),
-        "toolchain": toolchain_versions(),
-        "aoizora": aoizora.__version__,
-        "source": source_fingerprint(),
-        "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
-                    "verify_top": verify_top, "include_experts": include_experts},
-    }
+    request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
+                       include_experts=include_experts)
     if use_cache:
         hit = cache.lookup(request)
         if hit is not None:
@@ -119,14 +109,7 @@ def plan_space(
     if not kept:
         raise nothing_fits(space, topology, stage1)
 
-    # The expert deployments are compiled anyway (they are baselines, with their own flags), so
-    # they also compete: a plan is never worse than the baselines it reports, whatever Stage 1's recall.
-    extra_notes: list[str] = []
-    top = len(kept)
-    for ex in experts:
-        if ex.key not in {k for k, _ in kept}:
-            kept.append((ex.key, ex.deployment.strategy))
-            extra_notes.append(f"the expert deployment {ex.deployment.name} ({ex.key}) joined Stage 2 beside the Top-{top}")
+    extra_notes = _add_experts(kept, experts)
     flags_by_key = {ex.key: ex.flags for ex in experts}
 
     # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
@@ -145,24 +128,7 @@ def plan_space(
         raise PlanningError(f"none of the {len(kept)} strategies compiled for {topology.name} ({reasons})")
     best = min(chosen_pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
 
-    baselines: dict[str, Any] = {}
-    same = next(o for o in outcomes if o.key == best.key).jax_default
-    if same is not None:
-        baselines["same_strategy_jax_default"] = _pair_json(same, best)
-    if experts:
-        # "expert" is the primary deployment (the first documented); "experts" lists them all
-        baselines["experts"] = [_expert_json(ex.deployment, ex.key, outcomes, best) for ex in experts]
-        baselines["expert"] = baselines["experts"][0]
-
-    # Schedules and link loads of the choice and of JAX's placement of the same strategy, for reports.
-    model = CostModel(topology, options)
-    best.q2 = model.evaluate(best.program, best.placement, timeline=True)
-    if same is not None:
-        detailed = model.evaluate(same.program, same.placement, timeline=True)
-        baselines["same_strategy_jax_default"].update(
-            link_bytes=detailed.link_bytes.tolist(), timeline=detailed.timeline,
-            device_coords=same.placement.coords(topology).tolist(),
-        )
+    baselines = _baselines(outcomes, best, experts, topology, options)
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
@@ -172,6 +138,62 @@ def plan_space(
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
+
+
+def _request(space: StrategySpace, topology: Topology, flags: CompilerFlags, options: Q2Options, *, top_k: int,
+             verify_top: int, include_experts: bool) -> dict[str, Any]:
+    """Everything a plan depends on: the plan cache's key, recorded in the plan."""
+    import aoizora
+
+    return {
+        "workload": space.workload(),
+        "topology": topology.name,
+        "libtpu_args": str(flags),
+        "toolchain": toolchain_versions(),
+        "aoizora": aoizora.__version__,
+        "source": source_fingerprint(),
+        "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
+                    "verify_top": verify_top, "include_experts": include_experts},
+    }
+
+
+def _add_experts(kept: list[tuple[str, Any]], experts: list[ExpertEntry]) -> list[str]:
+    """Append the expert deployments not already kept to Stage 2's candidates; a note for each.
+
+    They are compiled anyway (they are baselines, with their own flags), so they also compete: a
+    plan is never worse than the baselines it reports, whatever Stage 1's recall."""
+    notes = []
+    top = len(kept)
+    for ex in experts:
+        if ex.key not in {k for k, _ in kept}:
+            kept.append((ex.key, ex.deployment.strategy))
+            notes.append(f"the expert deployment {ex.deployment.name} ({ex.key}) joined Stage 2 beside the Top-{top}")
+    return notes
+
+
+def _baselines(outcomes: list[StrategyOutcome], best: Scored, experts: list[ExpertEntry], topology: Topology,
+               options: Q2Options) -> dict[str, Any]:
+    """The chosen strategy on JAX's default placement and each expert deployment, against the choice.
+
+    Also gives the choice (and JAX's placement of it) their schedules and link loads, for reports."""
+    baselines: dict[str, Any] = {}
+    same = next(o for o in outcomes if o.key == best.key).jax_default
+    if same is not None:
+        baselines["same_strategy_jax_default"] = _pair_json(same, best)
+    if experts:
+        # "expert" is the primary deployment (the first documented); "experts" lists them all
+        baselines["experts"] = [_expert_json(ex.deployment, ex.key, outcomes, best) for ex in experts]
+        baselines["expert"] = baselines["experts"][0]
+
+    model = CostModel(topology, options)
+    best.q2 = model.evaluate(best.program, best.placement, timeline=True)
+    if same is not None:
+        detailed = model.evaluate(same.program, same.placement, timeline=True)
+        baselines["same_strategy_jax_default"].update(
+            link_bytes=detailed.link_bytes.tolist(), timeline=detailed.timeline,
+            device_coords=same.placement.coords(topology).tolist(),
+        )
+    return baselines
 
 
 def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) -> CompilerFlags:

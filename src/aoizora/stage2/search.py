@@ -443,19 +443,26 @@ def run_stage2(
             notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
                          "that strategy was compiled after all")
 
-    summary = sweep.summary
+    if cached:
+        timings["compile_cached"] = sum(cached)
+    notes += _sweep_notes(sweep.summary, cached, sweep.best_q2)
+    return outcomes, timings, notes, sweep.summary
+
+
+def _sweep_notes(summary: Stage2Summary, cached: list[float], best_q2: float) -> list[str]:
+    """What the plan says of the sweep: compiles read from the cache, strategies pruned, bound violations."""
+    notes = []
     if cached:
         notes.append(f"{len(cached)} of {len(summary.compiled)} compiles read from the compile cache "
                      f"(they took {sum(cached):.1f} s when compiled)")
-        timings["compile_cached"] = sum(cached)
     if summary.pruned:
         notes.append(f"{len(summary.pruned)} of {len(summary.pruned) + len(summary.compiled)} strategies not compiled: "
-                     f"their Q1 is no lower than the best Q2 found ({sweep.best_q2 * 1e3:.3f} ms)")
+                     f"their Q1 is no lower than the best Q2 found ({best_q2 * 1e3:.3f} ms)")
     if summary.bound_violations:
         shown = ", ".join(f"{k} (Q1 {v['q1_seconds'] * 1e3:.3f} ms > Q2 {v['best_q2_seconds'] * 1e3:.3f} ms)"
                           for k, v in summary.bound_violations.items())
         notes.append(f"Q1 exceeded the best Q2 of {shown}: the bound is not trusted, nothing more was pruned")
-    return outcomes, timings, notes, summary
+    return notes
 
 
 def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
