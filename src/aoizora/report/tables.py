@@ -133,10 +133,11 @@ def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = No
     d = plan.data
     ms = lambda s: "-" if s is None else f"{s * 1e3:,.2f}"  # noqa: E731
     table = Table(title=f"{escape(d['workload']['name'])} on {escape(d['topology']['name'])}: strategies (Stage 2)")
-    table.add_column("strategy", no_wrap=True)
-    table.add_column("best placement", no_wrap=True)
+    # long keys (an expert deployment's names its flags) wrap; the numbers never do
+    table.add_column("strategy", overflow="fold", min_width=24)
+    table.add_column("best placement", overflow="fold", min_width=16)
     for col in ("step ms", "exposed comm ms", "jax-default ms", "GiB/device"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     table.add_column("note")
     chosen = d["strategy"]["key"]
     for a in d["alternatives"]:
