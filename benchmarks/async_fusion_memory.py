@@ -43,8 +43,6 @@ def main() -> None:
     ap.add_argument("--model", default="wan2.1-t2v-14b")
     args = ap.parse_args()
 
-    import jax
-
     from aoizora.models.registry import wan_space
     from aoizora.placement.jax_default import jax_default_placement
     from aoizora.topology import get_topology
@@ -59,7 +57,7 @@ def main() -> None:
         strategy = candidates[key].strategy
         mesh = jax_default_placement(topo, space.mesh_spec(strategy)).jax_mesh(topo)
         inp = space.lowering_inputs(strategy, mesh)
-        lowered = jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
+        lowered = inp.lower()
         for name, options in OPTIONS.items():
             with tempfile.TemporaryDirectory(prefix="aoizora-dump-") as dump:
                 t0 = time.perf_counter()

@@ -6,7 +6,7 @@ search over all 5,040 orders of an 8-member group, costed one order at a time. T
 by side on the same program and placements:
 
 * ``plain search``: that search as it was (a loop over `itertools.permutations`, each order
-  costed by `_ring_cost`), for every group of every collective of every simulation;
+  costed by `ring_cost`), for every group of every collective of every simulation;
 * ``vectorised``: the library's exact search (all orders costed at once with numpy), still
   searched afresh for every group;
 * ``vectorised + memo``: what `simulate` does now — orders memoised per slice, so a program's
@@ -60,21 +60,21 @@ def main() -> None:
           f"of {args.mesh} on {topo.name}")
 
     memoised_search = algorithms.best_ring_order
-    vectorised_exact = algorithms._exact_ring_order
+    vectorised_exact = algorithms.exact_ring_order
 
     def plain_exact(topology, group, bidirectional):  # the search before numpy: one order at a time
-        best, best_cost = group, algorithms._ring_cost(topology, group, bidirectional)
+        best, best_cost = group, algorithms.ring_cost(topology, group, bidirectional)
         for rest in itertools.permutations(group[1:]):
-            cost = algorithms._ring_cost(topology, (group[0], *rest), bidirectional)
+            cost = algorithms.ring_cost(topology, (group[0], *rest), bidirectional)
             if cost < best_cost:
                 best, best_cost = (group[0], *rest), cost
         return best
 
     def one_pass(mode: str) -> tuple[float, list[float], list[float]]:
         algorithms.clear_ring_order_memo()
-        # build_plan and _search_ring_order look these up in their module at each call
-        algorithms.best_ring_order = memoised_search if mode == "vectorised + memo" else algorithms._search_ring_order
-        algorithms._exact_ring_order = plain_exact if mode == "plain search" else vectorised_exact
+        # build_plan and search_ring_order look these up in their module at each call
+        algorithms.best_ring_order = memoised_search if mode == "vectorised + memo" else algorithms.search_ring_order
+        algorithms.exact_ring_order = plain_exact if mode == "plain search" else vectorised_exact
         per, steps = [], []
         t_all = time.perf_counter()
         for p in placements:
@@ -82,7 +82,7 @@ def main() -> None:
             steps.append(simulate(prog, topo, p, opaque_seconds=opaque, **sim_options).step_seconds)
             per.append(time.perf_counter() - t0)
         algorithms.best_ring_order = memoised_search
-        algorithms._exact_ring_order = vectorised_exact
+        algorithms.exact_ring_order = vectorised_exact
         return time.perf_counter() - t_all, per, steps
 
     modes = ("plain search", "vectorised", "vectorised + memo")

@@ -23,8 +23,6 @@ GRID = [(t, r, f) for r in ("720p", "480p") for f in (81, 41, 21) for t in ("v5e
 
 
 def compile_survivors(cells: list[tuple[str, str, int]], out: Path, top_k: int | None) -> None:
-    import jax
-
     from aoizora.models.registry import wan_space
     from aoizora.placement.jax_default import jax_default_placement
     from aoizora.stage1.search import run_stage1
@@ -44,7 +42,7 @@ def compile_survivors(cells: list[tuple[str, str, int]], out: Path, top_k: int |
             record = {"topology": topology, "resolution": resolution, "frames": frames, "key": entry.key}
             t0 = time.perf_counter()
             try:
-                m = jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs).compile().memory_analysis()
+                m = inp.lower().compile().memory_analysis()
                 record["memory_bytes"] = (m.argument_size_in_bytes + m.output_size_in_bytes
                                           + m.temp_size_in_bytes - m.alias_size_in_bytes)
             except Exception as e:  # noqa: BLE001 - recorded (an out-of-HBM refusal, most likely)

@@ -76,7 +76,7 @@ def test_missing_libtpu_is_reported(monkeypatch):
 
 
 def test_real_errors_are_not_filtered():
-    from aoizora._stderr import is_noise
+    from aoizora.stderr_filter import is_noise
 
     assert is_noise("WARNING: could not determine TPU accelerator type, please set env var")
     assert is_noise("learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327")

@@ -217,9 +217,9 @@ def test_validate_json_is_strict_with_reasons_for_undefined_statistics():
 
 
 def test_print_json_never_writes_nan(capsys):
-    from aoizora.cli import _print_json
+    from aoizora.cli import print_json
 
-    _print_json({"a": math.nan, "b": [math.inf, 1.0]})
+    print_json({"a": math.nan, "b": [math.inf, 1.0]})
     assert strict_loads(capsys.readouterr().out) == {"a": None, "b": [None, 1.0]}
 
 

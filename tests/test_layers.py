@@ -13,7 +13,7 @@ import aoizora
 
 # lowest first: a module may import only from layers before its own
 LAYERS: list[set[str]] = [
-    {"errors", "_stderr"},
+    {"errors", "stderr_filter"},
     {"defaults", "toolchain"},
     {"topology"},
     {"hlo", "placement"},

@@ -1,7 +1,7 @@
 """Command line: `aoizora topology`, `aoizora placements`, `aoizora demo`.
 
 Library code raises `AoizoraError`s; here they become one line on stderr and exit code 2.
-libtpu's no-TPU host-detection noise is filtered from stderr (see `_stderr`).
+libtpu's no-TPU host-detection noise is filtered from stderr (see `stderr_filter`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def _print_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     """Strict JSON on stdout (no NaN or Infinity: producers say why a number is undefined)."""
     click.echo(json.dumps(_finite(obj), indent=2, allow_nan=False))
 
@@ -186,7 +186,7 @@ def topology(topology_name: str, as_json: bool, core_ici: str) -> None:
 
     topo = get_topology(topology_name, core_ici)  # type: ignore[arg-type]
     if as_json:
-        _print_json(topo.to_json())
+        print_json(topo.to_json())
     else:
         print_topology(topo)
 
@@ -212,7 +212,7 @@ def placements(topology_name: str, mesh_text: str, as_json: bool, max_candidates
     topo = get_topology(topology_name)
     space = enumerate_placements(topo, mesh, max_candidates=max_candidates or DEFAULT_MAX_CANDIDATES)
     if as_json:
-        _print_json([p.to_json(topo) for p in space.placements])
+        print_json([p.to_json(topo) for p in space.placements])
     else:
         print_placements(space)
 
@@ -244,7 +244,7 @@ def hlo(file: str, as_json: bool) -> None:
 
     report = summarize(analyze(_read_text(file)))
     if as_json:
-        _print_json(report)
+        print_json(report)
         return
     tot = report["totals"]
     click.echo(f"{report['module']}: {report['num_devices']} devices, {tot['loops']} loops")
@@ -333,7 +333,7 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     with progress_bar("scoring placements", len(space.placements), quiet=as_json) as advance:
         rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim, progress=advance)
     if as_json:
-        _print_json({"topology": topo.name, "mesh": str(space.mesh), "placements": [r.to_json(topo) for r in rows]})
+        print_json({"topology": topo.name, "mesh": str(space.mesh), "placements": [r.to_json(topo) for r in rows]})
     else:
         print_ranking(rows, title=f"{program.module_name} on {topo.name}, mesh {space.mesh}")
 
@@ -373,7 +373,7 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     with progress_bar("Q2 and simulator", total, quiet=as_json) as advance:
         report = run_validation(programs, topo, space.placements, options=options, progress=advance)
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         print_validation(report, title=f"Q2 vs simulator on {topo.name}, mesh {spec}")
 
@@ -432,7 +432,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         best = result.ranked[0].candidate.strategy if result.ranked else None
         details = space.plan_details(best, topo) if best is not None else {}
         if as_json:
-            _print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
+            print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
                          "seconds": result.seconds, **details, "strategies": [e.to_json(space) for e in result.entries]})
         elif details:
             console.print(_experts_line(details["experts"]))
@@ -455,7 +455,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
 
         write_report(outcome.plan, report_dir)
     if as_json:
-        _print_json(outcome.plan.data)
+        print_json(outcome.plan.data)
     else:
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
         if "experts" in outcome.plan.data:
@@ -525,7 +525,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 
     report = run_plan(load_plan(plan_path), steps=steps, checkpoint=checkpoint, distributed=distributed)
     if as_json:
-        _print_json({"platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config,
+        print_json({"platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config,
                      "median_step_seconds": report.median_step_seconds, "step_seconds": report.step_seconds,
                      "compile_seconds": report.compile_seconds})
     else:
@@ -616,7 +616,7 @@ def _read_text(path: str) -> str:
 
 def main() -> None:
     """Console entry point."""
-    from aoizora._stderr import StderrFilter
+    from aoizora.stderr_filter import StderrFilter
 
     with StderrFilter():
         try:

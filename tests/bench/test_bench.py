@@ -341,7 +341,7 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
 
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
-    from aoizora.bench.harness import _search_only
+    from aoizora.bench.harness import search_only_choice
     from aoizora.stage2.search import Stage2Summary, run_stage2
 
     first, last = stage1.ranked[0], stage1.ranked[-1]
@@ -357,6 +357,6 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     planned = SimpleNamespace(outcomes=outcomes, stage2=Stage2Summary(
         pruned={first.key: {"q1_seconds": first.q1.seconds, "best_q2_seconds": first.q1.seconds}}))
     with CompileWorkers(1) as workers:
-        alone = _search_only(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
+        alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
     assert (alone.key, alone.placement.name) == (expected.key, expected.placement.name)
     assert alone.q2.step_seconds == expected.q2.step_seconds

@@ -92,19 +92,19 @@ def test_exact_ring_search_matches_the_plain_search_over_every_order(slice_name,
     import itertools
     import random
 
-    from aoizora.sim.algorithms import _exact_ring_order, _ring_cost
+    from aoizora.sim.algorithms import exact_ring_order, ring_cost
 
     topo = get_topology(slice_name)
     rng = random.Random(size * 2 + bidirectional)
     for _ in range(3):
         group = tuple(rng.sample(sorted(topo.positions), size))
         # the definition: the first order (listed first) of least (bottleneck, longest hop, total hops)
-        best, best_cost = group, _ring_cost(topo, group, bidirectional)
+        best, best_cost = group, ring_cost(topo, group, bidirectional)
         for rest in itertools.permutations(group[1:]):
-            cost = _ring_cost(topo, (group[0], *rest), bidirectional)
+            cost = ring_cost(topo, (group[0], *rest), bidirectional)
             if cost < best_cost:
                 best, best_cost = (group[0], *rest), cost
-        assert _exact_ring_order(topo, group, bidirectional) == best
+        assert exact_ring_order(topo, group, bidirectional) == best
         assert best_ring_order(topo, group, bidirectional) == best  # memoised: the same answer again
         assert best_ring_order(topo, group, bidirectional) == best
 

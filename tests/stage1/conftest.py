@@ -30,7 +30,7 @@ def transformer_cases(topo_2x4):
 
     from aoizora.stage1 import predict, read_module
     from aoizora.workloads import TransformerSpace
-    from aoizora.stage1.search import _lower
+    from aoizora.workload import lowering_inputs_on
 
     space = TransformerSpace(SMALL)
     wanted = {
@@ -41,7 +41,7 @@ def transformer_cases(topo_2x4):
     out = {}
     for c in space.candidates(topo_2x4.num_devices):
         if c.key in wanted:
-            lowered = _lower(space, c.strategy, topo_2x4)
+            lowered = lowering_inputs_on(space, c.strategy, topo_2x4).lower()
             module = read_module(lowered)
             out[c.key] = Case(c.key, lowered, module, predict(module))
     assert set(out) == wanted

@@ -6,7 +6,7 @@ from aoizora.errors import BufferDumpError
 from aoizora.hlo.buffer_dump import read_buffer_assignment
 from aoizora.models.registry import wan_space
 from aoizora.stage1.heap import Timeline
-from aoizora.stage1.search import _lower
+from aoizora.workload import lowering_inputs_on
 from aoizora.topology import get_topology
 
 
@@ -49,7 +49,7 @@ def test_replaying_libtpu_live_ranges_gives_its_temp_allocation(tmp_path):
     topo = get_topology("v5e:2x2")
     space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
     strategy = next(c.strategy for c in space.candidates(4) if c.key == "context=4 | weights=gathered | attn=allgather")
-    lowered = _lower(space, strategy, topo)
+    lowered = lowering_inputs_on(space, strategy, topo).lower()
     lowered.compile(compiler_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
     assignment = read_buffer_assignment(tmp_path, with_buffers=True)
     replay = _timeline([(b.start, b.end, b.size) for b in assignment.temp_buffers])

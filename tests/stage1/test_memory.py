@@ -4,7 +4,7 @@ import pytest
 
 from aoizora.stage1 import estimate_memory, predict, read_module
 from aoizora.workloads import TransformerSpace
-from aoizora.stage1.search import _lower
+from aoizora.workload import lowering_inputs_on
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
 
@@ -30,7 +30,7 @@ LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, se
 def test_total_within_15_percent(topo_2x4, key):
     space = TransformerSpace(LONG)
     cand = next(c for c in space.candidates(8) if c.key == key)
-    lowered = _lower(space, cand.strategy, topo_2x4)
+    lowered = lowering_inputs_on(space, cand.strategy, topo_2x4).lower()
     est = estimate_memory(predict(read_module(lowered)), topo_2x4.hardware)
     ma = lowered.compile().memory_analysis()
     compiled = ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes - ma.alias_size_in_bytes

@@ -69,12 +69,13 @@ def test_memory_filter_drops_with_reason(topo_2x4):
 def test_argument_bytes_before_lowering_match_the_lowered_program(topo_2x4, transformer_cases):
     from small_transformer import SMALL
 
-    from aoizora.stage1.search import _inputs, argument_bytes
+    from aoizora.stage1.search import argument_bytes
+    from aoizora.workload import lowering_inputs_on
 
     space = TransformerSpace(SMALL)
     for c in space.candidates(8):
         if c.key in transformer_cases:
-            assert argument_bytes(_inputs(space, c.strategy, topo_2x4)) == transformer_cases[c.key].prediction.argument_bytes
+            assert argument_bytes(lowering_inputs_on(space, c.strategy, topo_2x4)) == transformer_cases[c.key].prediction.argument_bytes
 
 
 class SplashSpace(StrategySpace):
@@ -163,12 +164,12 @@ def test_strategies_sharing_lowering_work_are_grouped():
     """Wan strategies with the same context and tensor sizes build the same splash kernels
     (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
     from aoizora.models.wan.config import PRESETS, VideoShape
-    from aoizora.stage1.search import Entry, RANKED, _affinity_groups
+    from aoizora.stage1.search import Entry, RANKED, affinity_groups
     from aoizora.models.wan.space import WanSpace
 
     space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))
     legal = [Entry(c, RANKED) for c in space.candidates(8) if c.legal]
-    groups = _affinity_groups(space, legal)
+    groups = affinity_groups(space, legal)
     assert sorted(e.key for g in groups for e in g) == sorted(e.key for e in legal)
     assert [len(g) for g in groups] == sorted((len(g) for g in groups), reverse=True)
     for g in groups:

@@ -108,7 +108,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
-    alone = _search_only(planned, stage1, space, topo, options, opts, cache, workers)
+    alone = search_only_choice(planned, stage1, space, topo, options, opts, cache, workers)
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -194,8 +194,8 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     return doc
 
 
-def _search_only(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options, opts: BenchOptions,
-                 cache: CompileCache, workers: CompileWorkers) -> Any:
+def search_only_choice(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options,
+                       opts: BenchOptions, cache: CompileCache, workers: CompileWorkers) -> Any:
     """What the search finds without the expert deployments among its candidates (the shipped
     planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies.
 

@@ -90,7 +90,8 @@ def _link_weights(topology: Topology) -> np.ndarray:
     return weights
 
 
-def _ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[float, int, int]:
+def ring_cost(topology: Topology, order: tuple[int, ...], bidirectional: bool) -> tuple[float, int, int]:
+    """A ring over `order`, scored (smaller is better): its slowest link's weighted load, longest hop, total hops."""
     loads = ring_link_loads(topology, order, bidirectional)
     weights = _link_weights(topology)
     hops = [len(topology.device_route(order[i], order[(i + 1) % len(order)])) for i in range(len(order))]
@@ -118,7 +119,7 @@ def best_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: b
     key = (tuple(group), bidirectional)
     order = memo.get(key)
     if order is None:
-        order = memo[key] = _search_ring_order(topology, key[0], bidirectional)
+        order = memo[key] = search_ring_order(topology, key[0], bidirectional)
     return order
 
 
@@ -127,14 +128,15 @@ def clear_ring_order_memo() -> None:
     _RING_ORDERS.clear()
 
 
-def _search_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+def search_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+    """The ring order the simulator uses for `group`: exact up to 8 members, 2-opt from seeds beyond."""
     n = len(group)
     if n <= 3:
         return group
     if n <= 8:
-        return _exact_ring_order(topology, group, bidirectional)
+        return exact_ring_order(topology, group, bidirectional)
     best = group
-    best_cost = _ring_cost(topology, group, bidirectional)
+    best_cost = ring_cost(topology, group, bidirectional)
     for seed in (group, *_seed_orders(topology, group)):
         cand, cost = _two_opt(topology, seed, bidirectional)
         if cost < best_cost:
@@ -142,10 +144,10 @@ def _search_ring_order(topology: Topology, group: tuple[int, ...], bidirectional
     return best
 
 
-def _exact_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
+def exact_ring_order(topology: Topology, group: tuple[int, ...], bidirectional: bool) -> tuple[int, ...]:
     """The best of all cyclic orders with the first device fixed, costed together (numpy).
 
-    Same cost and tie rule as `_ring_cost` over `itertools.permutations` order: the first
+    Same cost and tie rule as `ring_cost` over `itertools.permutations` order: the first
     minimum wins, and the listed order is the first permutation.
     """
     n = len(group)
@@ -182,7 +184,7 @@ def _cyclic_orders(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
              ) -> tuple[tuple[int, ...], tuple[int, int, int]]:
     """Deterministic first-improvement 2-opt on the ring cost, from `order`."""
-    best, best_cost = order, _ring_cost(topology, order, bidirectional)
+    best, best_cost = order, ring_cost(topology, order, bidirectional)
     n = len(order)
     improved = True
     while improved:
@@ -190,7 +192,7 @@ def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
         for i in range(1, n - 1):
             for j in range(i + 1, n):
                 cand = best[:i] + tuple(reversed(best[i : j + 1])) + best[j + 1 :]
-                cost = _ring_cost(topology, cand, bidirectional)
+                cost = ring_cost(topology, cand, bidirectional)
                 if cost < best_cost:
                     best, best_cost, improved = cand, cost, True
     return best, best_cost

@@ -28,7 +28,7 @@ from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.workload import Candidate, LoweringInputs, StrategySpace
+from aoizora.workload import Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 from aoizora.topology import Topology
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
@@ -105,23 +105,6 @@ class Stage1Result:
         }
 
 
-def _inputs(space: StrategySpace, strategy: Any, topology: Topology) -> LoweringInputs:
-    from jax.sharding import Mesh
-
-    spec = space.mesh_spec(strategy)
-    spec.check_fits(topology.num_devices, topology.name)
-    # Lowering does not depend on which device sits where, so any order of the slice's devices will do.
-    devices = np.array(topology.devices, dtype=object).reshape(spec.shape)
-    return space.lowering_inputs(strategy, Mesh(devices, spec.axis_names))
-
-
-def _lower(space: StrategySpace, strategy: Any, topology: Topology, inp: LoweringInputs | None = None) -> Any:
-    import jax
-
-    inp = inp or _inputs(space, strategy, topology)
-    return jax.jit(inp.fn, **inp.jit_kwargs).lower(*inp.args, **inp.kwargs)
-
-
 def argument_bytes(inp: LoweringInputs) -> float:
     """Per-device bytes of the abstract arguments under their shardings (before any lowering)."""
     import jax
@@ -147,14 +130,14 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     Raises `ArgumentsDoNotFit` before lowering when the sharded arguments alone exceed HBM.
     """
     t0 = time.perf_counter()
-    inp = _inputs(space, strategy, topology)
+    inp = lowering_inputs_on(space, strategy, topology)
     args = argument_bytes(inp)
     limit = topology.hardware.hbm_usable_bytes * memory_slack
     if args > limit:
         raise ArgumentsDoNotFit(
             f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
         )
-    lowered = _lower(space, strategy, topology, inp)
+    lowered = inp.lower()
     module = lowered.compiler_ir("stablehlo")
     t1 = time.perf_counter()
     pred, mem = predict_within_hbm(read_module(module), topology.hardware,
@@ -209,7 +192,7 @@ def _worker_analyse(strategies: list[Any]) -> list[_Analysed]:
     return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"]) for st in strategies]
 
 
-def _affinity_groups(space: StrategySpace, entries: list[Entry]) -> list[list[Entry]]:
+def affinity_groups(space: StrategySpace, entries: list[Entry]) -> list[list[Entry]]:
     """Entries grouped by the space's lowering affinity, largest group first (so that the last
     groups to start, on whichever worker is free, are the short ones)."""
     groups: dict[Any, list[Entry]] = {}
@@ -292,7 +275,7 @@ def run_stage1(
         timings["lower"] += a.lower_seconds
         timings["analyse"] += a.analyse_seconds
 
-    groups = _affinity_groups(space, own)
+    groups = affinity_groups(space, own)
     if progress:
         from rich.progress import Progress
 

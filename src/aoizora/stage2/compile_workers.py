@@ -303,8 +303,6 @@ def _serve(recv_conn: Any, send_conn: Any) -> None:
 
 
 def _run(job: CompileJob, spaces: dict[bytes, Any]) -> tuple[Any, ...]:
-    import jax
-
     from aoizora.toolchain import compile_lowered
     from aoizora.topology import get_topology
 
@@ -319,7 +317,7 @@ def _run(job: CompileJob, spaces: dict[bytes, Any]) -> tuple[Any, ...]:
     try:
         topology = get_topology(job.topology_name)
         inputs = space.lowering_inputs(strategy, job.placement.jax_mesh(topology))
-        lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+        lowered = inputs.lower()
         if lowered_digest(lowered.as_text()) != job.lowered_sha256:
             return ("workload", "the child process lowered another program than the planner")
         t0 = time.perf_counter()

@@ -118,14 +118,12 @@ def compile_strategy(
     this process, where a timeout abandons the compile instead of stopping it.
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
     """
-    import jax
-
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
     with _LOWERING:
         inputs = space.lowering_inputs(strategy, mesh)
-        lowered = jax.jit(inputs.fn, **inputs.jit_kwargs).lower(*inputs.args, **inputs.kwargs)
+        lowered = inputs.lower()
         text = lowered.as_text()
         entry = None
         if cache is not None:
