@@ -107,17 +107,18 @@ _V7 = (f"{MAXDIFFUSION} BENCHMARK_RESULTS.md (TPU v7-8, 4 chips × 2 cores, DP=2
        f"720x1280, 81 frames, 40 steps; flash_block_sizes block_q 2048, block_kv 2048, block_kv_compute 1024) "
        f"and benchmark_dp2_cp4.sh (its command and LIBTPU_INIT_ARGS), commit {MAXDIFFUSION_COMMIT}")
 
+# both TPU7x runs of BENCHMARK_RESULTS.md use the blocks of benchmark_dp2_cp4.sh
+_V7_BLOCKS = SplashBlocks(block_q=2048, block_kv=2048, block_kv_compute=1024)
+
 WAN_EXPERTS: tuple[WanExpert, ...] = (
     WanExpert(
         name="maxdiffusion-2d-context", generations=("tpu7x",), attention="ulysses_ring", context_ulysses=2,
-        splash_blocks=SplashBlocks(block_q=2048, block_kv=2048, block_kv_compute=1024),
-        libtpu_args=V7_BENCHMARK_LIBTPU_ARGS, source=_V7,
+        splash_blocks=_V7_BLOCKS, libtpu_args=V7_BENCHMARK_LIBTPU_ARGS, source=_V7,
         documented="2D context Ulysses 2 × ring 2: 208.0 s generation without the XLA flags, 182.4 s with them",
     ),
     WanExpert(
         name="maxdiffusion-flash", generations=("tpu7x",), attention="allgather", context_ulysses=1,
-        splash_blocks=SplashBlocks(block_q=2048, block_kv=2048, block_kv_compute=1024),
-        libtpu_args=V7_BENCHMARK_LIBTPU_ARGS, source=_V7,
+        splash_blocks=_V7_BLOCKS, libtpu_args=V7_BENCHMARK_LIBTPU_ARGS, source=_V7,
         documented="flash, CP=4 (K/V all-gathered): 231.3 s generation without the XLA flags, 205.3 s with them",
     ),
     WanExpert(
