@@ -128,3 +128,32 @@ def test_a_wan_space_that_has_lowered_can_still_go_to_a_child():
     assert job is not None
     again = pickle.loads(job.space_blob)
     assert again.workload() == space.workload()
+
+
+def test_close_while_a_child_starts_leaves_no_process(monkeypatch):
+    """`close` from one thread while another is starting a child: when `close` returns, every child
+    started has ended (a child started but not yet registered used to outlive `close`)."""
+    import threading
+    import time
+
+    import aoizora.stage2.compile_workers as compile_workers
+
+    real_child = compile_workers._Child
+    popened = threading.Event()
+    started = []
+
+    class SlowToRegister(real_child):
+        def __init__(self):
+            super().__init__()
+            started.append(self.pid)
+            popened.set()
+            time.sleep(1.0)  # the process exists; `close` runs now
+
+    monkeypatch.setattr(compile_workers, "_Child", SlowToRegister)
+    workers = CompileWorkers(1)
+    taker = threading.Thread(target=lambda: workers._take(), daemon=True)
+    taker.start()
+    assert popened.wait(30)
+    workers.close()
+    assert started and all(_gone(pid) for pid in started)
+    taker.join(30)

@@ -221,9 +221,9 @@ class CompileWorkers:
                 self._give(child)  # the child answered: it is still good
                 raise
             except BaseException:  # timeout, Ctrl-C, a dead child: the child goes
+                child.kill()  # before it leaves `_busy`, so that `close` waits for it (kill is idempotent)
                 with self._lock:
                     self._busy.discard(child)
-                child.kill()
                 raise
             self._give(child)
             return result
@@ -236,15 +236,13 @@ class CompileWorkers:
                 child = self._idle.pop()
                 self._busy.add(child)
                 return child
-        child = _Child()
-        with self._lock:  # registered before it is ready, so that `close` can kill it while it starts
+            # started and registered under the lock, so that a `close` running meanwhile either
+            # finds it busy (and kills it) or comes first (and no child is started): when `close`
+            # returns, every process in `pids` has ended
+            child = _Child()
             self.pids.append(child.pid)
             self._busy.add(child)
-            closed = self._closed
-        if closed:
-            child.kill()
-            raise RuntimeError("the compile workers are closed")
-        return child
+            return child
 
     def _give(self, child: _Child) -> None:
         with self._lock:
