@@ -30,7 +30,7 @@ from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.workload import Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
+from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 from aoizora.topology import Topology
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
@@ -132,15 +132,15 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     Raises `ArgumentsDoNotFit` before lowering when the sharded arguments alone exceed HBM.
     """
     t0 = time.perf_counter()
-    inp = lowering_inputs_on(space, strategy, topology)
-    args = argument_bytes(inp)
-    limit = topology.hardware.hbm_usable_bytes * memory_slack
-    if args > limit:
-        raise ArgumentsDoNotFit(
-            f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
-        )
-    lowered = inp.lower()
-    module = lowered.compiler_ir("stablehlo")
+    with LOWERING_LOCK:
+        inp = lowering_inputs_on(space, strategy, topology)
+        args = argument_bytes(inp)
+        limit = topology.hardware.hbm_usable_bytes * memory_slack
+        if args > limit:
+            raise ArgumentsDoNotFit(
+                f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
+            )
+        module = inp.lower().compiler_ir("stablehlo")
     t1 = time.perf_counter()
     pred, mem = predict_within_hbm(read_module(module), topology.hardware,
                                    lambda call: space.kernel_cost(strategy, call), memory_slack)

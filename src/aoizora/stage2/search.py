@@ -27,7 +27,7 @@ from aoizora.stage2.compile_workers import (
     ChildResult, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of, memory_bytes,
 )
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
-from aoizora.workload import StrategySpace
+from aoizora.workload import LOWERING_LOCK, StrategySpace
 from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
@@ -98,9 +98,6 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
     return box["compiled"]
 
 
-# Tracing is not assumed thread-safe for every workload (a model may record its kernels in a
-# module-level recorder while it traces): lowerings run one at a time, compiles in parallel.
-_LOWERING = threading.Lock()
 
 
 def compile_strategy(
@@ -121,7 +118,7 @@ def compile_strategy(
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    with _LOWERING:
+    with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
         inputs = space.lowering_inputs(strategy, mesh)
         lowered = inputs.lower()
         text = lowered.as_text()
