@@ -14,7 +14,7 @@ from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
-from aoizora.stage2.search import Scored, Stage2Summary, StrategyOutcome, run_stage2
+from aoizora.stage2.search import EarlyCompiles, Scored, Stage2Summary, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
@@ -101,27 +101,23 @@ def plan_space(
     # before Stage 1: their flags are checked by libtpu too
     experts = expert_entries(space, topology, flags) if include_experts else []
     t_start = time.perf_counter()
-    if stage1 is None:
-        stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console,
-                            cache=default_stage1_cache() if use_cache else None)
-    else:
-        t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
-    kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
-    if not kept:
-        raise nothing_fits(space, topology, stage1)
-
-    extra_notes = _add_experts(kept, experts)
-    flags_by_key = {ex.key: ex.flags for ex in experts}
-
-    # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
-    taken = {k for k, _ in kept}
-    reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
-    # Q1 bounds every placement's step time from below: a strategy whose Q1 reaches the best Q2
-    # found cannot win and is not compiled (the experts are baselines: always compiled, first)
-    bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
-    outcomes, timings, notes, summary = _stage2(
-        space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers)
+    # the experts are compiled whatever Stage 1 ranks: they compile while it lowers
+    with EarlyCompiles(space, topology, compile_timeout_s, compile_cache, workers=min(workers, len(experts))) as early:
+        for ex in experts:
+            early.start(ex.key, ex.deployment.strategy, ex.flags)
+        if stage1 is None:
+            stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console,
+                                cache=default_stage1_cache() if use_cache else None)
+        else:
+            t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
+        if not stage1.kept:
+            raise nothing_fits(space, topology, stage1)
+        kept, extra_notes, reserve, bounds = _stage2_candidates(stage1, experts)
+        flags_by_key = {ex.key: ex.flags for ex in experts}
+        outcomes, timings, notes, summary = _stage2(
+            space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
+            [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers,
+            early.futures)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -139,6 +135,21 @@ def plan_space(
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
+
+
+def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]
+                       ) -> tuple[list[tuple[str, Any]], list[str], list[tuple[str, Any]], dict[str, float]]:
+    """What Stage 2 compiles: Stage 1's Top-K and the experts (with a note for each expert added),
+    the reserve, and the bounds that prune them."""
+    kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
+    notes = _add_experts(kept, experts)
+    # a Top-K strategy the compiler refuses for HBM gives its place to the next in Stage 1's ranking
+    taken = {k for k, _ in kept}
+    reserve = [(e.key, e.candidate.strategy) for e in stage1.ranked if e.key not in taken]
+    # Q1 bounds every placement's step time from below: a strategy whose Q1 reaches the best Q2
+    # found cannot win and is not compiled (the experts are baselines: always compiled, first)
+    bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
+    return kept, notes, reserve, bounds
 
 
 def _request(space: StrategySpace, topology: Topology, flags: CompilerFlags, options: Q2Options, *, top_k: int,
@@ -206,10 +217,11 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers, started):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers)
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers,
+                  started=started)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress

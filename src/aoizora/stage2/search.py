@@ -179,6 +179,46 @@ class CachedCompileError(Exception):
     """The compiler refused this program before (recorded in the compile cache); the message is its reason."""
 
 
+class EarlyCompiles:
+    """Compiles started before Stage 2, for strategies it compiles whatever Stage 1 ranks (the
+    expert deployments: baselines, compiled first and never pruned), so that they run while Stage 1
+    lowers. Each compiles over its strategy's first placement with its own flags, exactly as Stage
+    2 would; `run_stage2(started=early.futures)` takes the results instead of compiling again.
+
+    Up to `workers` at once, in the order started. A context manager: leaving it kills compiles
+    still running (after Stage 2 there are none: it waited for each).
+    """
+
+    def __init__(self, space: StrategySpace, topology: Topology, timeout_s: float | None,
+                 cache: CompileCache | None, workers: int = 1) -> None:
+        self.space, self.topology, self.timeout_s, self.cache = space, topology, timeout_s, cache
+        self.size = max(1, workers)
+        self.futures: dict[str, Future[Compiled]] = {}
+        self._workers: CompileWorkers | None = None
+        self._threads: ThreadPoolExecutor | None = None
+
+    def start(self, key: str, strategy: Any, flags: CompilerFlags | None) -> None:
+        """Start compiling `strategy` (under `key`) in the background."""
+        if self._threads is None:
+            self._workers = CompileWorkers(self.size)
+            self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="aoizora-early-compile")
+        placement = enumerate_placements(self.topology, self.space.mesh_spec(strategy)).placements[0]
+        self.futures[key] = self._threads.submit(compile_strategy, self.space, strategy, key, self.topology,
+                                                 placement, self.timeout_s, self.cache, flags, self._workers)
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()  # kills a compile still running: its thread returns at once
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "EarlyCompiles":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def _is_out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
@@ -356,6 +396,7 @@ def run_stage2(
     baselines: Collection[str] = (),
     on_pruned: Callable[[str], None] | None = None,
     workers: int = 1,
+    started: Mapping[str, Future[Compiled]] | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
     """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
     all placements of each; recompile and re-score the best pairs.
@@ -370,7 +411,8 @@ def run_stage2(
     Up to `workers` compiles run at once, each in its own process (`CompileWorkers`), started in
     the same order; the pruning decisions are those of a sequential run (`_BoundedSweep`), so the
     choice equals the sequential one whenever the bound holds. The scoring and the verifying
-    recompiles run in this process as results arrive.
+    recompiles run in this process as results arrive. `started`: compiles already under way
+    (`EarlyCompiles`), by key; Stage 2 waits for them instead of compiling those strategies.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -394,6 +436,8 @@ def run_stage2(
         return enumerate_placements(topology, space.mesh_spec(strategy)).placements
 
     def compile_one(key: str, strategy: Any) -> Compiled:
+        if started and key in started:
+            return started[key].result()
         return compile_strategy(space, strategy, key, topology, placements_of(strategy)[0], compile_timeout_s,
                                 compile_cache, flags_of(key), workers=pool)
 
