@@ -149,6 +149,33 @@ class CostModel:
         )
         return est, loads
 
+    def order_sensitive_collectives(self, program: Program, placement: Placement) -> list[int]:
+        """Indices of the collectives whose Q2 cost on `placement` (time and link loads) differs
+        between a ring in the replica group's listed order and a ring in the best order: those for
+        which it matters whether the compiler keeps a reordering map. Independent of the ring-order
+        switch of this model."""
+        rows = placement_rows(program, self.topology, placement, self.inc)
+        listed, best = self._variant("listed"), self._variant("best")
+        sensitive = []
+        for coll in program.collectives:
+            a, loads_a = listed.collective_estimate(coll, rows)
+            b, loads_b = best.collective_estimate(coll, rows)
+            if a.seconds != b.seconds or not np.array_equal(loads_a, loads_b):
+                sensitive.append(coll.index)
+        return sensitive
+
+    def _variant(self, ring_order: str) -> "CostModel":
+        """This model with the ring-order switch set to `ring_order` (sharing its routes and ring searches)."""
+        if self.options.ring_order == ring_order:
+            return self
+        variants = self.__dict__.setdefault("_variants", {})
+        if ring_order not in variants:
+            other = object.__new__(CostModel)
+            other.topology, other.inc, other.orderer = self.topology, self.inc, self.orderer
+            other.options = Q2Options(ring_order=ring_order, ring_direction=self.options.ring_direction)
+            variants[ring_order] = other
+        return variants[ring_order]
+
     def evaluate(self, program: Program, placement: Placement, *, timeline: bool = False) -> Q2Result:
         """Predicted step latency of `program` with its logical devices laid out by `placement`.
 
