@@ -9,7 +9,7 @@ from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
-CFG = TransformerConfig(layers=2, dim=512, heads=8, head_dim=64, mlp=2048, seq=1024, batch=4)
+CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
 # on v5e:2x4 this strategy compiles to another program over its other placements: its context
 # all-gathers keep a reordering map there (benchmarks/order_dependence.py)
 KEYS = ("context=4,tensor=2 | weights=replicated | attn=dense",)
@@ -18,21 +18,23 @@ KEYS = ("context=4,tensor=2 | weights=replicated | attn=dense",)
 @pytest.fixture(scope="module")
 def recompiles(tmp_path_factory):
     """(strategy, placement, rule's answer per ring order, Q2 on the shared program, Q2 on its own) per pair."""
-    from aoizora.stage2 import CompileCache
+    from aoizora.stage2 import CompileCache, CompileWorkers
 
     space, topo = TransformerSpace(CFG), get_topology("v5e:2x4")
     cache = CompileCache(tmp_path_factory.mktemp("compiled"))
     models = {order: CostModel(topo, Q2Options(ring_order=order)) for order in ("auto", "listed", "best")}
     rows = []
+    workers = CompileWorkers(1)  # one child for every compile
     for key in KEYS:
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
         placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements[:3]
-        shared = compile_strategy(space, strategy, key, topo, placements[0], 600, cache).program
+        shared = compile_strategy(space, strategy, key, topo, placements[0], 600, cache, workers=workers).program
         for p in placements[1:]:
-            own = compile_strategy(space, strategy, key, topo, p, 600, cache).program
+            own = compile_strategy(space, strategy, key, topo, p, 600, cache, workers=workers).program
             for order, model in models.items():
                 rows.append((key, p.name, order, recompile_cannot_change_q2(model, shared, p),
                              model.evaluate(shared, p).step_seconds, model.evaluate(own, p).step_seconds))
+    workers.close()
     return rows
 
 
