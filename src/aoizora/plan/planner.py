@@ -12,6 +12,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS,
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.search import Scored, Stage2Summary, StrategyOutcome, run_stage2
@@ -71,7 +72,7 @@ def plan_space(
     stage1: Stage1Result | None = None,
     libtpu_args: str | CompilerFlags | None = None,
     include_experts: bool = True,
-    workers: int = DEFAULT_COMPILE_WORKERS,
+    executor: CompileExecutor | None = None,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
@@ -84,8 +85,10 @@ def plan_space(
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
-    `workers`: Stage 2 compiles run at once, each in its own process; the plan is the one a
-    sequential run makes (see `run_stage2`), so the number is not part of the cached request.
+    `executor`: where Stage 2 compiles run, up to its `size` at once (default: `DEFAULT_COMPILE_WORKERS`
+    local child processes; `aoizora.stage2.compile_workers.executor_from_spec` makes a Ray one). The
+    plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
+    cached request.
     """
     options = options or Q2Options()
     flags = planning_flags(libtpu_args, topology.name)
@@ -120,7 +123,7 @@ def plan_space(
     bounds = {e.key: e.q1.seconds for e in stage1.ranked if e.q1 is not None}
     outcomes, timings, notes, summary = _stage2(
         space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers)
+        [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
@@ -205,10 +208,14 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor):
+    if executor is None:
+        with CompileWorkers(DEFAULT_COMPILE_WORKERS) as own:
+            return _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console,
+                           compile_cache, reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, own)
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers)
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, executor=executor)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress
