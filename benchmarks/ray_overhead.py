@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import tempfile
@@ -74,14 +75,17 @@ def compile_cpu_share() -> None:
         print(f"compile CPU share, {candidate.key}: {cpu:.2f} s CPU / {wall:.2f} s wall = {cpu / wall:.2f}", flush=True)
 
 
-def sweep_seconds(spec: str, workers: int) -> tuple[float, int]:
-    """Wall seconds of a cell after planning, and the strategies it compiled (empty compile cache)."""
+def sweep_seconds(spec: str, workers: int) -> tuple[float, int, float]:
+    """Wall seconds of a cell after planning, the strategies it compiled (empty compile cache) and
+    the sum of their compiles' own seconds (libtpu in the workers; the rest of the wall time is
+    this process lowering, simulating and waiting)."""
     cell = Cell("v5e:2x4", "480p", 21, "medium-transformer")
     opts = BenchOptions(top_k=2, oracle=True, oracle_bound=False)
     with tempfile.TemporaryDirectory() as cache_dir, executor_from_spec(spec, workers) as executor:
         doc = run_cell(cell, opts, CompileCache(cache_dir), progress=False, space=TransformerSpace(MEDIUM),
                        executor=executor)
-    return doc["bench_seconds"] - doc["planning_seconds"]["total"], doc["metrics"]["strategies_compiled"]
+    libtpu = sum(s.get("compile_seconds", 0.0) for s in doc["strategies"].values())
+    return doc["bench_seconds"] - doc["planning_seconds"]["total"], doc["metrics"]["strategies_compiled"], libtpu
 
 
 def main() -> None:
@@ -89,6 +93,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7, help="repetitions of the per-task measurement")
     ap.add_argument("--sweeps", type=int, default=1, help="oracle sweeps per executor and worker count")
     args = ap.parse_args()
+    compile_cpu_share()  # before Ray's threads start in this process (they would count as its CPU time)
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -97,15 +102,15 @@ def main() -> None:
             task_overhead("local child", local, args.reps)
         with executor_from_spec("ray", 1) as on_ray:
             task_overhead("Ray actor", on_ray, args.reps)
-        compile_cpu_share()
         seconds: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.sweeps):
             for spec in ("local", "ray"):
                 for workers in (1, 2):
-                    s, compiled = sweep_seconds(spec, workers)
+                    s, compiled, libtpu = sweep_seconds(spec, workers)
                     seconds.setdefault((spec, workers), []).append(s)
                     print(f"oracle sweep, {spec}, {workers} worker(s): {s:.1f} s after planning "
-                          f"({compiled} strategies compiled)", flush=True)
+                          f"({compiled} strategies compiled, libtpu {libtpu:.1f} s of them; load average "
+                          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)", flush=True)
         for spec in ("local", "ray"):
             one, two = (statistics.median(seconds[(spec, w)]) for w in (1, 2))
             print(f"oracle sweep, {spec}: 2 workers / 1 worker = {two:.1f} s / {one:.1f} s = {two / one:.2f}")

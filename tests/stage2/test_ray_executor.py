@@ -27,6 +27,7 @@ from aoizora.workloads.transformer import TransformerConfig
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'aoizora[ray]'")
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+LONGER = TransformerConfig(layers=4, dim=1024, heads=8, head_dim=128, mlp=4096, seq=2048, batch=2)  # seconds to compile
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,41 @@ def test_a_ray_compile_over_its_timeout_ends_its_worker_process_and_caches_nothi
         last = on_ray.pids[-1]
     assert _gone(last)  # closing ends the idle actor too
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_closing_kills_a_ray_compile_in_flight(cluster):
+    """`close` (what Ctrl-C and an error in the sweep call) ends the process of a compile in flight:
+    the caller's wait returns at once."""
+    import threading
+
+    from aoizora.stage2.compile_workers import ChildDied
+
+    space, topo = TransformerSpace(LONGER), get_topology("v5e:2x4")
+    candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
+    placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    text = space.lowering_inputs(candidate.strategy, placement.jax_mesh(topo)).lower().as_text()
+    on_ray = executor_from_spec("ray", 1)
+    job = on_ray.job(space, candidate.strategy, topo.name, placement, None, text)
+    raised: list[BaseException] = []
+
+    def compile_in_thread() -> None:
+        try:
+            on_ray.compile(job, 600)
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=compile_in_thread, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not on_ray.pids and time.monotonic() < deadline:  # the actor has started and taken the job
+        time.sleep(0.05)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    on_ray.close()
+    worker.join(30)
+    assert not worker.is_alive() and time.monotonic() - t0 < 30
+    assert len(raised) == 1 and isinstance(raised[0], ChildDied), raised
+    assert _gone(on_ray.pids[0])
 
 
 def test_workers_with_other_compiler_flags_are_refused(cluster, monkeypatch):

@@ -11,8 +11,10 @@ are not compiled) and simulates every distinct placement of each — except, wit
 for every placement, so once a simulated pair is faster than a strategy's Q1, that strategy is
 not compiled. The sweep goes in Q1 order (after the strategies the baselines and the planner
 need, and those Stage 1 dropped for memory, whose compiles check the memory estimate), so the
-first strategy whose Q1 reaches the best simulated latency ends it. The bound is checked on every
-compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
+first strategy whose Q1 reaches the best simulated latency ends it. The compiles run on the cell's
+executor, as many at once as it runs; a strategy is only pruned when no compile is in flight, so
+nothing a sequential sweep compiles is pruned (`aoizora.stage2.search.BoundedSweep`). The bound is
+checked on every compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
 the oracle (`oracle=False`, `--quick`) the "oracle" column is the best pair among the strategies
 that were compiled anyway (the planner's Top-K, the expert's and the logical search's), and the
 table says so.

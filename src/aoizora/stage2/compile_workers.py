@@ -17,6 +17,10 @@ the parent's text keys the compile cache), compiles it and returns the compiled 
 logical device order, the memory the compiler reported and the compile's seconds. It writes
 nothing: the parent stores what arrives in the compile cache, so a killed compile leaves no entry.
 
+`CompileWorkers` is the default `CompileExecutor`. `aoizora.stage2.ray_executor` runs the same
+jobs (`_run`) in actors on a Ray cluster, in the same pool (`CompileWorkers._start_child`);
+`executor_from_spec` picks one from a `--executor` value.
+
 A space that cannot be pickled, or unpickled in a fresh process (e.g. a `FunctionSpace` of a
 lambda, of a function defined inside another or in the caller's `__main__`), is compiled in the calling process instead
 (`compile_strategy` does so), where a timeout abandons the compile rather than stopping it.
