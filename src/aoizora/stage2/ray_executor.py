@@ -198,8 +198,9 @@ def _connect(address: str | None) -> bool:
     except ExecutorError:
         raise
     except Exception as exc:  # unreachable, refused, another Ray version: Ray raises many kinds
-        raise ExecutorError(f"cannot connect to {where} ({_first_line(exc)}); check the address and that the "
-                            "cluster runs the same Ray version, or use --executor local") from None
+        raise ExecutorError(f"cannot connect to {where} ({_first_line(exc)}); check the address, that the cluster "
+                            "runs the same Ray version and, if it requires token authentication (Ray's default), "
+                            "that RAY_AUTH_MODE=token is set here with its token; or use --executor local") from None
     return True
 
 
