@@ -96,7 +96,7 @@ def main() -> None:
     compile_cpu_share()  # before Ray's threads start in this process (they would count as its CPU time)
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with CompileWorkers(1) as local:
             task_overhead("local child", local, args.reps)

@@ -33,7 +33,7 @@ LONGER = TransformerConfig(layers=4, dim=1024, heads=8, head_dim=128, mlp=4096, 
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray cluster of 2 CPUs for this module (executors attach to it and leave it running)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
