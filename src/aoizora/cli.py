@@ -411,7 +411,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None, help="Also write the HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
 @click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
-@click.option("--no-cache", is_flag=True, help="Plan again even if an identical request is cached.")
+@click.option("--no-cache", is_flag=True,
+              help="Plan again even if an identical request is cached (plan, Stage 1 and compile caches unused).")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
@@ -434,7 +435,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.plan import plan_space
     from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
-    from aoizora.stage1 import run_stage1
+    from aoizora.stage1 import default_stage1_cache, run_stage1
     from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.topology import get_topology
 
@@ -450,7 +451,8 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     if stage1_only:
         from aoizora.plan.planner import nothing_fits
 
-        result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console)
+        result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console,
+                            cache=None if no_cache else default_stage1_cache())
         best = result.ranked[0].candidate.strategy if result.ranked else None
         details = space.plan_details(best, topo) if best is not None else {}
         if as_json:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
@@ -77,6 +78,12 @@ class LoweringInputs:
         import jax
 
         return jax.jit(self.fn, **self.jit_kwargs).lower(*self.args, **self.kwargs)
+
+
+#: Held while a workload traces and lowers a strategy: tracing is not assumed thread-safe for every
+#: workload, so within one process Stage 1's lowerings and Stage 2's (early compiles run beside
+#: Stage 1) take turns. Reentrant: a lowering may call another workload's.
+LOWERING_LOCK = threading.RLock()
 
 
 class StrategySpace(abc.ABC):

@@ -16,7 +16,7 @@ from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.search import Scored, Stage2Summary, StrategyOutcome, run_stage2
-from aoizora.stage1 import Stage1Result, run_stage1
+from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
 from aoizora.topology import Topology
@@ -80,8 +80,8 @@ def plan_space(
     baselines), so a plan is never worse than them; False plans from Stage 1's Top-K alone (what
     the search finds by itself; no expert baseline is reported).
 
-    `use_cache` reads/writes the plan cache and, unless `compile_cache` is given, the default
-    compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
+    `use_cache` reads/writes the plan cache, the Stage 1 cache and, unless `compile_cache` is
+    given, the default compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
@@ -105,7 +105,8 @@ def plan_space(
     experts = expert_entries(space, topology, flags) if include_experts else []
     t_start = time.perf_counter()
     if stage1 is None:
-        stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console)
+        stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console,
+                            cache=default_stage1_cache() if use_cache else None)
     else:
         t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
     kept = [(e.key, e.candidate.strategy) for e in stage1.kept]

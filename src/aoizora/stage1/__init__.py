@@ -2,9 +2,11 @@
 
 Public API (the workload interface it reads, `StrategySpace`, is `aoizora.workload`):
 - `read_module` (IR reader), `predict` (prediction DAG), `q1`, `estimate_memory`;
-- `run_stage1` / `Stage1Result`: the whole stage.
+- `run_stage1` / `Stage1Result`: the whole stage;
+- `Stage1Cache` / `default_stage1_cache`: analyses kept on disk between runs.
 """
 
+from aoizora.stage1.cache import Stage1Cache, default_stage1_cache
 from aoizora.stage1.dag import CommNode, OpNode, Prediction, predict
 from aoizora.stage1.ir import IRModule, Sharding, read_module
 from aoizora.stage1.memory import MemoryEstimate, estimate_memory
@@ -13,6 +15,6 @@ from aoizora.stage1.search import DEFAULT_TOP_K, Entry, Stage1Result, analyse, r
 
 __all__ = [
     "DEFAULT_TOP_K", "CommNode", "Entry", "IRModule", "MemoryEstimate", "OpNode", "Prediction", "Q1Result",
-    "Sharding", "Stage1Result", "analyse", "best_group_bandwidth", "estimate_memory", "predict", "q1",
+    "Sharding", "Stage1Cache", "Stage1Result", "analyse", "default_stage1_cache", "best_group_bandwidth", "estimate_memory", "predict", "q1",
     "read_module", "run_stage1",
 ]

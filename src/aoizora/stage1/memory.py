@@ -92,8 +92,15 @@ class MemoryEstimate:
             "outside_bytes": self.outside_bytes,
             "total_bytes": self.total_bytes,
             "hbm_bytes": self.hbm_bytes,
+            "slack": self.slack,
             "fits": self.fits,
         }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "MemoryEstimate":
+        """The estimate `to_json` wrote (its derived fields are recomputed, not read)."""
+        return cls(float(d["argument_bytes"]), float(d["output_bytes"]), float(d["temp_bytes"]), int(d["hbm_bytes"]),
+                   float(d["slack"]), float(d["outside_bytes"]))
 
 
 def estimate_memory(prediction: Prediction, hardware: HardwareProfile, slack: float = 1.0) -> MemoryEstimate:

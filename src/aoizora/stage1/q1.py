@@ -71,6 +71,13 @@ class Q1Result:
             "comm_seconds_by_axes": {"+".join(k) or "-": v for k, v in self.comm_seconds_by_axes.items()},
         }
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Q1Result":
+        """The result `to_json` wrote (mesh axis names never contain "+")."""
+        by_axes = {(() if k == "-" else tuple(k.split("+"))): float(v) for k, v in d["comm_seconds_by_axes"].items()}
+        return cls(float(d["seconds"]), float(d["compute_seconds"]), float(d["comm_seconds"]),
+                   float(d["prefetch_seconds"]), by_axes)
+
 
 def best_group_bandwidth(topology: Topology, group_size: int) -> float:
     """Bytes/s into one device of a group of `group_size` devices under the best placement."""

@@ -10,6 +10,7 @@ of being lowered (its summary names the sibling under "analysed_as").
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -23,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
 from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.workload import Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
+from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 from aoizora.topology import Topology
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
@@ -130,15 +132,15 @@ def analyse(space: StrategySpace, strategy: Any, topology: Topology, *, overlap:
     Raises `ArgumentsDoNotFit` before lowering when the sharded arguments alone exceed HBM.
     """
     t0 = time.perf_counter()
-    inp = lowering_inputs_on(space, strategy, topology)
-    args = argument_bytes(inp)
-    limit = topology.hardware.hbm_usable_bytes * memory_slack
-    if args > limit:
-        raise ArgumentsDoNotFit(
-            f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
-        )
-    lowered = inp.lower()
-    module = lowered.compiler_ir("stablehlo")
+    with LOWERING_LOCK:
+        inp = lowering_inputs_on(space, strategy, topology)
+        args = argument_bytes(inp)
+        limit = topology.hardware.hbm_usable_bytes * memory_slack
+        if args > limit:
+            raise ArgumentsDoNotFit(
+                f"arguments alone need ~{args / 2**30:.2f} GiB per device > {limit / 2**30:.2f} GiB HBM (not lowered)"
+            )
+        module = inp.lower().compiler_ir("stablehlo")
     t1 = time.perf_counter()
     pred, mem = predict_within_hbm(read_module(module), topology.hardware,
                                    lambda call: space.kernel_cost(strategy, call), memory_slack)
@@ -158,6 +160,25 @@ class _Analysed:
     analyse_seconds: float = 0.0
     summary: dict[str, Any] | None = None
     prediction: Prediction | None = None
+
+
+def _analysed_to_json(a: _Analysed) -> dict[str, Any] | None:
+    """`a` as a Stage 1 cache entry, or None when it is not cached (see `aoizora.stage1.cache`)."""
+    if a.verdict not in (RANKED, OUT_OF_MEMORY):
+        return None
+    d = {"verdict": a.verdict, "reasons": list(a.reasons), "q1": a.q1.to_json() if a.q1 else None,
+         "memory": a.memory.to_json() if a.memory else None, "summary": a.summary}
+    try:
+        json.dumps(d, allow_nan=False)
+    except (TypeError, ValueError):  # an infinite bound or a value JSON cannot hold: not cached
+        return None
+    return d
+
+
+def _analysed_from_json(d: dict[str, Any]) -> _Analysed:
+    """A cached analysis (it took no lowering and no analysis time in this run)."""
+    return _Analysed(d["verdict"], tuple(d["reasons"]), Q1Result.from_json(d["q1"]) if d["q1"] else None,
+                     MemoryEstimate.from_json(d["memory"]) if d["memory"] else None, summary=d["summary"])
 
 
 def _analyse_one(space: StrategySpace, strategy: Any, topology: Topology, overlap: Overlap, memory_slack: float,
@@ -250,11 +271,15 @@ def run_stage1(
     console: Any = None,
     keep_predictions: bool = False,
     workers: int | None = None,
+    cache: Stage1Cache | None = None,
 ) -> Stage1Result:
     """Stage 1 over the whole space on `topology` (see the module docstring).
 
     `workers` processes, this one included, lower strategies in parallel (default: the cores, for
     spaces of at least `PARALLEL_MIN_STRATEGIES` legal strategies whose space can be pickled).
+    `cache`: analyses of this space on this slice stored by an earlier run are taken from it and
+    new ones added to it (`aoizora.stage1.cache`); not used with `keep_predictions`, which the
+    cache does not hold.
     """
     t_start = time.perf_counter()
     candidates = list(space.candidates(topology.num_devices))
@@ -263,10 +288,9 @@ def run_stage1(
     # strategies whose analysis a sibling's stands for (`StrategySpace.analysis_stand_in`) are not lowered
     stand_ins = _stand_ins(space, legal)
     own = [e for e in legal if e.key not in stand_ins]
-    timings = {"lower": 0.0, "analyse": 0.0}
-    n_workers = default_workers(len(own)) if workers is None else max(1, workers)
-    blob = _pool_blob(space, own) if n_workers > 1 else None
-    settings = _Settings(overlap, memory_slack, keep_predictions)
+    timings = {"lower": 0.0, "analyse": 0.0, "cached": 0.0}
+    cache_key = None if cache is None or keep_predictions else _cache_key(space, topology, overlap, memory_slack)
+    fresh: dict[str, dict[str, Any]] = {}  # analyses to add to the cache
 
     def apply(e: Entry, a: _Analysed) -> None:
         e.verdict, e.reasons = a.verdict, a.reasons
@@ -275,22 +299,49 @@ def run_stage1(
         timings["lower"] += a.lower_seconds
         timings["analyse"] += a.analyse_seconds
 
-    groups = affinity_groups(space, own)
-    if progress:
-        from rich.progress import Progress
+    if cache_key is not None:
+        stored = cache.load(cache_key)
+        for e in (e for e in own if e.key in stored):
+            apply(e, _analysed_from_json(stored[e.key]))
+            timings["cached"] += 1
+        own = [e for e in own if e.key not in stored]
 
-        with Progress(console=console, transient=True) as bar:
-            label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
-            task = bar.add_task(label, total=len(own))
-            _analyse_groups(space, topology, groups, settings, n_workers, blob, apply, lambda: bar.advance(task))
-    else:
-        _analyse_groups(space, topology, groups, settings, n_workers, blob, apply, lambda: None)
+    def analysed(e: Entry, a: _Analysed) -> None:
+        apply(e, a)
+        if cache_key is not None and (d := _analysed_to_json(a)) is not None:
+            fresh[e.key] = d
+
+    n_workers = default_workers(len(own)) if workers is None else max(1, workers)
+    blob = _pool_blob(space, own) if n_workers > 1 else None
+    settings = _Settings(overlap, memory_slack, keep_predictions)
+    groups = affinity_groups(space, own)
+    try:
+        if progress:
+            from rich.progress import Progress
+
+            with Progress(console=console, transient=True) as bar:
+                label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
+                task = bar.add_task(label, total=len(own))
+                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed,
+                                lambda: bar.advance(task))
+        else:
+            _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, lambda: None)
+    finally:  # an interrupted Stage 1 keeps what it analysed
+        if cache_key is not None:
+            cache.store(cache_key, fresh)
     _share_stand_in_analyses(legal, stand_ins)
     _rank(entries, top_k)
     result = Stage1Result(topology, entries, top_k, time.perf_counter() - t_start, timings)
     if progress:
         print_summary(result, console)
     return result
+
+
+def _cache_key(space: StrategySpace, topology: Topology, overlap: Overlap, memory_slack: float) -> str:
+    from aoizora.toolchain import source_fingerprint, toolchain_versions
+
+    return stage1_cache_key(space.workload(), topology.name, toolchain_versions(), source_fingerprint(),
+                            {"overlap": overlap, "memory_slack": memory_slack})
 
 
 def _analyse_groups(space: StrategySpace, topology: Topology, groups: list[list[Entry]], settings: _Settings,
@@ -372,6 +423,11 @@ def _rank(entries: list[Entry], top_k: int) -> None:
             e.verdict = KEPT
 
 
+def _cached_note(result: Stage1Result) -> str:
+    n = int(result.timings.get("cached", 0))
+    return f"; {n} analyses from the Stage 1 cache" if n else ""
+
+
 def print_summary(result: Stage1Result, console: Any = None) -> None:
     """Counts and the Top-K as a table."""
     from rich.console import Console
@@ -384,7 +440,7 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     console.print(
         f"Stage 1 on {result.topology.name}: {c['enumerated']} enumerated, {c['rejected']} rejected as illegal, "
         f"{c['lowering_failed']} failed to lower, {c['out_of_memory']} out of memory, {c['ranked']} ranked, "
-        f"{c['kept']} kept ({result.seconds:.1f} s)"
+        f"{c['kept']} kept ({result.seconds:.1f} s{_cached_note(result)})"
     )
     table = Table()
     table.add_column("rank")

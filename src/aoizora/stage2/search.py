@@ -28,7 +28,7 @@ from aoizora.stage2.compile_workers import (
     memory_bytes,
 )
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
-from aoizora.workload import StrategySpace
+from aoizora.workload import LOWERING_LOCK, StrategySpace
 from aoizora.toolchain import CompilerFlags, compile_lowered
 from aoizora.topology import Topology
 
@@ -99,9 +99,6 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
     return box["compiled"]
 
 
-# Tracing is not assumed thread-safe for every workload (a model may record its kernels in a
-# module-level recorder while it traces): lowerings run one at a time, compiles in parallel.
-_LOWERING = threading.Lock()
 
 
 def compile_strategy(
@@ -122,7 +119,7 @@ def compile_strategy(
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    with _LOWERING:
+    with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
         inputs = space.lowering_inputs(strategy, mesh)
         lowered = inputs.lower()
         text = lowered.as_text()
