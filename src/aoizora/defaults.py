@@ -29,6 +29,6 @@ def cache_root() -> Path:
 DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1
 
 #: CPUs of a Ray cluster a compile reserves (`--ray-cpus-per-compile`): a libtpu compile keeps about
-#: one core busy (its CPU time is 0.97-0.99 of its wall time on compiles of 0.4 to 13 s;
-#: benchmarks/ray_overhead.py measures it), so a node runs no more compiles than it has cores.
+#: one core busy (its CPU time is 0.93-0.99 of its wall time, measured by benchmarks/ray_overhead.py
+#: on 6-9 s compiles), so a node runs no more compiles than it has cores.
 DEFAULT_RAY_CPUS_PER_COMPILE = 1.0
