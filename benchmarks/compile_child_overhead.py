@@ -32,18 +32,18 @@ def _measure(label: str, space, topo, candidate, reps: int) -> dict[str, float]:
     here, child, compile_here, compile_child = [], [], [], []
     with CompileWorkers(1) as workers:
         t0 = time.perf_counter()
-        compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, workers=workers)  # warm
+        compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, executor=workers)  # warm
         first = time.perf_counter() - t0
         for _ in range(reps):
             t0 = time.perf_counter()
-            c = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, workers=workers)
+            c = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, executor=workers)
             child.append(time.perf_counter() - t0)
             compile_child.append(c.compile_seconds)
         start = workers.start_seconds[0]
         workers.refuse(space)  # from here on: this process (the thread path)
         for _ in range(reps):
             t0 = time.perf_counter()
-            c = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, workers=workers)
+            c = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, None, executor=workers)
             here.append(time.perf_counter() - t0)
             compile_here.append(c.compile_seconds)
     row = {"in_process_s": statistics.median(here), "child_s": statistics.median(child),

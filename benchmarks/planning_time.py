@@ -24,6 +24,7 @@ def plan_once(model: str, topology_name: str, resolution: str, frames: int, top_
               workers: int) -> dict[str, float]:
     from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
+    from aoizora.stage2 import CompileWorkers
     from aoizora.stage2.search import EarlyCompiles
     from aoizora.topology import get_topology
 
@@ -31,7 +32,8 @@ def plan_once(model: str, topology_name: str, resolution: str, frames: int, top_
     patch = contextlib.nullcontext() if early else mock.patch.object(EarlyCompiles, "start", lambda *a, **k: None)
     with patch:
         t0 = time.perf_counter()
-        result = plan_space(space, topo, top_k=top_k, progress=False, workers=workers)
+        with CompileWorkers(workers) as executor:
+            result = plan_space(space, topo, top_k=top_k, progress=False, executor=executor)
         wall = time.perf_counter() - t0
     timings = result.plan.data["timings"]
     return {"wall": wall, **{k: float(v) for k, v in timings.items()}}

@@ -20,7 +20,9 @@ from typing import Any
 
 import click
 
-from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
+from aoizora.defaults import (
+    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_RAY_CPUS_PER_COMPILE, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP,
+)
 from aoizora.errors import AoizoraError, OutputPathError, PlanningError
 
 EXIT_BAD_INPUT = 2
@@ -230,8 +232,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
-        workers=DEFAULT_COMPILE_WORKERS, libtpu_args=None, expert_residency="both", ring_order="auto",
-        ring_direction="auto",
+        workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None, libtpu_args=None,
+        expert_residency="both", ring_order="auto", ring_direction="auto",
     )
 
 
@@ -290,11 +292,30 @@ def _ring_options(fn):
     return fn
 
 
-_workers_option = click.option(
-    "--workers", type=click.IntRange(min=1), default=DEFAULT_COMPILE_WORKERS, show_default=True,
-    help="Stage 2 compiles run at once, each in its own process (default: the host's cores). The plan is the "
-    "one a sequential run makes.",
-)
+_EXECUTOR_OPTIONS = [
+    click.option(
+        "--workers", type=click.IntRange(min=1), default=DEFAULT_COMPILE_WORKERS, show_default=True,
+        help="Compiles run at once, each in its own process (default: the host's cores). The plan is the "
+        "one a sequential run makes.",
+    ),
+    click.option(
+        "--executor", default="local", show_default=True, metavar="local|ray|ray://HOST:PORT",
+        help="Where compiles run: child processes of this one, a Ray cluster on this machine, or a Ray cluster "
+        "through its client server (needs pip install 'aoizora[ray]'; its workers must have the same jax, jaxlib, "
+        "libtpu, aoizora and LIBTPU_INIT_ARGS/XLA_FLAGS, which is checked).",
+    ),
+    click.option(
+        "--ray-cpus-per-compile", type=click.FloatRange(min=0, min_open=True), default=None,
+        help=f"CPUs a compile reserves on a Ray cluster (default {DEFAULT_RAY_CPUS_PER_COMPILE:g}: a libtpu "
+        "compile keeps about one core busy).",
+    ),
+]
+
+
+def _workers_option(fn):
+    for option in reversed(_EXECUTOR_OPTIONS):
+        fn = option(fn)
+    return fn
 
 _libtpu_args_option = click.option(
     "--libtpu-args",
@@ -404,8 +425,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @_ring_options
 def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, workers: int, libtpu_args: str | None, expert_residency: str, ring_order: str,
-         ring_direction: str) -> None:
+         verify_top: int, workers: int, executor: str, ray_cpus_per_compile: float | None, libtpu_args: str | None,
+         expert_residency: str, ring_order: str, ring_direction: str) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     from rich.console import Console
 
@@ -415,6 +436,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
     from aoizora.stage1 import default_stage1_cache, run_stage1
+    from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.topology import get_topology
 
     if stage1_only and (out_path or report_dir):
@@ -444,9 +466,10 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     try:
-        outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
-                             verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
-                             libtpu_args=flags, workers=workers)
+        with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
+            outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
+                                 verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
+                                 libtpu_args=flags, executor=pool)
     except PlanningError:
         _no_fit_hint(space, topo)
         raise
@@ -561,7 +584,8 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @_libtpu_args_option
 def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,
           exhaustive_oracle: bool, measure: bool, measure_steps: int, fresh: bool, report_only: bool,
-          compile_timeout: float, workers: int, libtpu_args: str | None) -> None:
+          compile_timeout: float, workers: int, executor: str, ray_cpus_per_compile: float | None,
+          libtpu_args: str | None) -> None:
     """aoizora against the expert deployment, a logical-only search and the oracle, over the grid."""
     from rich.console import Console
 
@@ -570,6 +594,7 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
     from aoizora.bench import GRIDS, BenchOptions, markdown, parse_cell, quick_grid, run_bench
+    from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.toolchain import CompilerFlags, environment_flags
 
     _check_output_dir(out_dir, "--out")
@@ -578,11 +603,12 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
         grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),
                         oracle_bound=not exhaustive_oracle, measure=measure, measure_steps=measure_steps,
-                        compile_timeout_s=compile_timeout, workers=workers,
+                        compile_timeout_s=compile_timeout,
                         flags=environment_flags().merged(CompilerFlags.parse(libtpu_args)))
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
-    docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
-                     run_missing=not report_only)
+    with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
+        docs = run_bench(grid, opts, out_dir, resume=not fresh, console=console, log=lambda m: console.print(m),
+                         run_missing=not report_only, executor=pool)
     click.echo(markdown(docs))
     click.echo(f"wrote {out_dir}/results.json, results.csv, table.md, speedups.png, q2_vs_sim.png")
 

@@ -27,3 +27,8 @@ def cache_root() -> Path:
 #: Stage 2 compiles in flight at once, each in its own process: the host's cores (a compile is
 #: single-process and CPU-bound; its memory, several GiB for a Wan 14B step, is the other limit).
 DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1
+
+#: CPUs of a Ray cluster a compile reserves (`--ray-cpus-per-compile`): a libtpu compile keeps about
+#: one core busy (its CPU time is 0.93-0.99 of its wall time, measured by benchmarks/ray_overhead.py
+#: on 6-9 s compiles), so a node runs no more compiles than it has cores.
+DEFAULT_RAY_CPUS_PER_COMPILE = 1.0

@@ -83,3 +83,8 @@ class BenchError(AoizoraError):
 
 class CostModelOptionError(AoizoraError):
     """An option of the cost model or simulator that is not one of its choices (e.g. a ring order)."""
+
+
+class ExecutorError(AoizoraError):
+    """A compile executor (e.g. a Ray cluster) that cannot be reached, is not installed, or whose
+    workers would compile differently from this process."""

@@ -110,6 +110,15 @@ def environment_flags() -> CompilerFlags:
     return CompilerFlags.parse(os.environ.get("LIBTPU_INIT_ARGS", ""))
 
 
+#: Environment variables that change what libtpu/XLA compile (the compile cache keys them).
+COMPILER_ENVIRONMENT_VARIABLES = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
+
+
+def compiler_environment() -> dict[str, str]:
+    """The compiler flags this process's environment gives every compile (unset: "")."""
+    return {k: os.environ.get(k, "") for k in COMPILER_ENVIRONMENT_VARIABLES}
+
+
 def compile_lowered(lowered: Any, flags: CompilerFlags | None = None) -> Any:
     """`lowered.compile()` with `flags` as compiler options."""
     if flags:
@@ -164,3 +173,10 @@ def toolchain_versions() -> dict[str, str]:
     except importlib.metadata.PackageNotFoundError:
         libtpu = "absent"
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu}
+
+
+def compile_environment() -> dict[str, str]:
+    """What a compiled program depends on besides its input and flags: the toolchain versions,
+    aoizora's source (which lowers it) and the compiler flags of the environment. Two processes
+    with equal environments compile a lowered program to the same output."""
+    return {**toolchain_versions(), "aoizora": source_fingerprint(), **compiler_environment()}

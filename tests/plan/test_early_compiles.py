@@ -6,7 +6,7 @@ import time
 import aoizora.plan.planner as planner
 import aoizora.stage2.search as stage2
 from aoizora.plan import plan_space
-from aoizora.stage2 import CompileCache
+from aoizora.stage2 import CompileCache, CompileWorkers
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
@@ -44,7 +44,7 @@ def test_the_expert_compiles_during_stage1_and_only_once(tmp_path, monkeypatch):
     monkeypatch.setattr(stage2, "compile_strategy", recorded_compile)
     monkeypatch.setattr(planner, "run_stage1", slow_stage1)
     result = plan_space(space, topo, top_k=3, verify_top=0, progress=False, use_cache=False,
-                        compile_cache=CompileCache(tmp_path), workers=1)
+                        compile_cache=CompileCache(tmp_path), executor=CompileWorkers(1))
     early = [c for c in calls if c[2].startswith("aoizora-early-compile")]
     assert [c[0] for c in early] == [expert_key]
     assert early[0][3] < stage1_span[1], "the expert's compile started before Stage 1 ended"

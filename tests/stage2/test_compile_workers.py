@@ -37,12 +37,12 @@ def test_a_compile_over_its_timeout_kills_its_child_and_caches_nothing(strategy,
     cache = CompileCache(tmp_path)
     with CompileWorkers(1) as workers:
         with pytest.raises(CompileTimeout):
-            compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 0.01, cache, workers=workers)
+            compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 0.01, cache, executor=workers)
         (pid,) = workers.pids
         assert _gone(pid)  # killed and reaped, not left compiling
         assert not list(tmp_path.iterdir())  # no entry, no temporary file
         # the next compile starts a fresh child, which finishes and is stored
-        done = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, cache, workers=workers)
+        done = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, cache, executor=workers)
         assert len(workers.pids) == 2 and done.program.collectives is not None and not done.from_cache
     assert all(_gone(pid) for pid in workers.pids)  # closing stops the idle child
     assert [p.name.endswith(".json.gz") for p in tmp_path.iterdir()] == [True]
@@ -55,9 +55,9 @@ def test_a_child_compile_gives_the_in_process_program(strategy, tmp_path):
 
     space, topo, candidate, placement = strategy
     with CompileWorkers(1) as workers:
-        child = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, workers=workers)
+        child = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, executor=workers)
         workers.refuse(space)  # as for a space a child cannot load: compiled in this process
-        here = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, workers=workers)
+        here = compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, executor=workers)
         assert len(workers.pids) == 1
     model = CostModel(topo)
     assert model.evaluate(child.program, placement).step_seconds == model.evaluate(here.program, placement).step_seconds
@@ -77,7 +77,7 @@ def test_a_space_that_cannot_be_pickled_compiles_in_this_process(tmp_path):
     space = FunctionSpace(lambda x: jnp.sin(x) * 2, (jax.ShapeDtypeStruct((512, 128), jnp.float32),), [strategy])
     placement = enumerate_placements(topo, strategy.mesh).placements[0]
     with CompileWorkers(1) as workers:
-        done = compile_strategy(space, strategy, "data", topo, placement, 600, CompileCache(tmp_path), workers=workers)
+        done = compile_strategy(space, strategy, "data", topo, placement, 600, CompileCache(tmp_path), executor=workers)
         assert workers.pids == []  # no child was started
     assert done.program is not None and len(list(tmp_path.glob("*.json.gz"))) == 1
 
@@ -104,7 +104,7 @@ def test_an_interrupted_compile_kills_its_child(tmp_path):
             timer.start()
             with pytest.raises(Interrupted):
                 compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, CompileCache(tmp_path),
-                                 workers=workers)
+                                 executor=workers)
             assert workers.pids and all(_gone(pid) for pid in workers.pids)
     finally:
         timer.cancel()

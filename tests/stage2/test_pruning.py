@@ -7,6 +7,7 @@ import pytest
 
 from aoizora.plan import load_plan, plan_space
 from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.search import run_stage2
 from aoizora.stage1 import run_stage1
 from aoizora.workloads import TransformerSpace
@@ -122,9 +123,10 @@ def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
     """Two compiles in flight (in child processes, on an empty compile cache): the same chosen pair
     and Q2 as one at a time; anything compiled beyond the sequential set has a Q1 that cannot win."""
     sequential = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
-                            lower_bounds=small.bounds, workers=1)
-    parallel = run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=1,
-                          lower_bounds=small.bounds, workers=2)
+                            lower_bounds=small.bounds)
+    with CompileWorkers(2) as two:
+        parallel = run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=1,
+                              lower_bounds=small.bounds, executor=two)
     assert _best(parallel[0]) == _best(sequential[0])
     seq, par = sequential[3], parallel[3]
     assert par.workers == 2 and set(seq.compiled) <= set(par.compiled)
@@ -134,7 +136,7 @@ def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
     assert all(not o.compiled.from_cache for o in parallel[0])  # compiled here, not read back
 
 
-def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monkeypatch):
+def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path):
     """Interrupted while two compiles are in flight: run_stage2 returns at once (it does not wait
     for the compiles) and no child process is left compiling."""
     import os
@@ -142,22 +144,13 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monk
     import threading
     import time
 
-    import aoizora.stage2.search as stage2
-
-    started = []
-
-    class Recorded(stage2.CompileWorkers):
-        def __init__(self, size):
-            super().__init__(size)
-            started.append(self)
-
     class Interrupted(Exception):
         pass
 
     def interrupt(*_):
         raise Interrupted
 
-    monkeypatch.setattr(stage2, "CompileWorkers", Recorded)
+    workers = CompileWorkers(2)
     previous = signal.signal(signal.SIGINT, interrupt)
     timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
     try:
@@ -165,12 +158,11 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path, monk
         t0 = time.perf_counter()
         with pytest.raises(Interrupted):
             run_stage2(small.space, small.kept, small.topo, compile_cache=CompileCache(tmp_path), verify_top=0,
-                       workers=2)
+                       executor=workers)
         assert time.perf_counter() - t0 < 60
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
-    (workers,) = started
     assert workers.pids
     for pid in workers.pids:
         with pytest.raises(ProcessLookupError):
@@ -185,6 +177,7 @@ def test_compile_cache_hits_start_no_child_process(small, monkeypatch):
         pytest.fail("a compile process was started for a program in the compile cache")
 
     monkeypatch.setattr(compile_workers, "_Child", no_child)
-    outcomes = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
-                          lower_bounds=small.bounds, workers=2)[0]
+    with CompileWorkers(2) as two:
+        outcomes = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
+                              lower_bounds=small.bounds, executor=two)[0]
     assert outcomes and all(o.compiled.from_cache for o in outcomes)

@@ -28,9 +28,9 @@ def recompiles(tmp_path_factory):
     for key in KEYS:
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
         placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements[:3]
-        shared = compile_strategy(space, strategy, key, topo, placements[0], 600, cache, workers=workers).program
+        shared = compile_strategy(space, strategy, key, topo, placements[0], 600, cache, executor=workers).program
         for p in placements[1:]:
-            own = compile_strategy(space, strategy, key, topo, p, 600, cache, workers=workers).program
+            own = compile_strategy(space, strategy, key, topo, p, 600, cache, executor=workers).program
             for order, model in models.items():
                 rows.append((key, p.name, order, recompile_cannot_change_q2(model, shared, p),
                              model.evaluate(shared, p).step_seconds, model.evaluate(own, p).step_seconds))

@@ -17,18 +17,20 @@ from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell, run_cell_with_fallback
 from aoizora.bench.report import markdown, summary, write_outputs
 from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_workers import CompileExecutor
 
 
 def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.PathLike[str], *,
               compile_cache: CompileCache | None = None, resume: bool = True, progress: bool = True,
               console: Any = None, log: Callable[[str], None] = lambda _: None,
-              run_missing: bool = True) -> list[dict[str, Any]]:
+              run_missing: bool = True, executor: CompileExecutor | None = None) -> list[dict[str, Any]]:
     """Run every cell (each written to `out_dir/cells/` as it finishes; finished cells with the same
     options are reused when `resume`), then the table, CSV, JSON and plots in `out_dir`.
 
     `run_missing=False` only reports the cells already finished (e.g. while a long grid runs, or
     published per-cell data), whichever version of aoizora computed them; `cells=None` then reports
-    every cell in `out_dir/cells/`. A run needs the cells it is to compute."""
+    every cell in `out_dir/cells/`. A run needs the cells it is to compute. `executor`: where the
+    compiles run (default: local child processes, see `run_cell`)."""
     cell_dir = Path(out_dir) / "cells"
     if run_missing:
         if cells is None:
@@ -49,7 +51,8 @@ def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.Pa
             from aoizora.stage2.compile_cache import default_compile_cache
 
             compile_cache = compile_cache or default_compile_cache()
-            doc = run_cell_with_fallback(cell, opts, compile_cache, progress=progress, console=console, log=log)
+            doc = run_cell_with_fallback(cell, opts, compile_cache, progress=progress, console=console, log=log,
+                                         executor=executor)
             _write_atomic(path, doc)
         else:
             log(f"reused {path}")

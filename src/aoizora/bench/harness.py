@@ -11,8 +11,10 @@ are not compiled) and simulates every distinct placement of each — except, wit
 for every placement, so once a simulated pair is faster than a strategy's Q1, that strategy is
 not compiled. The sweep goes in Q1 order (after the strategies the baselines and the planner
 need, and those Stage 1 dropped for memory, whose compiles check the memory estimate), so the
-first strategy whose Q1 reaches the best simulated latency ends it. The bound is checked on every
-compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
+first strategy whose Q1 reaches the best simulated latency ends it. The compiles run on the cell's
+executor, as many at once as it runs; a strategy is only pruned when no compile is in flight, so
+nothing a sequential sweep compiles is pruned (`aoizora.stage2.search.BoundedSweep`). The bound is
+checked on every compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
 the oracle (`oracle=False`, `--quick`) the "oracle" column is the best pair among the strategies
 that were compiled anyway (the planner's Top-K, the expert's and the logical search's), and the
 table says so.
@@ -31,12 +33,14 @@ from aoizora.bench.baselines import logical_search
 from aoizora.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS
-from aoizora.errors import BenchError
+from aoizora.errors import BenchError, ExecutorError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileWorkers
-from aoizora.stage2.search import OUT_OF_HBM, Compiled, Scored, compile_strategy, drop_reason
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.stage2.search import (
+    OUT_OF_HBM, BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason,
+)
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.workload import Candidate, StrategySpace
@@ -60,7 +64,6 @@ class BenchOptions:
     options: Q2Options | None = None
     flags: CompilerFlags = CompilerFlags()  # libtpu flags of every compile (the planner's and the oracle's)
     flags_by_key: dict[str, CompilerFlags] = dataclasses.field(default_factory=dict)  # entries with their own (experts)
-    workers: int = DEFAULT_COMPILE_WORKERS  # the planner's compiles in flight at once (the oracle's run one by one)
 
     def flags_of(self, key: str) -> CompilerFlags:
         return self.flags_by_key.get(key, self.flags)
@@ -76,11 +79,18 @@ def _not_compilable(e: Entry) -> str | None:
 
 
 def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: bool = True, console: Any = None,
-             log: Callable[[str], None] = lambda _: None, space: StrategySpace | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] = lambda _: None, space: StrategySpace | None = None,
+             executor: CompileExecutor | None = None) -> dict[str, Any]:
     """Plan, baselines, oracle and metrics for one cell (a JSON-able dict).
 
     `space`: the workload's strategy space (default: the cell's Wan model at its shapes).
+    `executor`: where the planner's and the oracle's compiles run, up to its `size` at once
+    (default: `DEFAULT_COMPILE_WORKERS` local child processes, for this cell).
     """
+    if executor is None:
+        with CompileWorkers(DEFAULT_COMPILE_WORKERS) as own:
+            return run_cell(cell, opts, cache, progress=progress, console=console, log=log, space=space,
+                            executor=own)
     if space is None:
         from aoizora.models.registry import wan_space
 
@@ -97,18 +107,17 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     log(f"{cell.label()}: planning with aoizora (Top-{opts.top_k})")
     planned = plan_space(space, topo, top_k=opts.top_k, options=options, compile_timeout_s=opts.compile_timeout_s,
                          use_cache=False, compile_cache=cache, stage1=stage1, progress=progress, console=console,
-                         libtpu_args=opts.flags, workers=opts.workers)
-    with CompileWorkers(1) as workers:  # the cell's own compiles, each in a child process that can be stopped
-        return _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress,
-                                     console, log, workers)
+                         libtpu_args=opts.flags, executor=executor)
+    return _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress,
+                                 console, log, executor)
 
 
 def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress, console, log,
-                          workers) -> dict[str, Any]:
-    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
+                          executor) -> dict[str, Any]:
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `executor`)."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
-    alone = search_only_choice(planned, stage1, space, topo, options, opts, cache, workers)
+    alone = search_only_choice(planned, stage1, space, topo, options, opts, cache, executor)
 
     entries = expert_entries(space, topo, opts.flags)  # each compiled with its own flags, as the planner does
     experts = [(ex.key, ex.deployment) for ex in entries]
@@ -137,12 +146,12 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     known = {o.key: o.compiled for o in planned.outcomes or [] if o.compiled is not None}
     strategies, pairs, pruned, violations = _score_strategies(
         space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known,
-        workers)
+        executor)
     # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
     logical_key = None
     for key, _ in logical.ranking:
         if key not in strategies and key in by_key:
-            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, workers)
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, executor)
         if key in strategies and "dropped" not in strategies[key]:
             logical_key = key
             break
@@ -152,7 +161,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     own: dict[str, Any] = {}
     for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
         if pair is not None and pair[1] != JAX_DEFAULT:
-            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, workers)
+            own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, executor)
 
     doc: dict[str, Any] = {
         "cell": {"topology": cell.topology, "resolution": cell.resolution, "frames": cell.frames, "model": cell.model},
@@ -195,7 +204,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
 
 
 def search_only_choice(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options,
-                       opts: BenchOptions, cache: CompileCache, workers: CompileWorkers) -> Any:
+                       opts: BenchOptions, cache: CompileCache, executor: CompileExecutor) -> Any:
     """What the search finds without the expert deployments among its candidates (the shipped
     planner adds them): the best pair of the planner's own outcomes from Stage 1's strategies.
 
@@ -217,7 +226,9 @@ def search_only_choice(planned: Any, stage1: Any, space: StrategySpace, topo: An
         placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
         try:
             compiled = compile_strategy(space, strategy, key, topo, placements[0], opts.compile_timeout_s, cache,
-                                        opts.flags_of(key), workers=workers)
+                                        opts.flags_of(key), executor=executor)
+        except ExecutorError:
+            raise
         except Exception:  # refused or failed: not a choice the search could deploy
             continue
         pairs += [Scored(key, p, model.evaluate(compiled.program, p), compiled.program) for p in placements]
@@ -230,8 +241,8 @@ def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:
 
 
 def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache,
-                          workers) -> dict[str, Any]:
-    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `workers`)."""
+                          executor) -> dict[str, Any]:
+    """The pair's strategy compiled with the placement's own device order, simulated on it."""
     from aoizora.sim import simulate
     from aoizora.validation.rank import simulator_options
 
@@ -239,7 +250,9 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)
     try:
         compiled = compile_strategy(space, entry.candidate.strategy, entry.key, topo, placement,
-                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key), workers=workers)
+                                    opts.compile_timeout_s, cache, opts.flags_of(entry.key), executor=executor)
+    except ExecutorError:
+        raise
     except Exception as exc:
         return {"strategy": entry.key, "placement": placement_name, "dropped": drop_reason(exc)}
     sim = simulate(compiled.program, topo, placement, **simulator_options(options))
@@ -247,63 +260,86 @@ def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, option
 
 
 def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
-               known: dict[str, Compiled], workers: CompileWorkers) -> None:
+               known: dict[str, Compiled], executor: CompileExecutor) -> None:
     """Compile one strategy (unless `known` holds it; else from the cache) and score every placement of it."""
-    spec = space.mesh_spec(e.candidate.strategy)
-    placements = enumerate_placements(topo, spec).placements
     try:
-        compiled = known.get(e.key) or compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0],
-                                                        opts.compile_timeout_s, cache, opts.flags_of(e.key),
-                                                        workers=workers)
+        compiled = known.get(e.key) or _compile_entry(space, topo, e, opts, cache, executor)
+    except ExecutorError:  # the executor cannot compile at all: not this strategy's failure
+        raise
     except Exception as exc:
         strategies[e.key] = {"dropped": drop_reason(exc)}
         return
-    strategies[e.key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
-                         "placements": len(placements)}
+    _score_compiled(space, topo, e.key, e.candidate.strategy, compiled, options, strategies, pairs)
+
+
+def _compile_entry(space, topo, e: Entry, opts: BenchOptions, cache: CompileCache,
+                   executor: CompileExecutor) -> Compiled:
+    """A strategy compiled over its first placement's device order (as the planner compiles it)."""
+    placements = enumerate_placements(topo, space.mesh_spec(e.candidate.strategy)).placements
+    return compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0], opts.compile_timeout_s, cache,
+                            opts.flags_of(e.key), executor=executor)
+
+
+def _score_compiled(space, topo, key: str, strategy: Any, compiled: Compiled, options, strategies: dict[str, Any],
+                    pairs: list[dict[str, Any]]) -> list[float]:
+    """Q2 and the simulator on every placement of a compiled strategy (added to `pairs`); the simulated seconds."""
+    placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
+    strategies[key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
+                       "placements": len(placements)}
+    sims = []
     for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
-        pairs.append({"strategy": e.key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
+        pairs.append({"strategy": key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
                       "q2_compute_seconds": r.q2.compute_seconds,
                       "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})
+        sims.append(r.sim.step_seconds)
+    return sims
 
 
 def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound: bool, options, opts, cache,
-                      progress, console, known, workers):
+                      progress, console, known, executor: CompileExecutor):
     """Score `first`, then `rest` (in ascending Q1) until, with `bound`, a strategy's Q1 reaches the
     best simulated latency so far: it and every later one are pruned (their Q1 is no lower).
+
+    Up to `executor.size` compiles run at once (`BoundedSweep`, with `first` as its baselines and
+    the simulated latency in place of Q2): a pruning decision rests on every strategy started before
+    it, so what is pruned is what a sequential sweep prunes, or less.
     Returns (strategies, pairs, pruned {key: why}, bound violations [keys whose Q1 > their best])."""
     strategies: dict[str, Any] = {}
     pairs: list[dict[str, Any]] = []
-    pruned: dict[str, dict[str, float]] = {}
-    violations: list[str] = []
+    entries = first + rest
+    by_key = {e.key: e for e in entries}
+    bounds = {e.key: e.q1.seconds for e in entries if e.q1 is not None}  # every Q1 is checked against its best
+    never_pruned = [e.key for e in (first if bound else entries)]
 
-    def score(e: Entry) -> None:
-        n = len(pairs)
-        _score_one(space, topo, e, options, opts, cache, strategies, pairs, known, workers)
-        mine = [p["sim_seconds"] for p in pairs[n:]]
-        if e.q1 is not None and mine and e.q1.seconds > min(mine) * (1 + 1e-9):
-            violations.append(e.key)
+    def compile_one(key: str, _strategy: Any) -> Compiled:
+        return known.get(key) or _compile_entry(space, topo, by_key[key], opts, cache, executor)
 
-    def sweep(advance: Callable[[], None]) -> None:
-        for e in first:
-            score(e)
+    def sweep(advance: Callable[[], None]) -> BoundedSweep:
+        def finish(_i: int, outcome: StrategyOutcome) -> None:
+            if outcome.compiled is None:
+                strategies[outcome.key] = {"dropped": outcome.dropped}
+            else:
+                sims = _score_compiled(space, topo, outcome.key, outcome.strategy, outcome.compiled, options,
+                                       strategies, pairs)
+                swept.scored(outcome.key, sims)
             advance()
-        for i, e in enumerate(rest):
-            best = min((p["sim_seconds"] for p in pairs), default=math.inf)
-            if bound and not violations and e.q1.seconds >= best:
-                pruned.update({r.key: {"q1_seconds": r.q1.seconds, "best_sim_seconds": best} for r in rest[i:]})
-                return
-            score(e)
-            advance()
+
+        swept = BoundedSweep([(e.key, e.candidate.strategy) for e in entries], bounds, never_pruned, executor.size,
+                             compile_one, finish, None)
+        swept.run(abort=executor.close)
+        return swept
 
     if not progress:
-        sweep(lambda: None)
-        return strategies, pairs, pruned, violations
-    from rich.progress import Progress
+        done = sweep(lambda: None)
+    else:
+        from rich.progress import Progress
 
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"compile + simulate ({topo.name})", total=len(first) + len(rest))
-        sweep(lambda: bar.advance(task))
-    return strategies, pairs, pruned, violations
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
+            done = sweep(lambda: bar.advance(task))
+    pruned = {k: {"q1_seconds": v["q1_seconds"], "best_sim_seconds": v["best_q2_seconds"]}
+              for k, v in done.summary.pruned.items()}
+    return strategies, pairs, pruned, list(done.summary.bound_violations)
 
 
 def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +14,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS,
 from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.search import EarlyCompiles, Scored, Stage2Summary, StrategyOutcome, run_stage2
@@ -71,7 +74,7 @@ def plan_space(
     stage1: Stage1Result | None = None,
     libtpu_args: str | CompilerFlags | None = None,
     include_experts: bool = True,
-    workers: int = DEFAULT_COMPILE_WORKERS,
+    executor: CompileExecutor | None = None,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
@@ -84,8 +87,10 @@ def plan_space(
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
-    `workers`: Stage 2 compiles run at once, each in its own process; the plan is the one a
-    sequential run makes (see `run_stage2`), so the number is not part of the cached request.
+    `executor`: where Stage 2 compiles run, up to its `size` at once (default: `DEFAULT_COMPILE_WORKERS`
+    local child processes; `aoizora.stage2.compile_workers.executor_from_spec` makes a Ray one). The
+    plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
+    cached request.
     """
     options = options or Q2Options()
     flags = planning_flags(libtpu_args, topology.name)
@@ -102,7 +107,8 @@ def plan_space(
     experts = expert_entries(space, topology, flags) if include_experts else []
     t_start = time.perf_counter()
     # the experts are compiled whatever Stage 1 ranks: they compile while it lowers
-    with EarlyCompiles(space, topology, compile_timeout_s, compile_cache, workers=min(workers, len(experts))) as early:
+    with _own_executor(executor) as executor, \
+            EarlyCompiles(space, topology, compile_timeout_s, compile_cache, executor) as early:
         for ex in experts:
             early.start(ex.key, ex.deployment.strategy, ex.flags)
         if stage1 is None:
@@ -116,7 +122,7 @@ def plan_space(
         flags_by_key = {ex.key: ex.flags for ex in experts}
         outcomes, timings, notes, summary = _stage2(
             space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-            [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], workers,
+            [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
             early.futures)
     notes = extra_notes + notes
     chosen_pairs = [s for o in outcomes for s in o.scored]
@@ -216,11 +222,21 @@ def planning_flags(libtpu_args: str | CompilerFlags | None, topology_name: str) 
     return flags
 
 
+@contextlib.contextmanager
+def _own_executor(executor: CompileExecutor | None) -> Iterator[CompileExecutor]:
+    """`executor`, or local compile processes (`DEFAULT_COMPILE_WORKERS`) closed on leaving."""
+    if executor is not None:
+        yield executor
+        return
+    with CompileWorkers(DEFAULT_COMPILE_WORKERS) as own:
+        yield own
+
+
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, workers, started):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, workers=workers,
+                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, executor=executor,
                   started=started)
     if not progress:
         return run_stage2(space, kept, topology, **common)

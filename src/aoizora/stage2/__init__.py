@@ -6,20 +6,22 @@ Public API:
 - `compile_strategy` (one strategy over one device order, through the compile cache), `drop_reason`
   and `OUT_OF_HBM` (why a strategy was dropped);
 - `CompileCache`, `CompileRecord`, `default_compile_cache`: libtpu's output kept on disk;
-- `CompileWorkers`: compiles in child processes that are killed on timeout or Ctrl-C;
+- `CompileExecutor`, where compiles run: `CompileWorkers` (child processes, killed on timeout or
+  Ctrl-C) or a Ray cluster's actors (`aoizora.stage2.ray_executor`); `executor_from_spec` makes one
+  from a `--executor` value;
 - `EarlyCompiles`: compiles started before Stage 2 (the experts, while Stage 1 lowers);
 - `Stage2Summary`: what Stage 2 compiled, and what Q1 pruned.
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
 from aoizora.stage2.search import (
     OUT_OF_HBM, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary, StrategyOutcome,
     compile_strategy, drop_reason, run_stage2,
 )
 
 __all__ = [
-    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled",
-    "EarlyCompiles",
-    "Scored", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason", "run_stage2",
+    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompileRecord", "CompileTimeout", "CompileExecutor", "CompileWorkers",
+    "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache",
+    "drop_reason", "executor_from_spec", "run_stage2",
 ]

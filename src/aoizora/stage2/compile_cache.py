@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoizora.toolchain import CompilerFlags
+from aoizora.toolchain import CompilerFlags, compiler_environment
 
 log = logging.getLogger("aoizora.cache")
 
@@ -80,10 +80,6 @@ def _without_source_paths(lowered_text: str) -> str:
     return _KERNEL_BODY.sub(normalize, lowered_text)
 
 
-def _env_flags() -> dict[str, str]:
-    return {k: os.environ.get(k, "") for k in ("LIBTPU_INIT_ARGS", "XLA_FLAGS")}
-
-
 class CompileCache:
     """Compiled programs under `root` (one gzipped JSON file per key)."""
 
@@ -96,7 +92,7 @@ class CompileCache:
             flags: CompilerFlags | None = None) -> str:
         digest = hashlib.sha256()
         header: dict[str, Any] = {"topology": topology_name, "devices": list(device_ids), "toolchain": toolchain,
-                                  "env": _env_flags()}
+                                  "env": compiler_environment()}
         if flags:  # absent when there are none, so keys of programs compiled without flags stay as they were
             header["compiler_options"] = flags.compiler_options()
         digest.update(json.dumps(header, sort_keys=True).encode())

@@ -17,6 +17,10 @@ the parent's text keys the compile cache), compiles it and returns the compiled 
 logical device order, the memory the compiler reported and the compile's seconds. It writes
 nothing: the parent stores what arrives in the compile cache, so a killed compile leaves no entry.
 
+`CompileWorkers` is the default `CompileExecutor`. `aoizora.stage2.ray_executor` runs the same
+jobs (`_run`) in actors on a Ray cluster, in the same pool (`CompileWorkers._start_child`);
+`executor_from_spec` picks one from a `--executor` value.
+
 A space that cannot be pickled, or unpickled in a fresh process (e.g. a `FunctionSpace` of a
 lambda, of a function defined inside another or in the caller's `__main__`), is compiled in the calling process instead
 (`compile_strategy` does so), where a timeout abandons the compile rather than stopping it.
@@ -27,13 +31,14 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import re
 import subprocess
 import sys
 import threading
 import time
 from multiprocessing.connection import Connection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aoizora.placement import Placement
 from aoizora.toolchain import CompilerFlags
@@ -88,6 +93,16 @@ def lowered_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def result_of(answer: tuple[Any, ...]) -> ChildResult:
+    """The result a compile process answered (`_run`'s tuple); its error raised as the parent's exception."""
+    kind, *payload = answer
+    if kind == "ok":
+        return payload[0]
+    if kind == "workload":
+        raise WorkloadNotTransferable(payload[0])
+    raise ChildCompileError(*payload)
+
+
 class _Child:
     """One child process (a fresh interpreter running `main`) and the pipes to it."""
 
@@ -139,12 +154,7 @@ class _Child:
         if not self.recv_conn.poll(timeout_s):
             self.kill()
             raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
-        kind, *payload = self._receive()
-        if kind == "ok":
-            return payload[0]
-        if kind == "workload":
-            raise WorkloadNotTransferable(payload[0])
-        raise ChildCompileError(*payload)
+        return result_of(self._receive())
 
     def kill(self) -> None:
         """Kill the child and close the pipes, once (the waiting thread and `close` may both call it:
@@ -169,6 +179,32 @@ class _Child:
         self.kill()
 
 
+class CompileExecutor(Protocol):
+    """Where Stage 2's compiles run: `CompileWorkers` (child processes of this one, the default) or
+    `aoizora.stage2.ray_executor.RayCompileWorkers` (actors on a Ray cluster). The caller lowers,
+    looks the program up in the compile cache and stores what comes back; an executor only compiles.
+    """
+
+    size: int  # compiles it runs at once
+
+    def job(self, space: Any, strategy: Any, topology_name: str, placement: Placement, flags: CompilerFlags | None,
+            lowered_text: str) -> CompileJob | None:
+        """The job for one compile, or None when the space or strategy cannot be sent."""
+
+    def compile(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+        """Run `job`; CompileTimeout (its process killed) after `timeout_s` seconds."""
+
+    def refuse(self, space: Any) -> None:
+        """Remember that `space` cannot be loaded where the compiles run."""
+
+    def close(self) -> None:
+        """Stop every compile process, killing those still compiling."""
+
+    def __enter__(self) -> "CompileExecutor": ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+
 class CompileWorkers:
     """Up to `size` compile processes, started when first needed and reused until `close()`.
 
@@ -185,7 +221,7 @@ class CompileWorkers:
         self._busy: set[_Child] = set()
         self._blobs: dict[int, tuple[Any, bytes | None]] = {}  # id(space) -> (space, its pickle or None)
         self._closed = False
-        self.pids: list[int] = []  # every child started (for diagnostics and tests)
+        self._started: list[Any] = []  # every child started
         self.start_seconds: list[float] = []  # how long each child took to get ready (its imports)
 
     def job(self, space: Any, strategy: Any, topology_name: str, placement: Placement, flags: CompilerFlags | None,
@@ -239,10 +275,23 @@ class CompileWorkers:
             # started and registered under the lock, so that a `close` running meanwhile either
             # finds it busy (and kills it) or comes first (and no child is started): when `close`
             # returns, every process in `pids` has ended
-            child = _Child()
-            self.pids.append(child.pid)
+            child = self._start_child()
+            self._started.append(child)
             self._busy.add(child)
             return child
+
+    def _start_child(self) -> Any:
+        """A new compile process (here a local child; another executor starts its own kind).
+
+        A child has `pid` (None until known), `ready`, `wait_ready()`, `run(job, timeout_s)`,
+        `kill()` (at once, idempotent) and `stop()` (when idle)."""
+        return _Child()
+
+    @property
+    def pids(self) -> list[int]:
+        """The process ids of every child started (for diagnostics and tests)."""
+        with self._lock:
+            return [c.pid for c in self._started if c.pid is not None]
 
     def _give(self, child: _Child) -> None:
         with self._lock:
@@ -357,3 +406,45 @@ def main() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent kills us
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+
+
+# ------------------------------------------------------------------------------------------
+# Choosing an executor
+# ------------------------------------------------------------------------------------------
+LOCAL = "local"
+RAY = "ray"
+_RAY_CLIENT = re.compile(r"^ray://(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})$")
+
+
+def executor_from_spec(spec: str, size: int, *, cpus_per_compile: float | None = None) -> CompileExecutor:
+    """The executor a `--executor` value names, running up to `size` compiles at once.
+
+    `local`: child processes of this one (`CompileWorkers`). `ray`: a Ray cluster on this machine
+    (the one `ray.init()` finds, else a new one). `ray://HOST:PORT`: a Ray cluster through its
+    client server. Ray needs the extra (`pip install 'aoizora[ray]'`); its workers are checked to
+    compile as this process does before any compile (see `aoizora.stage2.ray_executor`).
+    `cpus_per_compile`: CPUs a Ray compile reserves (default `DEFAULT_RAY_CPUS_PER_COMPILE`).
+    Raises ExecutorError for an unknown value, a missing Ray, or a cluster that cannot be used.
+    """
+    from aoizora.errors import ExecutorError
+
+    spec = spec.strip()
+    if spec == LOCAL:
+        return CompileWorkers(size)
+    if spec != RAY and not spec.startswith("ray://"):
+        raise ExecutorError(f"unknown executor {spec!r}; use 'local', 'ray' or 'ray://HOST:PORT'")
+    address = None
+    if spec != RAY:
+        m = _RAY_CLIENT.match(spec)
+        if m is None or not 0 < int(m.group("port")) < 65536:
+            raise ExecutorError(f"malformed Ray address {spec!r}; write it as ray://HOST:PORT "
+                                "(the cluster's client server, port 10001 by default)")
+        address = spec
+    try:
+        from aoizora.stage2.ray_executor import RayCompileWorkers
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("ray"):
+            raise
+        raise ExecutorError(f"--executor {spec} needs Ray, which is not installed; install the extra: "
+                            "pip install 'aoizora[ray]'") from None
+    return RayCompileWorkers(address, size, cpus_per_compile=cpus_per_compile)

@@ -19,13 +19,14 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, ExecutorError
 from aoizora.hlo.algorithm import RingOrder
 from aoizora.hlo.builder import build_program
 from aoizora.hlo.program import OpaqueCost, OpaqueOp, Program
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord
 from aoizora.stage2.compile_workers import (
-    ChildResult, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of, memory_bytes,
+    ChildResult, CompileExecutor, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of,
+    memory_bytes,
 )
 from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.workload import LOWERING_LOCK, StrategySpace
@@ -105,12 +106,12 @@ def compile_strategy(
     space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
     cache: CompileCache | None = None,
     flags: CompilerFlags | None = None,
-    workers: CompileWorkers | None = None,
+    executor: CompileExecutor | None = None,
 ) -> Compiled:
     """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
-    The program is lowered here and looked up in `cache` first; a miss is compiled in a child
-    process of `workers` (default: one started for this compile), killed when the compile exceeds
+    The program is lowered here and looked up in `cache` first; a miss is compiled by `executor`
+    (default: a child process started for this compile), in a process killed when the compile exceeds
     `timeout_s` or the caller is interrupted; only a finished compile is stored in `cache`. A
     space that cannot go to a child process (see `aoizora.stage2.compile_workers`) is compiled in
     this process, where a timeout abandons the compile instead of stopping it.
@@ -142,7 +143,7 @@ def compile_strategy(
     label = f"{key} / {placement.name} / {topology.name}"
     t0 = time.perf_counter()
     try:
-        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, workers)
+        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, executor)
     except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
@@ -157,19 +158,19 @@ def compile_strategy(
 
 def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, placement: Placement, lowered: Any,
                   text: str, timeout_s: float | None, flags: CompilerFlags | None,
-                  workers: CompileWorkers | None) -> ChildResult:
-    """Compile a program the cache did not have: in a child process when the workload can go there."""
-    if workers is None:
+                  executor: CompileExecutor | None) -> ChildResult:
+    """Compile a program the cache did not have: by `executor` when the workload can go there."""
+    if executor is None:
         with CompileWorkers(1) as own:
             return _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, own)
-    job = workers.job(space, strategy, topology.name, placement, flags, text)
+    job = executor.job(space, strategy, topology.name, placement, flags, text)
     if job is not None:
         try:
-            return workers.compile(job, timeout_s)
+            return executor.compile(job, timeout_s)
         except WorkloadNotTransferable as exc:
             log.warning("aoizora: compiling %s in this process, where a timeout cannot stop a compile (%s)",
                         space.name, exc)
-            workers.refuse(space)
+            executor.refuse(space)
     t0 = time.perf_counter()
     compiled = compile_with_timeout(lowered, timeout_s, flags)
     seconds = time.perf_counter() - t0
@@ -184,40 +185,37 @@ class EarlyCompiles:
     """Compiles started before Stage 2, for strategies it compiles whatever Stage 1 ranks (the
     expert deployments: baselines, compiled first and never pruned), so that they run while Stage 1
     lowers. Each compiles over its strategy's first placement with its own flags, exactly as Stage
-    2 would; `run_stage2(started=early.futures)` takes the results instead of compiling again.
+    2 would, in `executor` (the one Stage 2 uses, which bounds the compiles running at once);
+    `run_stage2(started=early.futures)` takes the results instead of compiling again.
 
-    Up to `workers` at once, in the order started. A context manager: leaving it kills compiles
-    still running (after Stage 2 there are none: it waited for each).
+    A context manager: leaving it by an exception (Ctrl-C included) closes `executor`, killing the
+    compiles in flight, as `run_stage2` does; leaving it normally leaves `executor` open (after
+    Stage 2 no early compile is running: Stage 2 waited for each).
     """
 
     def __init__(self, space: StrategySpace, topology: Topology, timeout_s: float | None,
-                 cache: CompileCache | None, workers: int = 1) -> None:
+                 cache: CompileCache | None, executor: CompileExecutor) -> None:
         self.space, self.topology, self.timeout_s, self.cache = space, topology, timeout_s, cache
-        self.size = max(1, workers)
+        self.executor = executor
         self.futures: dict[str, Future[Compiled]] = {}
-        self._workers: CompileWorkers | None = None
         self._threads: ThreadPoolExecutor | None = None
 
     def start(self, key: str, strategy: Any, flags: CompilerFlags | None) -> None:
         """Start compiling `strategy` (under `key`) in the background."""
         if self._threads is None:
-            self._workers = CompileWorkers(self.size)
-            self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="aoizora-early-compile")
+            self._threads = ThreadPoolExecutor(self.executor.size, thread_name_prefix="aoizora-early-compile")
         placement = enumerate_placements(self.topology, self.space.mesh_spec(strategy)).placements[0]
         self.futures[key] = self._threads.submit(compile_strategy, self.space, strategy, key, self.topology,
-                                                 placement, self.timeout_s, self.cache, flags, self._workers)
-
-    def close(self) -> None:
-        if self._workers is not None:
-            self._workers.close()  # kills a compile still running: its thread returns at once
-        if self._threads is not None:
-            self._threads.shutdown(wait=False, cancel_futures=True)
+                                                 placement, self.timeout_s, self.cache, flags, self.executor)
 
     def __enter__(self) -> "EarlyCompiles":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.executor.close()  # kills a compile still running: its thread returns at once
+        if self._threads is not None:
+            self._threads.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -265,8 +263,8 @@ class Stage2Summary:
 BOUND_TOLERANCE = 1e-9
 
 
-class _BoundedSweep:
-    """Stage 2's compiles in bound order, pruned by Q1, with up to `workers` in flight.
+class BoundedSweep:
+    """Compiles in bound order, pruned by Q1, with up to `workers` in flight.
 
     The order: `baselines` first (never pruned: they are reported whatever happens, and their Q2
     can prune the others), then the other strategies by ascending lower bound (strategies without
@@ -373,6 +371,8 @@ class _BoundedSweep:
                 outcome = StrategyOutcome(*self.entries[i])
                 try:
                     outcome.compiled = fut.result()
+                except ExecutorError:  # the executor cannot compile at all: not one strategy's failure
+                    raise
                 except Exception as exc:
                     outcome.dropped = drop_reason(exc)
                 self.finish(i, outcome)
@@ -396,7 +396,7 @@ def run_stage2(
     lower_bounds: Mapping[str, float] | None = None,
     baselines: Collection[str] = (),
     on_pruned: Callable[[str], None] | None = None,
-    workers: int = 1,
+    executor: CompileExecutor | None = None,
     started: Mapping[str, Future[Compiled]] | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
     """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
@@ -404,15 +404,16 @@ def run_stage2(
 
     `lower_bounds` (Stage 1's Q1 per key: a step time no placement can beat) prune the compiles:
     `baselines` are compiled first and always, the others in ascending bound, and a strategy whose
-    bound reaches the best Q2 found so far is not compiled (see `_BoundedSweep`). `kept` is thus the
+    bound reaches the best Q2 found so far is not compiled (see `BoundedSweep`). `kept` is thus the
     cap: never more is compiled, and the choice is the one compiling all of `kept` gives whenever
     the bound holds. Should the verifying recompile raise the leading pair's Q2 above a pruned
     strategy's bound, that strategy is compiled after all.
 
-    Up to `workers` compiles run at once, each in its own process (`CompileWorkers`), started in
-    the same order; the pruning decisions are those of a sequential run (`_BoundedSweep`), so the
-    choice equals the sequential one whenever the bound holds. The scoring and the verifying
-    recompiles run in this process as results arrive. `started`: compiles already under way
+    The compiles run in `executor` (default: one local child process, `CompileWorkers(1)`), up to
+    its `size` at once, started in the same order; the pruning decisions are those of a sequential
+    run (`BoundedSweep`), so the choice equals the sequential one whenever the bound holds. The
+    scoring and the verifying recompiles run in this process as results arrive. An error or Ctrl-C
+    during the sweep closes `executor` (its compiles in flight are killed). `started`: compiles already under way
     (`EarlyCompiles`), by key; Stage 2 waits for them instead of compiling those strategies.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
@@ -440,7 +441,7 @@ def run_stage2(
         if started and key in started:
             return started[key].result()
         return compile_strategy(space, strategy, key, topology, placements_of(strategy)[0], compile_timeout_s,
-                                compile_cache, flags_of(key), workers=pool)
+                                compile_cache, flags_of(key), executor=pool)
 
     def finish(i: int, outcome: StrategyOutcome) -> None:
         key = outcome.key
@@ -465,9 +466,10 @@ def run_stage2(
             if on_backfill:
                 on_backfill(nxt[0])
 
-    sweep = _BoundedSweep(kept, lower_bounds or {}, baselines, workers, compile_one, finish, on_pruned)
+    pool = executor if executor is not None else CompileWorkers(1)
+    sweep = BoundedSweep(kept, lower_bounds or {}, baselines, pool.size, compile_one, finish, on_pruned)
     verified: set[tuple[str, str]] = set()
-    with CompileWorkers(workers) as pool:
+    try:
         while True:
             t0 = time.perf_counter()
             sweep.run(abort=pool.close)
@@ -482,6 +484,9 @@ def run_stage2(
                 break
             notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
                          "that strategy was compiled after all")
+    finally:
+        if executor is None:
+            pool.close()
 
     if cached:
         timings["compile_cached"] = sum(cached)
@@ -532,7 +537,7 @@ def recompile_cannot_change_q2(model: CostModel, program: Program, placement: Pl
 def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
             verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
-            pool: CompileWorkers) -> None:
+            pool: CompileExecutor) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
     pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
@@ -551,7 +556,9 @@ def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes
         outcome = by_key[s.key]
         try:
             own = compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout_s, cache,
-                                   flags_of(s.key), workers=pool)
+                                   flags_of(s.key), executor=pool)
+        except ExecutorError:
+            raise
         except Exception as exc:
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
             continue
