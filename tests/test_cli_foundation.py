@@ -107,4 +107,8 @@ def test_library_and_cli_plan_with_the_same_defaults():
     assert cli_defaults["top_k"] == library["top_k"].default
     assert cli_defaults["compile_timeout"] == library["compile_timeout_s"].default
     assert cli_defaults["verify_top"] == library["verify_top"].default
-    assert cli_defaults["workers"] == library["workers"].default
+    # plan_space compiles with DEFAULT_COMPILE_WORKERS local processes unless given an executor
+    from aoizora.defaults import DEFAULT_COMPILE_WORKERS
+
+    assert library["executor"].default is None and cli_defaults["executor"] == "local"
+    assert cli_defaults["workers"] == DEFAULT_COMPILE_WORKERS
