@@ -1,0 +1,65 @@
+"""Where a compiled Wan program's compute exceeds Stage 1's: Q1's compute per op kind beside Q2's
+per compiled instruction kind, for one strategy compiled over JAX's default order.
+
+Q1 charges every op at its roofline with only the HBM bytes no fusion can avoid, and layout or
+elementwise ops nothing; Q2 costs each compiled instruction by libtpu's cycle estimate (or the
+kernel model). The difference between the two tables is what Q1 does not see.
+
+    python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
+        --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses"
+
+Uses the compile cache (a miss compiles the strategy, minutes for Wan 14B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+
+def main() -> None:
+    from aoizora.models.registry import wan_space
+    from aoizora.placement import enumerate_placements
+    from aoizora.stage1.q1 import op_seconds
+    from aoizora.stage1.search import analyse
+    from aoizora.stage2 import compile_strategy, default_compile_cache
+    from aoizora.topology import get_topology
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="wan2.1-t2v-14b")
+    ap.add_argument("--topology", default="v6e:2x4")
+    ap.add_argument("--resolution", default="480p")
+    ap.add_argument("--frames", type=int, default=21)
+    ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    args = ap.parse_args()
+
+    topo = get_topology(args.topology)
+    space = wan_space(args.model, args.resolution, args.frames)
+    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
+    if strategy is None:
+        raise SystemExit(f"no strategy {args.strategy!r} on {args.topology}")
+    prediction, bound, *_ = analyse(space, strategy, topo)
+    stage1: collections.Counter[str] = collections.Counter()
+    for op in prediction.ops:
+        stage1[("kernel " if op.opaque else "") + op.op] += op_seconds(op, topo) * op.multiplicity
+    placement = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0]
+    program = compile_strategy(space, strategy, args.strategy, topo, placement, None, default_compile_cache()).program
+    compiled: collections.Counter[str] = collections.Counter()
+    for node in program.nodes:
+        if node.collective is None:
+            kind = node.custom_call_target or node.opcode + (f" ({node.fusion_kind})" if node.fusion_kind else "")
+            compiled[kind] += node.compute_seconds(topo.hardware) * node.multiplicity
+
+    print(f"Q1 {bound.seconds * 1e3:.1f} ms: compute {bound.compute_seconds * 1e3:.1f}, "
+          f"communication {bound.comm_seconds * 1e3:.1f}")
+    print(f"Stage 1 compute by op ({sum(stage1.values()) * 1e3:.1f} ms):")
+    for kind, seconds in stage1.most_common(8):
+        print(f"  {kind:44s} {seconds * 1e3:9.2f} ms")
+    print(f"compiled compute by instruction, as Q2 costs it ({sum(compiled.values()) * 1e3:.1f} ms, "
+          f"over {placement.name}):")
+    for kind, seconds in compiled.most_common(8):
+        print(f"  {kind:44s} {seconds * 1e3:9.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
