@@ -40,6 +40,7 @@ from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2.search import (
     OUT_OF_HBM, BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason,
+    shared_compile_placement,
 )
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
@@ -275,8 +276,8 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
 def _compile_entry(space, topo, e: Entry, opts: BenchOptions, cache: CompileCache,
                    executor: CompileExecutor) -> Compiled:
     """A strategy compiled over its first placement's device order (as the planner compiles it)."""
-    placements = enumerate_placements(topo, space.mesh_spec(e.candidate.strategy)).placements
-    return compile_strategy(space, e.candidate.strategy, e.key, topo, placements[0], opts.compile_timeout_s, cache,
+    placement = shared_compile_placement(space, topo, e.candidate.strategy)
+    return compile_strategy(space, e.candidate.strategy, e.key, topo, placement, opts.compile_timeout_s, cache,
                             opts.flags_of(e.key), executor=executor)
 
 

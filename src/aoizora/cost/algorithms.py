@@ -61,11 +61,6 @@ def ring_is_bidirectional(algorithm: AlgorithmConfig | None, options: Q2Options)
     return direction is RingDirection.BIDIRECTIONAL
 
 
-def ring_is_reordered(algorithm: AlgorithmConfig | None, options: Q2Options) -> bool:
-    """Whether the collective's rings take the best order over their members."""
-    return options.order.reorders(algorithm)
-
-
 def ring_dims(algorithm: AlgorithmConfig | None, group_size: int) -> tuple[int, ...]:
     """Grid Q2 lays a group on: an N-D ring strategy's grid when it fits the group (one ring per
     dimension, in phases; the listed order laid row-major on the grid), else one 1-D ring."""

@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.cost.algorithms import Q2Options, ring_dim_orders, ring_dims, ring_is_bidirectional, ring_is_reordered
+from aoizora.cost.algorithms import Q2Options, ring_dim_orders, ring_dims, ring_is_bidirectional
 from aoizora.cost.links import Incidence, incidence
 from aoizora.cost.traffic import RingOrderer, collective_phases
 from aoizora.errors import PlacementError
+from aoizora.hlo.algorithm import RingOrder
 from aoizora.hlo.program import Collective, Node, NodeKind, Program
 from aoizora.placement import Placement
 from aoizora.topology import Topology
@@ -112,9 +113,12 @@ class CostModel:
             positions[row] = (*pos.chip, pos.core)
         self.orderer = RingOrderer(self.inc, positions)
 
-    def collective_estimate(self, coll: Collective, rows: np.ndarray) -> tuple[CollectiveEstimate, np.ndarray]:
+    def collective_estimate(self, coll: Collective, rows: np.ndarray,
+                            ring_order: RingOrder | None = None) -> tuple[CollectiveEstimate, np.ndarray]:
+        """One collective's time and link loads on the devices at `rows`; `ring_order` overrides
+        the model's ring-order switch for this estimate."""
         bidirectional = ring_is_bidirectional(coll.algorithm, self.options)
-        reordered = ring_is_reordered(coll.algorithm, self.options)
+        reordered = (ring_order or self.options.order).reorders(coll.algorithm)
         groups = [tuple(int(rows[d]) for d in g) for g in coll.groups]
         pairs = [(int(rows[a]), int(rows[b])) for a, b in coll.source_target_pairs]
         dims = ring_dims(coll.algorithm, coll.group_size)
@@ -155,26 +159,13 @@ class CostModel:
         which it matters whether the compiler keeps a reordering map. Independent of the ring-order
         switch of this model."""
         rows = placement_rows(program, self.topology, placement, self.inc)
-        listed, best = self._variant("listed"), self._variant("best")
         sensitive = []
         for coll in program.collectives:
-            a, loads_a = listed.collective_estimate(coll, rows)
-            b, loads_b = best.collective_estimate(coll, rows)
-            if a.seconds != b.seconds or not np.array_equal(loads_a, loads_b):
+            listed, loads_listed = self.collective_estimate(coll, rows, RingOrder.LISTED)
+            best, loads_best = self.collective_estimate(coll, rows, RingOrder.BEST)
+            if listed.seconds != best.seconds or not np.array_equal(loads_listed, loads_best):
                 sensitive.append(coll.index)
         return sensitive
-
-    def _variant(self, ring_order: str) -> "CostModel":
-        """This model with the ring-order switch set to `ring_order` (sharing its routes and ring searches)."""
-        if self.options.ring_order == ring_order:
-            return self
-        variants = self.__dict__.setdefault("_variants", {})
-        if ring_order not in variants:
-            other = object.__new__(CostModel)
-            other.topology, other.inc, other.orderer = self.topology, self.inc, self.orderer
-            other.options = Q2Options(ring_order=ring_order, ring_direction=self.options.ring_direction)
-            variants[ring_order] = other
-        return variants[ring_order]
 
     def evaluate(self, program: Program, placement: Placement, *, timeline: bool = False) -> Q2Result:
         """Predicted step latency of `program` with its logical devices laid out by `placement`.

@@ -82,7 +82,8 @@ class Stage1Result:
     entries: list[Entry]
     top_k: int
     seconds: float
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds lowering and analysing, summed
+    cached: int = 0  # analyses read from the Stage 1 cache instead of lowered
 
     def count(self, *verdicts: str) -> int:
         return sum(1 for e in self.entries if e.verdict in verdicts)
@@ -288,7 +289,7 @@ def run_stage1(
     # strategies whose analysis a sibling's stands for (`StrategySpace.analysis_stand_in`) are not lowered
     stand_ins = _stand_ins(space, legal)
     own = [e for e in legal if e.key not in stand_ins]
-    timings = {"lower": 0.0, "analyse": 0.0, "cached": 0.0}
+    timings = {"lower": 0.0, "analyse": 0.0}
     cache_key = None if cache is None or keep_predictions else _cache_key(space, topology, overlap, memory_slack)
     fresh: dict[str, dict[str, Any]] = {}  # analyses to add to the cache
 
@@ -303,7 +304,6 @@ def run_stage1(
         stored = cache.load(cache_key)
         for e in (e for e in own if e.key in stored):
             apply(e, _analysed_from_json(stored[e.key]))
-            timings["cached"] += 1
         own = [e for e in own if e.key not in stored]
 
     def analysed(e: Entry, a: _Analysed) -> None:
@@ -331,7 +331,8 @@ def run_stage1(
             cache.store(cache_key, fresh)
     _share_stand_in_analyses(legal, stand_ins)
     _rank(entries, top_k)
-    result = Stage1Result(topology, entries, top_k, time.perf_counter() - t_start, timings)
+    cached = len(legal) - len(stand_ins) - len(own)
+    result = Stage1Result(topology, entries, top_k, time.perf_counter() - t_start, timings, cached)
     if progress:
         print_summary(result, console)
     return result
@@ -424,8 +425,7 @@ def _rank(entries: list[Entry], top_k: int) -> None:
 
 
 def _cached_note(result: Stage1Result) -> str:
-    n = int(result.timings.get("cached", 0))
-    return f"; {n} analyses from the Stage 1 cache" if n else ""
+    return f"; {result.cached} analyses from the Stage 1 cache" if result.cached else ""
 
 
 def print_summary(result: Stage1Result, console: Any = None) -> None:

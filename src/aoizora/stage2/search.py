@@ -100,6 +100,10 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
     return box["compiled"]
 
 
+def shared_compile_placement(space: StrategySpace, topology: Topology, strategy: Any) -> Placement:
+    """The placement whose device order Stage 2 compiles a strategy over (its first), the program
+    then scored on every placement."""
+    return enumerate_placements(topology, space.mesh_spec(strategy)).placements[0]
 
 
 def compile_strategy(
@@ -204,7 +208,7 @@ class EarlyCompiles:
         """Start compiling `strategy` (under `key`) in the background."""
         if self._threads is None:
             self._threads = ThreadPoolExecutor(self.executor.size, thread_name_prefix="aoizora-early-compile")
-        placement = enumerate_placements(self.topology, self.space.mesh_spec(strategy)).placements[0]
+        placement = shared_compile_placement(self.space, self.topology, strategy)
         self.futures[key] = self._threads.submit(compile_strategy, self.space, strategy, key, self.topology,
                                                  placement, self.timeout_s, self.cache, flags, self.executor)
 
@@ -413,8 +417,9 @@ def run_stage2(
     its `size` at once, started in the same order; the pruning decisions are those of a sequential
     run (`BoundedSweep`), so the choice equals the sequential one whenever the bound holds. The
     scoring and the verifying recompiles run in this process as results arrive. An error or Ctrl-C
-    during the sweep closes `executor` (its compiles in flight are killed). `started`: compiles already under way
-    (`EarlyCompiles`), by key; Stage 2 waits for them instead of compiling those strategies.
+    during the sweep closes `executor` (its compiles in flight are killed). `started`: compiles
+    already under way (`EarlyCompiles`), by key; Stage 2 waits for them instead of compiling those
+    strategies.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -440,8 +445,8 @@ def run_stage2(
     def compile_one(key: str, strategy: Any) -> Compiled:
         if started and key in started:
             return started[key].result()
-        return compile_strategy(space, strategy, key, topology, placements_of(strategy)[0], compile_timeout_s,
-                                compile_cache, flags_of(key), executor=pool)
+        return compile_strategy(space, strategy, key, topology, shared_compile_placement(space, topology, strategy),
+                                compile_timeout_s, compile_cache, flags_of(key), executor=pool)
 
     def finish(i: int, outcome: StrategyOutcome) -> None:
         key = outcome.key
