@@ -86,6 +86,7 @@ def test_an_interrupted_compile_kills_its_child(tmp_path):
     """Ctrl-C (SIGINT) while a compile runs: the child is killed, not left compiling, and nothing is cached."""
     import signal
     import threading
+    import time
 
     class Interrupted(Exception):
         pass
@@ -97,17 +98,30 @@ def test_an_interrupted_compile_kills_its_child(tmp_path):
     topo = get_topology("v5e:2x2")
     candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
     placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
+    handed = threading.Event()
+
+    class Watched(CompileWorkers):
+        def compile(self, job, timeout_s):
+            handed.set()
+            return super().compile(job, timeout_s)
+
+    def interrupt_once_handed():
+        # the child still has its imports (seconds) and a compile of several seconds ahead of it
+        if handed.wait(120):
+            time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGINT)
+
     previous = signal.signal(signal.SIGINT, interrupt)
-    timer = threading.Timer(5.0, os.kill, (os.getpid(), signal.SIGINT))  # a compile of it takes several seconds
+    timer = threading.Thread(target=interrupt_once_handed, daemon=True)
     try:
-        with CompileWorkers(1) as workers:
+        with Watched(1) as workers:
             timer.start()
             with pytest.raises(Interrupted):
                 compile_strategy(space, candidate.strategy, candidate.key, topo, placement, 600, CompileCache(tmp_path),
                                  executor=workers)
             assert workers.pids and all(_gone(pid) for pid in workers.pids)
     finally:
-        timer.cancel()
+        timer.join(130)
         signal.signal(signal.SIGINT, previous)
     assert not list(tmp_path.iterdir())
 

@@ -150,9 +150,25 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path):
     def interrupt(*_):
         raise Interrupted
 
-    workers = CompileWorkers(2)
+    compiling = threading.Semaphore(0)
+
+    class Watched(CompileWorkers):
+        def compile(self, job, timeout_s):
+            compiling.release()
+            return super().compile(job, timeout_s)
+
+    def interrupt_when_two_compile():
+        # both threads have handed a job to a fresh child, which still has its imports (seconds)
+        # and the compile ahead of it: the interrupt lands while both children work, on any host
+        for _ in range(2):
+            if not compiling.acquire(timeout=120):
+                return
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    workers = Watched(2)
     previous = signal.signal(signal.SIGINT, interrupt)
-    timer = threading.Timer(6.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer = threading.Thread(target=interrupt_when_two_compile, daemon=True)
     try:
         timer.start()
         t0 = time.perf_counter()
@@ -161,7 +177,7 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path):
                        executor=workers)
         assert time.perf_counter() - t0 < 60
     finally:
-        timer.cancel()
+        timer.join(130)
         signal.signal(signal.SIGINT, previous)
     assert workers.pids
     for pid in workers.pids:
