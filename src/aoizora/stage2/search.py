@@ -552,8 +552,11 @@ def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
             pool: CompileExecutor) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
-    pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
+    # among pairs of one strategy with equal Q2, the one on its compile placement leads: it needs no recompile
+    rank = {o.key: i for i, o in enumerate(outcomes)}
+    pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: (
+        s.q2.step_seconds, rank[s.key], s.placement.name != by_key[s.key].compiled.placement_name))
     for s in pairs[:verify_top]:
         if (s.key, s.placement.name) in verified:
             continue
