@@ -86,6 +86,7 @@ def test_a_leading_pair_on_its_compile_placement_is_verified_without_a_recompile
     assert plan["placement"]["name"] == predicted.name and plan["placement"]["verified_compile"]
     assert plan["stage2"]["compile_placements"] == {KEY: predicted.name}
     assert plan["stage2"]["verify_recompiles"] == []
+    assert any("1 of 1 strategies compiled over the placement Q2 ranks first" in n for n in plan["notes"])
     # Q2 on the compiled program ranks the compile placement first (equal Q2 elsewhere ranks after it)
     outcome = result.outcomes[0]
     assert min(s.q2.step_seconds for s in outcome.scored) == plan["prediction"]["step_seconds"]

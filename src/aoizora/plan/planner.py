@@ -15,6 +15,7 @@ from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.placement import JAX_DEFAULT
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
@@ -128,7 +129,7 @@ def plan_space(
             space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
             [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
             early.futures, placements)
-    notes = extra_notes + notes
+    notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
         reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
@@ -244,6 +245,16 @@ def compile_record(outcomes: list[StrategyOutcome]) -> dict[str, Any]:
     recompiled = [{"strategy": s.key, "placement": s.placement.name} for o in outcomes for s in o.scored
                   if s.verified and s.placement.name != compiled.get(o.key)]
     return {"compile_placements": compiled, "verify_recompiles": recompiled}
+
+
+def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) -> list[str]:
+    """A note when strategies were compiled over another device order than JAX's."""
+    moved = [o.key for o in outcomes if o.compiled is not None and o.compiled.placement_name != JAX_DEFAULT]
+    if not moved:
+        return []
+    return [f"on {topology.hardware.generation} the compiled program depends on the device order: {len(moved)} "
+            f"of {sum(o.compiled is not None for o in outcomes)} strategies compiled over the placement Q2 ranks "
+            "first on Stage 1's predicted collectives (stage2.compile_placements), not JAX's"]
 
 
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
