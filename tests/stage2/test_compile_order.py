@@ -106,3 +106,25 @@ def test_v5e_still_compiles_over_jax_default():
         program = synthetic_program(space.mesh_spec(strategy), traffic_of(e.summary))
         elsewhere += rank_by_traffic(program, placements, model).name != JAX_DEFAULT
     assert elsewhere, "the generation, not the traffic, keeps v5e on JAX's order"
+
+
+class OneStrategyAsExpert(OneStrategy):
+    """`OneStrategy` whose strategy is also its documented deployment."""
+
+    def expert_strategy(self, num_devices):
+        return self.candidates(num_devices)[0].strategy
+
+
+def test_an_expert_deployment_compiles_over_jax_default_on_tpu7x(tmp_path):
+    topo = get_topology("tpu7x:2x2x1")
+    result = plan_space(OneStrategyAsExpert(CFG), topo, top_k=1, verify_top=1, progress=False, use_cache=False,
+                        compile_cache=CompileCache(tmp_path), executor=CompileWorkers(1))
+    stage2 = result.plan.data["stage2"]
+    # a baseline as deployed: its reported time is its own compile's; a leading pair elsewhere is recompiled
+    assert stage2["compile_placements"] == {KEY: JAX_DEFAULT}
+    expert = result.plan.data["baselines"]["experts"][0]
+    chosen = result.plan.data["placement"]
+    assert expert["placement"] == JAX_DEFAULT and expert["verified_compile"] is (chosen["name"] == JAX_DEFAULT)
+    if chosen["name"] != JAX_DEFAULT:
+        assert stage2["verify_recompiles"] == [{"strategy": KEY, "placement": chosen["name"]}]
+        assert chosen["verified_compile"]
