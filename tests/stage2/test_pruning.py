@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from aoizora.plan import load_plan, plan_space
+from aoizora.plan.planner import compile_record
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.search import run_stage2
@@ -109,7 +110,8 @@ def test_the_plan_records_what_was_compiled_and_pruned(small, tmp_path):
     result = plan_space(small.space, small.topo, top_k=64, verify_top=1, use_cache=False, progress=False,
                         compile_cache=small.cache, stage1=small.stage1)
     section = result.plan.data["stage2"]
-    assert section == json.loads(json.dumps(result.stage2.to_json()))
+    assert section == json.loads(json.dumps({**result.stage2.to_json(), **compile_record(result.outcomes)}))
+    assert section["compile_placements"] and set(section["compile_placements"]) <= set(section["compiled_strategies"])
     assert section["compiles"] + len(section["pruned_by_q1"]) == len(small.kept)
     assert section["pruned_by_q1"] and not section["q1_bound_violations"]
     chosen = (result.plan.strategy["key"], result.plan.data["placement"]["name"], result.plan.predicted_step_seconds)

@@ -38,9 +38,9 @@ from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.stage2.compile_order import predicted_compile_placement
 from aoizora.stage2.search import (
     OUT_OF_HBM, BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason,
-    shared_compile_placement,
 )
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
@@ -158,10 +158,11 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
             break
 
     # What a user deploys is the program compiled with the pair's own device order: aoizora's
-    # choice and the oracle's best pair are simulated on that program (jax-default pairs already are).
+    # choice and the oracle's best pair are simulated on that program (pairs on their strategy's
+    # compile placement already are).
     own: dict[str, Any] = {}
     for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
-        if pair is not None and pair[1] != JAX_DEFAULT:
+        if pair is not None and pair[1] != strategies.get(pair[0], {}).get("compile_placement", JAX_DEFAULT):
             own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, executor)
 
     doc: dict[str, Any] = {
@@ -225,8 +226,9 @@ def search_only_choice(planned: Any, stage1: Any, space: StrategySpace, topo: An
             break
         strategy = by_key[key].candidate.strategy
         placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
+        own_order = predicted_compile_placement(space, topo, strategy, by_key[key].summary, model)
         try:
-            compiled = compile_strategy(space, strategy, key, topo, placements[0], opts.compile_timeout_s, cache,
+            compiled = compile_strategy(space, strategy, key, topo, own_order, opts.compile_timeout_s, cache,
                                         opts.flags_of(key), executor=executor)
         except ExecutorError:
             raise
@@ -275,8 +277,11 @@ def _score_one(space, topo, e: Entry, options, opts, cache, strategies: dict[str
 
 def _compile_entry(space, topo, e: Entry, opts: BenchOptions, cache: CompileCache,
                    executor: CompileExecutor) -> Compiled:
-    """A strategy compiled over its first placement's device order (as the planner compiles it)."""
-    placement = shared_compile_placement(space, topo, e.candidate.strategy)
+    """A strategy compiled over the device order the planner compiles it over: an expert's (its own
+    flags) over JAX's, the others over their predicted best (`aoizora.stage2.compile_order`)."""
+    summary = None if e.key in opts.flags_by_key else e.summary
+    placement = predicted_compile_placement(space, topo, e.candidate.strategy, summary,
+                                            CostModel(topo, opts.options))
     return compile_strategy(space, e.candidate.strategy, e.key, topo, placement, opts.compile_timeout_s, cache,
                             opts.flags_of(e.key), executor=executor)
 
@@ -286,7 +291,7 @@ def _score_compiled(space, topo, key: str, strategy: Any, compiled: Compiled, op
     """Q2 and the simulator on every placement of a compiled strategy (added to `pairs`); the simulated seconds."""
     placements = enumerate_placements(topo, space.mesh_spec(strategy)).placements
     strategies[key] = {"memory_bytes": compiled.memory_bytes, "compile_seconds": compiled.compile_seconds,
-                       "placements": len(placements)}
+                       "placements": len(placements), "compile_placement": compiled.placement_name}
     sims = []
     for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
         pairs.append({"strategy": key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,

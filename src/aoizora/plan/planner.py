@@ -15,8 +15,10 @@ from aoizora.errors import PlanningError
 from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.placement import JAX_DEFAULT
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
+from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.search import EarlyCompiles, Scored, Stage2Summary, StrategyOutcome, run_stage2
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
@@ -120,11 +122,14 @@ def plan_space(
             raise nothing_fits(space, topology, stage1)
         kept, extra_notes, reserve, bounds = _stage2_candidates(stage1, experts)
         flags_by_key = {ex.key: ex.flags for ex in experts}
+        # experts compile over JAX's order (see EarlyCompiles), the others over their predicted best
+        placements = CompilePlacements(space, topology, {e.key: e.summary for e in stage1.ranked}, options,
+                                       jax_default=[ex.key for ex in experts])
         outcomes, timings, notes, summary = _stage2(
             space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
             [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
-            early.futures)
-    notes = extra_notes + notes
+            early.futures, placements)
+    notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
     chosen_pairs = [s for o in outcomes for s in o.scored]
     if not chosen_pairs:
         reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
@@ -136,7 +141,7 @@ def plan_space(
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
-    doc["stage2"] = summary.to_json()
+    doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
     plan = Plan(doc)
     if use_cache:
         cache.store(request, plan)
@@ -232,12 +237,33 @@ def _own_executor(executor: CompileExecutor | None) -> Iterator[CompileExecutor]
         yield own
 
 
+def compile_record(outcomes: list[StrategyOutcome]) -> dict[str, Any]:
+    """What the plan's stage2 section says of the device orders: the placement each strategy was
+    compiled over, and the pairs recompiled over their own order to verify them (a verified pair on
+    another placement than its strategy's compile)."""
+    compiled = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
+    recompiled = [{"strategy": s.key, "placement": s.placement.name} for o in outcomes for s in o.scored
+                  if s.verified and s.placement.name != compiled.get(o.key)]
+    return {"compile_placements": compiled, "verify_recompiles": recompiled}
+
+
+def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) -> list[str]:
+    """A note when strategies were compiled over another device order than JAX's."""
+    moved = [o.key for o in outcomes if o.compiled is not None and o.compiled.placement_name != JAX_DEFAULT]
+    if not moved:
+        return []
+    return [f"on {topology.hardware.generation} the compiled program depends on the device order: {len(moved)} "
+            f"of {sum(o.compiled is not None for o in outcomes)} strategies compiled over the placement Q2 ranks "
+            "first on Stage 1's predicted collectives (stage2.compile_placements), not JAX's"]
+
+
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started):
+            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started,
+            compile_placement):
     common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                   compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
                   flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, executor=executor,
-                  started=started)
+                  started=started, compile_placement=compile_placement)
     if not progress:
         return run_stage2(space, kept, topology, **common)
     from rich.progress import Progress

@@ -90,6 +90,10 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "pruned_by_q1": {"type": "object"},
                 "q1_bound_violations": {"type": "object"},
                 "workers": {"type": "integer", "minimum": 1},
+                # placement name each strategy was compiled over; pairs recompiled over their own order
+                "compile_placements": {"type": "object", "additionalProperties": {"type": "string"}},
+                "verify_recompiles": {"type": "array", "items": {"type": "object",
+                                                                 "required": ["strategy", "placement"]}},
             },
         },
         "timings": {"type": "object", "additionalProperties": _SECONDS},

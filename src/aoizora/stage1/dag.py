@@ -131,6 +131,16 @@ class Prediction:
                 out[a.split(":")[0]] = out.get(a.split(":")[0], 0.0) + b
         return out
 
+    def collective_traffic(self) -> list[list[Any]]:
+        """The collectives as `[kind, axes, payload bytes, multiplicity]`, equal (kind, axes,
+        payload) merged (multiplicities added), in order of first appearance: what is needed to
+        rebuild the program's communication over any device order (`aoizora.stage2.compile_order`)."""
+        merged: dict[tuple[str, tuple[str, ...], float], int] = {}
+        for c in self.comms:
+            key = (c.kind, c.axes, float(c.payload_bytes))
+            merged[key] = merged.get(key, 0) + c.multiplicity
+        return [[kind, list(axes), payload, mult] for (kind, axes, payload), mult in merged.items()]
+
     def summary(self) -> dict[str, Any]:
         kinds: dict[str, int] = {}
         for c in self.comms:
@@ -141,6 +151,7 @@ class Prediction:
             "hbm_bytes": self.hbm_bytes,
             "comm_per_axis": self.comm_per_axis(),
             "collectives": kinds,
+            "collective_traffic": self.collective_traffic(),
             "argument_bytes": self.argument_bytes,
             "output_bytes": self.output_bytes,
             "peak_temp_bytes": self.peak_temp_bytes,

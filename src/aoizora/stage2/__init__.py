@@ -10,18 +10,21 @@ Public API:
   Ctrl-C) or a Ray cluster's actors (`aoizora.stage2.ray_executor`); `executor_from_spec` makes one
   from a `--executor` value;
 - `EarlyCompiles`: compiles started before Stage 2 (the experts, while Stage 1 lowers);
+- `CompilePlacements` (`aoizora.stage2.compile_order`): the device order each strategy is compiled
+  over, predicted best from Stage 1's collectives where the compiled program depends on it;
 - `Stage2Summary`: what Stage 2 compiled, and what Q1 pruned.
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
+from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.search import (
     OUT_OF_HBM, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary, StrategyOutcome,
     compile_strategy, drop_reason, run_stage2,
 )
 
 __all__ = [
-    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompileRecord", "CompileTimeout", "CompileExecutor", "CompileWorkers",
+    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileExecutor", "CompileWorkers",
     "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache",
     "drop_reason", "executor_from_spec", "run_stage2",
 ]

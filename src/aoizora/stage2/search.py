@@ -188,9 +188,12 @@ class CachedCompileError(Exception):
 class EarlyCompiles:
     """Compiles started before Stage 2, for strategies it compiles whatever Stage 1 ranks (the
     expert deployments: baselines, compiled first and never pruned), so that they run while Stage 1
-    lowers. Each compiles over its strategy's first placement with its own flags, exactly as Stage
-    2 would, in `executor` (the one Stage 2 uses, which bounds the compiles running at once);
-    `run_stage2(started=early.futures)` takes the results instead of compiling again.
+    lowers. Each compiles over its strategy's first placement (JAX's default order) with its own
+    flags, in `executor` (the one Stage 2 uses, which bounds the compiles running at once);
+    `run_stage2(started=early.futures)` takes the results instead of compiling again. JAX's
+    default order on every generation, not the predicted best of `aoizora.stage2.compile_order`:
+    an expert is a baseline as deployed (on JAX's order), so its reported time is then its own
+    compile's, and the prediction needs Stage 1's analysis, which waiting for would lose the overlap.
 
     A context manager: leaving it by an exception (Ctrl-C included) closes `executor`, killing the
     compiles in flight, as `run_stage2` does; leaving it normally leaves `executor` open (after
@@ -402,6 +405,7 @@ def run_stage2(
     on_pruned: Callable[[str], None] | None = None,
     executor: CompileExecutor | None = None,
     started: Mapping[str, Future[Compiled]] | None = None,
+    compile_placement: Callable[[str, Any], Placement] | None = None,
 ) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
     """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
     all placements of each; recompile and re-score the best pairs.
@@ -419,7 +423,9 @@ def run_stage2(
     scoring and the verifying recompiles run in this process as results arrive. An error or Ctrl-C
     during the sweep closes `executor` (its compiles in flight are killed). `started`: compiles
     already under way (`EarlyCompiles`), by key; Stage 2 waits for them instead of compiling those
-    strategies.
+    strategies. `compile_placement(key, strategy)`: the placement whose device order a strategy is
+    compiled over (default: its first, `shared_compile_placement`; see
+    `aoizora.stage2.compile_order`); a leading pair on that placement needs no verifying recompile.
 
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
@@ -445,8 +451,10 @@ def run_stage2(
     def compile_one(key: str, strategy: Any) -> Compiled:
         if started and key in started:
             return started[key].result()
-        return compile_strategy(space, strategy, key, topology, shared_compile_placement(space, topology, strategy),
-                                compile_timeout_s, compile_cache, flags_of(key), executor=pool)
+        placement = (compile_placement(key, strategy) if compile_placement is not None
+                     else shared_compile_placement(space, topology, strategy))
+        return compile_strategy(space, strategy, key, topology, placement, compile_timeout_s, compile_cache,
+                                flags_of(key), executor=pool)
 
     def finish(i: int, outcome: StrategyOutcome) -> None:
         key = outcome.key
@@ -544,13 +552,16 @@ def _verify(space: StrategySpace, topology: Topology, model: CostModel, outcomes
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
             pool: CompileExecutor) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
-    pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: s.q2.step_seconds)
     by_key = {o.key: o for o in outcomes}
+    # among pairs of one strategy with equal Q2, the one on its compile placement leads: it needs no recompile
+    rank = {o.key: i for i, o in enumerate(outcomes)}
+    pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: (
+        s.q2.step_seconds, rank[s.key], s.placement.name != by_key[s.key].compiled.placement_name))
     for s in pairs[:verify_top]:
         if (s.key, s.placement.name) in verified:
             continue
         verified.add((s.key, s.placement.name))
-        if s.placement.name == JAX_DEFAULT:
+        if s.placement.name == by_key[s.key].compiled.placement_name:  # its program is its own compile
             s.verified = True
             continue
         if recompile_cannot_change_q2(model, s.program, s.placement):
