@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Union
 
-from aoizora.errors import HloModelError, HloParseError
+from aoizora.errors import HloModelError
 from aoizora.hlo import attrs as A
 from aoizora.hlo.algorithm import parse_algorithm_config
 from aoizora.hlo.costs import (
@@ -53,6 +53,7 @@ from aoizora.hlo.program import (
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.traffic import bytes_sent_per_device
+from aoizora.hlo.trip_count import trip_count
 
 # A value's producers: a tuple of node indices, or a list of element values for tuples.
 Val = Union[tuple[int, ...], "TupleVal"]
@@ -627,7 +628,7 @@ class _Builder:
     ) -> Val:
         body = self.m.computation(inst.attr("body") or "")
         cond = self.m.computation(inst.attr("condition") or "")
-        trip, source = _trip_count(self.m, comp, inst, body, cond)
+        trip, source = trip_count(self.m, comp, inst, body, cond)
         loop = Loop(
             index=len(self.loops),
             name=inst.name,
@@ -752,153 +753,3 @@ def _traffic(
         sends[a] = sends.get(a, 0) + 1
         recvs[b] = recvs.get(b, 0) + 1
     return s, s * max(sends.values(), default=0), s * max(recvs.values(), default=0)
-
-
-# -- trip counts ----------------------------------------------------------------------------
-# A tiny symbolic evaluator over the loop's condition and body. Values are
-#   ("const", v)          a known integer
-#   ("state",)            the loop-state tuple (parameter 0 of the body / condition)
-#   ("param", k)          element k of the loop state
-#   ("affine", k, c)      element k of the loop state plus c
-#   ("cmp", dir, a, b)    a comparison
-# It looks through copies/converts/bitcasts/reshapes, tuple plumbing and fusions (libtpu may
-# fuse the compare of the condition or the increment of the body).
-_PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
-_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
-
-
-def _trip_count(
-    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
-) -> tuple[int | None, str]:
-    bc = inst.backend_config
-    if isinstance(bc, Mapping):
-        ktc = bc.get("known_trip_count")
-        if isinstance(ktc, Mapping) and "n" in ktc:
-            try:
-                return int(ktc["n"]), "backend_config"
-            except (TypeError, ValueError):
-                pass
-    try:
-        trip = _induction_trip_count(m, comp, inst, body, cond)
-    except (KeyError, IndexError, ValueError, ZeroDivisionError, HloParseError):
-        trip = None
-    return (trip, "induction") if trip is not None else (None, "unknown")
-
-
-def _literal_int(lit: str) -> int | None:
-    lit = lit.strip()
-    if lit in ("true", "false"):
-        return int(lit == "true")
-    try:
-        return int(lit)
-    except ValueError:
-        try:
-            f = float(lit)
-        except ValueError:
-            return None
-        return int(f) if f.is_integer() else None
-
-
-def _sym(
-    m: HloModule, comp: Computation, inst: Instruction, frame: _Frame, depth: int = 0
-) -> tuple[Any, ...] | None:
-    if depth > 32:
-        return None
-    while inst.opcode in _PASS and inst.operands:
-        inst = comp.by_name[inst.operands[0]]
-    op = inst.opcode
-
-    def sub(name: str) -> tuple[Any, ...] | None:
-        return _sym(m, comp, comp.by_name[name], frame, depth + 1)
-
-    if op == "constant":
-        v = _literal_int(inst.literal or "")
-        return ("const", v) if v is not None else None
-    if op == "parameter":
-        if frame is None:
-            return ("state",)
-        outer, fusion, outer_frame = frame
-        n = inst.parameter_number or 0
-        return _sym(m, outer, outer.by_name[fusion.operands[n]], outer_frame, depth + 1)
-    if op == "get-tuple-element":
-        idx = int(inst.attr("index") or 0)
-        src = comp.by_name[inst.operands[0]]
-        while src.opcode in _PASS and src.operands:
-            src = comp.by_name[src.operands[0]]
-        if src.opcode == "tuple":
-            return sub(src.operands[idx])
-        base = _sym(m, comp, src, frame, depth + 1)
-        return ("param", idx) if base == ("state",) else None
-    if op == "fusion":
-        callee = m.computation(inst.attr("calls") or "")
-        assert callee.root is not None
-        return _sym(m, callee, callee.root, (comp, inst, frame), depth + 1)
-    if op == "negate":
-        a = sub(inst.operands[0])
-        return ("const", -a[1]) if a and a[0] == "const" else None
-    if op in ("add", "subtract") and len(inst.operands) == 2:
-        a, b = sub(inst.operands[0]), sub(inst.operands[1])
-        if not a or not b:
-            return None
-        sign = 1 if op == "add" else -1
-        if a[0] == "const" and b[0] == "const":
-            return ("const", a[1] + sign * b[1])
-        if a[0] in ("param", "affine") and b[0] == "const":
-            off = a[2] if a[0] == "affine" else 0
-            return ("affine", a[1], off + sign * b[1])
-        if op == "add" and b[0] in ("param", "affine") and a[0] == "const":
-            off = b[2] if b[0] == "affine" else 0
-            return ("affine", b[1], off + a[1])
-        return None
-    if op == "compare" and len(inst.operands) == 2:
-        return ("cmp", inst.attr("direction") or "", sub(inst.operands[0]), sub(inst.operands[1]))
-    return None
-
-
-def _induction_trip_count(
-    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
-) -> int | None:
-    assert cond.root is not None and body.root is not None
-    c = _sym(m, cond, cond.root, None)
-    if not c or c[0] != "cmp" or not c[2] or not c[3]:
-        return None
-    direction, a, b = c[1], c[2], c[3]
-    if a[0] == "const" and b[0] in ("param", "affine"):
-        a, b, direction = b, a, _FLIP.get(direction, "")
-    if b[0] != "const" or a[0] not in ("param", "affine"):
-        return None
-    k = a[1]
-    limit = b[1] - (a[2] if a[0] == "affine" else 0)  # i + c < L  <=>  i < L - c
-    # the while operand is the state tuple; element k is its initial induction value
-    src = comp.by_name[inst.operands[0]]
-    while src.opcode in _PASS and src.operands:
-        src = comp.by_name[src.operands[0]]
-    if src.opcode != "tuple":
-        return None
-    init_val = _sym(m, comp, comp.by_name[src.operands[k]], None)
-    if not init_val or init_val[0] != "const":
-        return None
-    init = init_val[1]
-    broot = body.root
-    while broot.opcode in _PASS and broot.operands:
-        broot = body.by_name[broot.operands[0]]
-    if broot.opcode != "tuple":
-        return None
-    upd = _sym(m, body, body.by_name[broot.operands[k]], None)
-    if not upd or upd[0] != "affine" or upd[1] != k or upd[2] == 0:
-        return None
-    step = upd[2]
-    if direction == "LT":
-        n = -(-(limit - init) // step) if step > 0 else None
-    elif direction == "LE":
-        n = (limit - init) // step + 1 if step > 0 else None
-    elif direction == "GT":
-        n = -(-(init - limit) // -step) if step < 0 else None
-    elif direction == "GE":
-        n = (init - limit) // -step + 1 if step < 0 else None
-    elif direction == "NE":
-        n = (limit - init) // step if (limit - init) % step == 0 else None
-    else:
-        n = None
-    return max(0, n) if n is not None else None
