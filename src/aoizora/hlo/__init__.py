@@ -17,16 +17,7 @@ from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, par
 from aoizora.hlo.builder import KNOWN_OPCODES, build_program, program_from_compiled
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    Collective,
-    CollectiveKind,
-    CollectiveMode,
-    Loop,
-    Node,
-    NodeKind,
-    OpaqueCost,
-    OpaqueCostHook,
-    OpaqueOp,
-    Program,
+    Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCost, OpaqueCostHook, OpaqueOp, Program,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.summary import summarize
