@@ -35,14 +35,17 @@ def _unit(path: Path) -> str:
     return rel.parts[0].removesuffix(".py") if rel.parts != ("__init__.py",) else "<root>"
 
 
-def _runtime_imports(tree: ast.AST) -> set[str]:
-    """The `aoizora.X` units a module imports when it runs (not under `if TYPE_CHECKING:`)."""
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of a module that run (those not under `if TYPE_CHECKING:`)."""
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                    for n in ast.walk(node)}
+    return [node for node in ast.walk(tree) if id(node) not in typing_only]
+
+
+def _runtime_imports(tree: ast.AST) -> set[str]:
+    """The `aoizora.X` units a module imports when it runs (not under `if TYPE_CHECKING:`)."""
     names: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             modules = [node.module]
         elif isinstance(node, ast.Import):
@@ -99,3 +102,74 @@ def test_the_walker_reads_runtime_imports_only():
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from aoizora.plan import Plan\n"
                      "from aoizora.stage2.search import run_stage2\nimport aoizora.cli\n")
     assert _runtime_imports(tree) == {"stage2", "cli"}
+
+
+def _names_from_other_units() -> list[tuple[str, str, str]]:
+    """(importing file, `aoizora.X...` module, name) of every name a module imports at run time from
+    another top-level module or subpackage."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        unit = _unit(path)
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("aoizora."):
+                if node.module.split(".")[1] != unit:
+                    found += [(str(path.relative_to(ROOT)), node.module, a.name) for a in node.names]
+    return found
+
+
+def _private(module: str, name: str) -> bool:
+    return name.startswith("_") or any(p.startswith("_") and p != "__init__" for p in module.split("."))
+
+
+def _exported(package: Path) -> set[str] | None:
+    """The names in a subpackage's `__all__`, None when its `__init__` declares none."""
+    tree = ast.parse((package / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def _private_imports() -> list[str]:
+    return sorted(f"{f}: from {m} import {n}" for f, m, n in _names_from_other_units() if _private(m, n))
+
+
+def _unexported_imports() -> list[str]:
+    """Names taken from another subpackage that its `__all__` does not list (subpackages without
+    one are left out)."""
+    missing = []
+    for f, module, name in _names_from_other_units():
+        package = ROOT / module.split(".")[1]
+        exported = _exported(package) if package.is_dir() else None
+        submodule = module.count(".") == 1 and (package / f"{name}.py").exists()  # `from aoizora.X import module`
+        if exported is not None and name not in exported and not submodule:
+            missing.append(f"{f}: from {module} import {name}")
+    return sorted(missing)
+
+
+def test_no_private_name_crosses_a_subpackage():
+    assert not _private_imports(), "private names imported from another subpackage"
+
+
+def test_what_another_subpackage_imports_is_in_its_public_surface():
+    """A name one subpackage takes from another is in that one's `__all__`. (`models`, `report` and
+    `runtime` declare none: their modules are their interface, and their `__init__` imports nothing,
+    so that the CLI starts without loading jax.)"""
+    assert not _unexported_imports(), "names another subpackage uses that its __init__ does not export"
+
+
+def test_the_surface_checks_see_a_violation(tmp_path, monkeypatch):
+    """The two checks above fail on a module that takes a private name, or an unexported one, from
+    another subpackage."""
+    package = tmp_path / "aoizora"
+    (package / "cost").mkdir(parents=True)
+    (package / "hlo").mkdir()
+    (package / "hlo" / "__init__.py").write_text('__all__ = ["Program", "ring_phases"]\n')
+    (package / "cost" / "__init__.py").write_text("")
+    (package / "cost" / "model.py").write_text("from aoizora.hlo.builder import _Builder\n"
+                                                "from aoizora.hlo.traffic import all_to_all_chunk, ring_phases\n"
+                                                "from aoizora.cost.links import _private_but_same_package\n")
+    monkeypatch.setitem(globals(), "ROOT", package)
+    assert _private_imports() == ["cost/model.py: from aoizora.hlo.builder import _Builder"]
+    assert _unexported_imports() == ["cost/model.py: from aoizora.hlo.builder import _Builder",
+                                     "cost/model.py: from aoizora.hlo.traffic import all_to_all_chunk"]

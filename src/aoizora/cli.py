@@ -435,7 +435,6 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.plan import plan_space
     from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
-    from aoizora.stage1 import default_stage1_cache, run_stage1
     from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.topology import get_topology
 
@@ -449,20 +448,7 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
-        from aoizora.plan.planner import nothing_fits
-
-        result = run_stage1(space, topo, top_k=k, progress=not as_json, console=console,
-                            cache=None if no_cache else default_stage1_cache())
-        best = result.ranked[0].candidate.strategy if result.ranked else None
-        details = space.plan_details(best, topo) if best is not None else {}
-        if as_json:
-            print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
-                         "seconds": result.seconds, **details, "strategies": [e.to_json(space) for e in result.entries]})
-        elif details:
-            console.print(_experts_line(details["experts"]))
-        if not result.kept:
-            _no_fit_hint(space, topo)
-            raise nothing_fits(space, topo, result)
+        _plan_stage1_only(space, topo, k, as_json, no_cache, console)
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     try:
@@ -485,6 +471,25 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
         if "experts" in outcome.plan.data:
             console.print(_experts_line(outcome.plan.data["experts"]))
+
+
+def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:
+    """`aoizora plan --stage1-only`: Stage 1's ranking (and the space's expert deployments), no compile."""
+    from aoizora.plan.planner import nothing_fits
+    from aoizora.stage1 import default_stage1_cache, run_stage1
+
+    result = run_stage1(space, topo, top_k=top_k, progress=not as_json, console=console,
+                        cache=None if no_cache else default_stage1_cache())
+    best = result.ranked[0].candidate.strategy if result.ranked else None
+    details = space.plan_details(best, topo) if best is not None else {}
+    if as_json:
+        print_json({"topology": topo.name, "workload": space.workload(), "counts": result.counts(),
+                    "seconds": result.seconds, **details, "strategies": [e.to_json(space) for e in result.entries]})
+    elif details:
+        console.print(_experts_line(details["experts"]))
+    if not result.kept:
+        _no_fit_hint(space, topo)
+        raise nothing_fits(space, topo, result)
 
 
 def _experts_line(experts: dict) -> str:

@@ -115,7 +115,10 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
 def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, planned, t_cell, progress, console, log,
                           executor) -> dict[str, Any]:
-    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `executor`)."""
+    """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `executor`).
+
+    Longer than most: half of it is the cell record's literal, one field a line, kept whole so that
+    the record's schema reads in one place."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])
     alone = search_only_choice(planned, stage1, space, topo, options, opts, cache, executor)
@@ -130,17 +133,10 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     # a deployment outside Stage 1's space (e.g. with its own splash block sizes) is scored all the same
     for key, dep in experts:
         by_key.setdefault(key, Entry(Candidate(key, dep.strategy), verdict="expert deployment"))
-    compiled_by_planner = {o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped}
     skipped = {e.key: why for e in stage1.entries if (why := _not_compilable(e)) is not None}
-    wanted = compiled_by_planner | {logical.key} | {k for k, _ in experts}
-    first = [by_key[k] for k in sorted(wanted) if k in by_key]
-    rest: list[Entry] = []
-    if opts.oracle:
-        first += [e for e in stage1.entries if e.key not in skipped and e.key not in wanted
-                  and (e.q1 is None or e.verdict == OUT_OF_MEMORY)]
-        taken = {e.key for e in first}
-        rest = sorted((e for e in stage1.entries if e.key not in skipped and e.key not in taken),
-                      key=lambda e: e.q1.seconds)
+    wanted = ({o.key for o in planned.outcomes or [] if o.compiled is not None or o.dropped} | {logical.key}
+              | {k for k, _ in experts})
+    first, rest = _scoring_order(stage1, by_key, wanted, skipped, opts.oracle)
 
     log(f"{cell.label()}: {'oracle' if opts.oracle else 'scoring'} over {len(first) + len(rest)} strategies")
     # the planner's programs (compiled over placements[0], as the oracle compiles) are not compiled again
@@ -148,14 +144,8 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     strategies, pairs, pruned, violations = _score_strategies(
         space, topo, first, rest, opts.oracle and opts.oracle_bound, options, opts, cache, progress, console, known,
         executor)
-    # A logical search whose choice the compiler refuses (out of HBM) deploys its next choice.
-    logical_key = None
-    for key, _ in logical.ranking:
-        if key not in strategies and key in by_key:
-            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, executor)
-        if key in strategies and "dropped" not in strategies[key]:
-            logical_key = key
-            break
+    logical_key = _logical_deployment(logical, space, topo, by_key, options, opts, cache, strategies, pairs, known,
+                                      executor)
 
     # What a user deploys is the program compiled with the pair's own device order: aoizora's
     # choice and the oracle's best pair are simulated on that program (pairs on their strategy's
@@ -188,13 +178,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
         # not compiled: Q1 (a lower bound for every placement) >= the best simulated pair
         "pruned_by_q1": pruned,
         "q1_bound_violations": violations,
-        "stage1": {
-            "counts": stage1.counts(), "seconds": stage1.seconds,
-            "ranks": {e.key: e.rank for e in stage1.entries if e.rank is not None},
-            "q1_seconds": {e.key: e.q1.seconds for e in stage1.entries if e.q1 is not None},
-            "memory_bytes": {e.key: e.memory.total_bytes for e in stage1.entries if e.memory is not None},
-            "verdicts": {e.key: e.verdict for e in stage1.entries},
-        },
+        "stage1": _stage1_report(stage1),
         "planning_seconds": dict(plan.data["timings"]),
         "plan_notes": plan.data["notes"],
     }
@@ -203,6 +187,45 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     doc["metrics"] = cell_metrics(doc)
     doc["bench_seconds"] = time.perf_counter() - t_cell
     return doc
+
+
+def _scoring_order(stage1: Any, by_key: dict[str, Entry], wanted: set[str], skipped: dict[str, str],
+                   oracle: bool) -> tuple[list[Entry], list[Entry]]:
+    """(first, rest): the strategies to score whatever their bound (the `wanted` ones; with the oracle,
+    also those Stage 1 has no Q1 for or finds out of memory), then the oracle's others in ascending Q1."""
+    first = [by_key[k] for k in sorted(wanted) if k in by_key]
+    rest: list[Entry] = []
+    if oracle:
+        first += [e for e in stage1.entries if e.key not in skipped and e.key not in wanted
+                  and (e.q1 is None or e.verdict == OUT_OF_MEMORY)]
+        taken = {e.key for e in first}
+        rest = sorted((e for e in stage1.entries if e.key not in skipped and e.key not in taken),
+                      key=lambda e: e.q1.seconds)
+    return first, rest
+
+
+def _logical_deployment(logical: Any, space: StrategySpace, topo: Any, by_key: dict[str, Entry], options: Q2Options,
+                        opts: BenchOptions, cache: CompileCache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
+                        known: dict[str, Compiled], executor: CompileExecutor) -> str | None:
+    """The strategy the logical search deploys: its first choice the compiler accepts (a choice refused
+    for HBM deploys the next), scored here when the oracle did not score it."""
+    for key, _ in logical.ranking:
+        if key not in strategies and key in by_key:
+            _score_one(space, topo, by_key[key], options, opts, cache, strategies, pairs, known, executor)
+        if key in strategies and "dropped" not in strategies[key]:
+            return key
+    return None
+
+
+def _stage1_report(stage1: Any) -> dict[str, Any]:
+    """Stage 1's counts, seconds, ranks, Q1 and memory per strategy, and verdicts, for the cell's record."""
+    return {
+        "counts": stage1.counts(), "seconds": stage1.seconds,
+        "ranks": {e.key: e.rank for e in stage1.entries if e.rank is not None},
+        "q1_seconds": {e.key: e.q1.seconds for e in stage1.entries if e.q1 is not None},
+        "memory_bytes": {e.key: e.memory.total_bytes for e in stage1.entries if e.memory is not None},
+        "verdicts": {e.key: e.verdict for e in stage1.entries},
+    }
 
 
 def search_only_choice(planned: Any, stage1: Any, space: StrategySpace, topo: Any, options: Q2Options,
@@ -401,8 +424,6 @@ def _latency(doc: dict[str, Any], key: str | None, placement: str) -> float | No
 
 def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     """Latencies of each contender, speedups, spread, recall, rank correlation, memory checks."""
-    from scipy.stats import spearmanr
-
     a, ex, lo = doc["aoizora"], doc["expert"], doc["logical"]
     lat = {
         "aoizora": _latency(doc, a["strategy"], a["placement"]),
@@ -412,17 +433,7 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     so = doc.get("aoizora_search_only")
     search_only = _latency(doc, so["strategy"], so["placement"]) if so else None
     pairs = doc["pairs"]
-    if doc["source"] == "measured":
-        cands = [m for r, m in doc.get("measured", {}).items() if r.startswith("oracle_candidate")]
-        oracle_pair = min(cands, key=lambda m: m["median_step_seconds"], default=None)
-        lat["oracle"] = oracle_pair["median_step_seconds"] if oracle_pair else None
-    else:
-        oracle_pair = min(pairs, key=lambda p: p["sim_seconds"], default=None)
-        lat["oracle"] = _latency(doc, oracle_pair["strategy"], oracle_pair["placement"]) if oracle_pair else None
-
-    def ratio(x: float | None, y: float | None) -> float | None:
-        return x / y if x is not None and y else None
-
+    oracle_pair, lat["oracle"] = _oracle_pair(doc)
     # every documented expert deployment of the generation, by name (the primary one is "expert")
     expert_latency = {ex["name"]: _latency(doc, ex["strategy"], ex["placement"]) for ex in doc.get("experts", [])}
 
@@ -431,39 +442,21 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     # that strategy cannot run), so recall is not claimed for such a cell
     failed = sorted(k for k, s in doc["strategies"].items() if "dropped" in s and not s["dropped"].startswith(OUT_OF_HBM))
     complete = doc["oracle_complete"] and not failed
-    ranks = doc["stage1"]["ranks"]
     oracle_key = oracle_pair["strategy"] if oracle_pair else None
-    oracle_rank = ranks.get(oracle_key) if oracle_key else None
-    rho = None
-    if len(pairs) >= 3:
-        rho = float(spearmanr([p["q2_seconds"] for p in pairs], [p["sim_seconds"] for p in pairs]).statistic)
-        rho = rho if math.isfinite(rho) else None  # every pair ties: undefined, and JSON has no NaN
-    best_sim = {}
-    for p in pairs:
-        best_sim[p["strategy"]] = min(best_sim.get(p["strategy"], math.inf), p["sim_seconds"])
-    q1 = doc["stage1"]["q1_seconds"]
-    common = [k for k in best_sim if k in q1 and k in ranks]
-    rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None
-    rho_q1 = rho_q1 if rho_q1 is not None and math.isfinite(rho_q1) else None
-
-    mem_est, verdicts = doc["stage1"]["memory_bytes"], doc["stage1"]["verdicts"]
-    mem_err, accepted_but_dropped = [], []
-    for k, s in doc["strategies"].items():
-        if s.get("memory_bytes") and k in mem_est:
-            mem_err.append(abs(mem_est[k] - s["memory_bytes"]) / s["memory_bytes"])
-            if verdicts.get(k) == "out-of-memory":
-                accepted_but_dropped.append(k)
+    oracle_rank = doc["stage1"]["ranks"].get(oracle_key) if oracle_key else None
+    rho, rho_q1 = _rank_correlations(doc)
+    mem_err, accepted_but_dropped = _memory_checks(doc)
     return {
         "latency_seconds": lat,
-        "speedup_over_expert": ratio(lat["expert"], lat["aoizora"]),
+        "speedup_over_expert": _ratio(lat["expert"], lat["aoizora"]),
         # the search alone (the expert deployments not among Stage 2's candidates); None in cells
         # computed before it was recorded
         "search_only_latency_seconds": search_only,
-        "speedup_over_expert_search_only": ratio(lat["expert"], search_only),
+        "speedup_over_expert_search_only": _ratio(lat["expert"], search_only),
         "expert_latency_seconds": expert_latency,
-        "speedup_over_experts": {name: ratio(t, lat["aoizora"]) for name, t in expert_latency.items()},
-        "speedup_over_logical": ratio(lat["logical"], lat["aoizora"]),
-        "oracle_over_aoizora": ratio(lat["aoizora"], lat["oracle"]),
+        "speedup_over_experts": {name: _ratio(t, lat["aoizora"]) for name, t in expert_latency.items()},
+        "speedup_over_logical": _ratio(lat["logical"], lat["aoizora"]),
+        "oracle_over_aoizora": _ratio(lat["aoizora"], lat["oracle"]),
         "oracle": {"strategy": oracle_key, "placement": oracle_pair["placement"] if oracle_pair else None,
                    "stage1_rank": oracle_rank, "complete": complete},
         "placement_spread": (max(chosen) / min(chosen)) if chosen else None,
@@ -481,6 +474,54 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         "strategies_pruned_by_q1": len(doc.get("pruned_by_q1", {})),
         "q1_bound_violations": list(doc.get("q1_bound_violations", [])),
     }
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return x / y if x is not None and y else None
+
+
+def _oracle_pair(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None]:
+    """(the oracle's best pair, its latency): the fastest measured candidate in a measured cell, else
+    the pair with the lowest simulated step."""
+    if doc["source"] == "measured":
+        cands = [m for r, m in doc.get("measured", {}).items() if r.startswith("oracle_candidate")]
+        best = min(cands, key=lambda m: m["median_step_seconds"], default=None)
+        return best, best["median_step_seconds"] if best else None
+    best = min(doc["pairs"], key=lambda p: p["sim_seconds"], default=None)
+    return best, _latency(doc, best["strategy"], best["placement"]) if best else None
+
+
+def _rank_correlations(doc: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Spearman's rho of Q2 against the simulator over the pairs, and of Q1 against each strategy's
+    best simulated pair (None with fewer than three, or when every value ties: JSON has no NaN)."""
+    from scipy.stats import spearmanr
+
+    pairs = doc["pairs"]
+    rho = None
+    if len(pairs) >= 3:
+        rho = float(spearmanr([p["q2_seconds"] for p in pairs], [p["sim_seconds"] for p in pairs]).statistic)
+        rho = rho if math.isfinite(rho) else None
+    best_sim: dict[str, float] = {}
+    for p in pairs:
+        best_sim[p["strategy"]] = min(best_sim.get(p["strategy"], math.inf), p["sim_seconds"])
+    q1, ranks = doc["stage1"]["q1_seconds"], doc["stage1"]["ranks"]
+    common = [k for k in best_sim if k in q1 and k in ranks]
+    rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None
+    rho_q1 = rho_q1 if rho_q1 is not None and math.isfinite(rho_q1) else None
+    return rho, rho_q1
+
+
+def _memory_checks(doc: dict[str, Any]) -> tuple[list[float], list[str]]:
+    """(relative errors of Stage 1's memory estimate against the compiler's, strategies Stage 1 found out
+    of memory that compiled)."""
+    mem_est, verdicts = doc["stage1"]["memory_bytes"], doc["stage1"]["verdicts"]
+    mem_err, accepted_but_dropped = [], []
+    for k, s in doc["strategies"].items():
+        if s.get("memory_bytes") and k in mem_est:
+            mem_err.append(abs(mem_est[k] - s["memory_bytes"]) / s["memory_bytes"])
+            if verdicts.get(k) == "out-of-memory":
+                accepted_but_dropped.append(k)
+    return mem_err, accepted_but_dropped
 
 
 def run_cell_with_fallback(cell: Cell, opts: BenchOptions, cache: CompileCache, **kwargs: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from aoizora.cost.links import Incidence, incidence
 from aoizora.cost.traffic import RingOrderer, collective_phases
 from aoizora.errors import PlacementError
 from aoizora.hlo.algorithm import RingOrder
-from aoizora.hlo.program import Collective, Node, NodeKind, Program
+from aoizora.hlo.program import Collective, Loop, Node, NodeKind, Program
 from aoizora.placement import Placement
 from aoizora.topology import Topology
 
@@ -235,15 +235,6 @@ def _schedule(
     iterations as one `loop` segment).
     """
 
-    def record(kind: str, name: str, start: float, end: float) -> None:
-        if timeline is None or end <= start:
-            return
-        last = timeline[-1] if timeline else None
-        if kind == "compute" and last is not None and last["kind"] == "compute" and abs(last["end"] - start) < 1e-15:
-            last["end"] = end
-            return
-        timeline.append({"kind": kind, "name": name, "start": start, "end": end})
-
     loop_at_end = {lp.end: lp for lp in program.loops}
     loop_start_time: dict[int, float] = {}
     loop_compute: dict[int, float] = {}
@@ -262,45 +253,70 @@ def _schedule(
         if node.kind == NodeKind.LOOP:
             lp = loop_at_end.get(i)
             if lp is not None and lp.index in loop_start_time:
-                trips = lp.trip_count or 1
-                body = clock - loop_start_time[lp.index]
-                record("loop", f"{lp.name}: {trips - 1} more iterations", clock, clock + body * (trips - 1))
-                if links is not None:
-                    links.shift(clock, body * (trips - 1))
-                clock += body * (trips - 1)
-                compute_total += (compute_total - loop_compute[lp.index]) * (trips - 1)
+                clock, compute_total = _repeat_body(lp, clock, compute_total, loop_start_time[lp.index],
+                                                    loop_compute[lp.index], timeline, links)
             finish[i] = clock
-            continue
-        if node.kind in (NodeKind.COLLECTIVE, NodeKind.COLLECTIVE_START, NodeKind.COLLECTIVE_DONE):
+        elif node.kind in _COLLECTIVE_NODES:
             est = estimates[node.collective] if node.collective is not None else None
-            if node.kind == NodeKind.COLLECTIVE_START:
-                start = max(clock, ready)
-                alone = est.seconds if est else 0.0
-                pending[node.collective] = links.run(node.collective, start, alone) if links else start + alone
-                record("async", est.name if est else node.name, start, pending[node.collective])
-                finish[i] = start
-            elif node.kind == NodeKind.COLLECTIVE_DONE:
-                begin = max(clock, ready)
-                clock = max(begin, pending.pop(node.collective, 0.0))
-                record("wait", est.name if est else node.name, begin, clock)
-                finish[i] = clock
-            else:
-                begin = max(clock, ready)
-                alone = est.seconds if est else 0.0
-                clock = links.run(node.collective, begin, alone) if links else begin + alone
-                record("comm", est.name if est else node.name, begin, clock)
-                finish[i] = clock
-            continue
-        seconds = node_seconds(node, topology)
-        if seconds is None:
-            uncosted.append(node.name)
-            seconds = 0.0
-        begin = max(clock, ready)
-        clock = begin + seconds
-        record("compute", node.name, begin, clock)
-        compute_total += seconds
-        finish[i] = clock
+            clock, finish[i] = _collective_step(node, est, clock, ready, pending, timeline, links)
+        else:
+            seconds = node_seconds(node, topology)
+            if seconds is None:
+                uncosted.append(node.name)
+                seconds = 0.0
+            begin = max(clock, ready)
+            clock = begin + seconds
+            _record(timeline, "compute", node.name, begin, clock)
+            compute_total += seconds
+            finish[i] = clock
     return clock, compute_total, uncosted
+
+
+_COLLECTIVE_NODES = (NodeKind.COLLECTIVE, NodeKind.COLLECTIVE_START, NodeKind.COLLECTIVE_DONE)
+
+
+def _record(timeline: list[dict[str, Any]] | None, kind: str, name: str, start: float, end: float) -> None:
+    """Append a segment of the walk to `timeline` (when one is kept), merged with a compute segment it continues."""
+    if timeline is None or end <= start:
+        return
+    last = timeline[-1] if timeline else None
+    if kind == "compute" and last is not None and last["kind"] == "compute" and abs(last["end"] - start) < 1e-15:
+        last["end"] = end
+        return
+    timeline.append({"kind": kind, "name": name, "start": start, "end": end})
+
+
+def _repeat_body(lp: Loop, clock: float, compute_total: float, body_start: float, compute_at_start: float,
+                 timeline: list[dict[str, Any]] | None, links: _LinkQueue | None) -> tuple[float, float]:
+    """At a loop's end node, its remaining iterations, each as long as the body's walk just timed:
+    the stream's clock and compute total after them."""
+    trips = lp.trip_count or 1
+    body = clock - body_start
+    _record(timeline, "loop", f"{lp.name}: {trips - 1} more iterations", clock, clock + body * (trips - 1))
+    if links is not None:
+        links.shift(clock, body * (trips - 1))
+    return clock + body * (trips - 1), compute_total + (compute_total - compute_at_start) * (trips - 1)
+
+
+def _collective_step(node: Node, est: CollectiveEstimate | None, clock: float, ready: float,
+                     pending: dict[int, float], timeline: list[dict[str, Any]] | None,
+                     links: _LinkQueue | None) -> tuple[float, float]:
+    """A collective node: (the stream's clock after it, the node's finish). A start launches its
+    collective beside the stream, a done waits for it, a sync collective occupies the stream."""
+    name = est.name if est else node.name
+    alone = est.seconds if est else 0.0
+    begin = max(clock, ready)
+    if node.kind == NodeKind.COLLECTIVE_START:
+        pending[node.collective] = links.run(node.collective, begin, alone) if links else begin + alone
+        _record(timeline, "async", name, begin, pending[node.collective])
+        return clock, begin
+    if node.kind == NodeKind.COLLECTIVE_DONE:
+        clock = max(begin, pending.pop(node.collective, 0.0))
+        _record(timeline, "wait", name, begin, clock)
+        return clock, clock
+    clock = links.run(node.collective, begin, alone) if links else begin + alone
+    _record(timeline, "comm", name, begin, clock)
+    return clock, clock
 
 
 def _loops_starting(starts: dict[int, int], index: int, program: Program) -> list[int]:

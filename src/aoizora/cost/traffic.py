@@ -153,25 +153,12 @@ def collective_phases(
     """
     n = inc.num_devices
     if coll.kind == CollectiveKind.COLLECTIVE_PERMUTE:
-        m = np.zeros((n, n))
-        for a, b in pairs:
-            m[a, b] += coll.operand_bytes
-        hops = max((int(inc.hops[a, b]) for a, b in pairs), default=0)
-        return [Traffic(m, 1 if pairs else 0, hops, hops)]
+        return [_permute_traffic(coll, pairs, inc)]
     size = max((len(g) for g in groups), default=1)
     if size < 2:
         return []
     if coll.kind == CollectiveKind.ALL_TO_ALL:
-        m = np.zeros((n, n))
-        chunk = all_to_all_chunk(size, coll.operand_bytes)
-        hops = 0
-        for g in groups:
-            for a in g:
-                for b in g:
-                    if a != b:
-                        m[a, b] += chunk
-                        hops = max(hops, int(inc.hops[a, b]))
-        return [Traffic(m, 1, hops, hops)]
+        return [_all_to_all_traffic(coll, groups, size, inc)]
     dims = dims if dims and int(np.prod(dims)) == size else (size,)
     orders = [o for o in (dim_orders or []) if sorted(o) == list(range(len(dims)))] or [tuple(range(len(dims)))]
     # Each colour carries an equal share; the k-th phases of all colours run at the same time.
@@ -196,6 +183,31 @@ def collective_phases(
             else:
                 slots.append(Traffic(m, phase.steps, hops, chain))
     return slots
+
+
+def _permute_traffic(coll: Collective, pairs: list[tuple[int, int]], inc: Incidence) -> Traffic:
+    """A collective-permute: each source sends its buffer to its target, in one step."""
+    n = inc.num_devices
+    m = np.zeros((n, n))
+    for a, b in pairs:
+        m[a, b] += coll.operand_bytes
+    hops = max((int(inc.hops[a, b]) for a, b in pairs), default=0)
+    return Traffic(m, 1 if pairs else 0, hops, hops)
+
+
+def _all_to_all_traffic(coll: Collective, groups: list[tuple[int, ...]], size: int, inc: Incidence) -> Traffic:
+    """An all-to-all: every member sends one chunk to every other member of its group, in one step."""
+    n = inc.num_devices
+    m = np.zeros((n, n))
+    chunk = all_to_all_chunk(size, coll.operand_bytes)
+    hops = 0
+    for g in groups:
+        for a in g:
+            for b in g:
+                if a != b:
+                    m[a, b] += chunk
+                    hops = max(hops, int(inc.hops[a, b]))
+    return Traffic(m, 1, hops, hops)
 
 
 def _grid_lines(

@@ -6,30 +6,24 @@ Entry points:
 * `build_program(text_or_module, opaque_cost=..., device_ids=...) -> Program` — the model the
   cost model and the simulator consume (documented in `aoizora.hlo.program`);
 * `analyze(obj)` — the same from HLO text, a parsed module or a jax compiled object;
-* `summarize(program) -> dict` — the ``aoizora hlo --json`` report.
+* `summarize(program) -> dict` — the ``aoizora hlo --json`` report;
+* what Q2 and the simulator share: the algorithm config (`AlgorithmConfig`, `resolve_direction`)
+  and the bandwidth-optimal traffic (`ring_phases`, `all_to_all_chunk`, `bytes_sent_per_device`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, parse_algorithm_config
+from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, parse_algorithm_config, resolve_direction
 from aoizora.hlo.builder import KNOWN_OPCODES, build_program, program_from_compiled
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    Collective,
-    CollectiveKind,
-    CollectiveMode,
-    Loop,
-    Node,
-    NodeKind,
-    OpaqueCost,
-    OpaqueCostHook,
-    OpaqueOp,
-    Program,
+    Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCost, OpaqueCostHook, OpaqueOp, Program,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.summary import summarize
+from aoizora.hlo.traffic import RingPhase, all_to_all_chunk, bytes_sent_per_device, ring_phases
 
 
 def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
@@ -48,6 +42,7 @@ def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
 __all__ = [
     "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
     "HloModule", "Instruction", "KNOWN_OPCODES", "Loop", "Node", "NodeKind", "OpaqueCost",
-    "OpaqueCostHook", "OpaqueOp", "Program", "RingDirection", "RingOrder", "Shape", "analyze",
-    "build_program", "parse_algorithm_config", "parse_hlo", "program_from_compiled", "summarize",
+    "OpaqueCostHook", "OpaqueOp", "Program", "RingDirection", "RingOrder", "RingPhase", "Shape",
+    "all_to_all_chunk", "analyze", "build_program", "bytes_sent_per_device", "parse_algorithm_config",
+    "parse_hlo", "program_from_compiled", "resolve_direction", "ring_phases", "summarize",
 ]

@@ -24,12 +24,13 @@ How collectives are recognised:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Union
 
-from aoizora.errors import HloModelError, HloParseError
+from aoizora.errors import HloModelError
 from aoizora.hlo import attrs as A
-from aoizora.hlo.algorithm import parse_algorithm_config
+from aoizora.hlo.algorithm import AlgorithmConfig, parse_algorithm_config
 from aoizora.hlo.costs import (
     ELEMENTWISE_FLOP_OPS,
     MOVEMENT_OPS,
@@ -41,18 +42,11 @@ from aoizora.hlo.costs import (
 )
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    Collective,
-    CollectiveKind,
-    CollectiveMode,
-    Loop,
-    Node,
-    NodeKind,
-    OpaqueCostHook,
-    OpaqueOp,
-    Program,
+    Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCostHook, OpaqueOp, Program,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.traffic import bytes_sent_per_device
+from aoizora.hlo.trip_count import trip_count
 
 # A value's producers: a tuple of node indices, or a list of element values for tuples.
 Val = Union[tuple[int, ...], "TupleVal"]
@@ -151,6 +145,18 @@ def program_from_compiled(compiled: Any, *, opaque_cost: OpaqueCostHook | None =
     return build_program(text, opaque_cost=opaque_cost, device_ids=device_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """Where the walk emits a node: the instruction, its computation, the nodes it depends on,
+    its multiplicity (enclosing trip counts multiplied in) and its innermost loop."""
+
+    comp: Computation
+    inst: Instruction
+    deps: tuple[int, ...]
+    mult: int
+    loop: int | None
+
+
 class _Builder:
     def __init__(self, module: HloModule) -> None:
         self.m = module
@@ -225,117 +231,97 @@ class _Builder:
         return [comp.by_name[o].shape for o in inst.operands if o in comp.by_name]
 
     def instruction(
-        self,
-        comp: Computation,
-        inst: Instruction,
-        env: Mapping[str, Val],
-        args: list[Val],
-        mult: int,
+        self, comp: Computation, inst: Instruction, env: Mapping[str, Val], args: list[Val], mult: int,
         loop: int | None,
     ) -> Val:
+        """The value of ``inst``: free ops pass their operands' producers on, the others emit nodes."""
         op = inst.opcode
         vals = self.operand_vals(comp, inst, env)
-        if op == "parameter":
-            n = inst.parameter_number or 0
-            return args[n] if n < len(args) else ()
-        if op in ("constant", "partition-id", "replica-id", "after-all"):
-            return ()
-        if op == "tuple":
-            return TupleVal(vals)
-        if op == "get-tuple-element":
-            idx = int(inst.attr("index") or 0)
-            v = vals[0]
-            if isinstance(v, TupleVal):
-                return v[idx] if idx < len(v) else _flat(v)
-            return v
-        if op in ("bitcast", "add-dependency", "opt-barrier", "optimization-barrier", "domain",
-                  "copy-done", "slice-done", "get-dimension-size"):
-            return vals[0] if vals else ()
+        if op in _FREE:
+            return _free_value(inst, vals, args)
         if op == "while":
             return self.while_loop(comp, inst, vals, mult, loop)
         if op == "call":
             callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
             return self.walk(callee, vals, mult, loop)
-        deps = _deps(vals)
+        site = _Site(comp, inst, _deps(vals), mult, loop)
         if op in _COLLECTIVE_OPS:
-            return self.collective(comp, inst, deps, mult, loop, CollectiveMode.SYNC, inst)
+            return self.collective(site, CollectiveMode.SYNC, inst)
         if op in _ASYNC_STARTS:
-            return self.collective(comp, inst, deps, mult, loop, CollectiveMode.ASYNC, inst)
-        if op in _ASYNC_DONES or (op == "async-done" and self._is_pending(deps)):
-            return self.collective_done(comp, inst, deps, mult, loop)
-        if op == "async-start":
-            callee = self.m.computation(inst.attr("calls") or "")
-            wrapped = callee.root
-            assert wrapped is not None
-            if wrapped.opcode in _COLLECTIVE_OPS:
-                return self.collective(
-                    comp, inst, deps, mult, loop, CollectiveMode.ASYNC, wrapped, callee
-                )
-            return self.compute(comp, inst, deps, mult, loop)
-        if op == "call-start":
-            # TPU7x: libtpu offloads a collective to the SparseCores as an asynchronous call
-            # (`async_execution_thread="sparsecore"`) of a computation whose root is the collective
-            callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
-            wrapped = callee.root
-            assert wrapped is not None
-            if wrapped.opcode in _COLLECTIVE_OPS:
-                return self.collective(comp, inst, deps, mult, loop, CollectiveMode.ASYNC, wrapped, callee)
-            return self.walk(callee, vals, mult, loop)
+            return self.collective(site, CollectiveMode.ASYNC, inst)
+        if op in _ASYNC_DONES or (op == "async-done" and self._is_pending(site.deps)):
+            return self.collective_done(site)
+        if op in ("async-start", "call-start"):
+            return self.async_call(site, vals)
         if op == "call-done":
-            if self._is_pending(deps):
-                return self.collective_done(comp, inst, deps, mult, loop)
-            return deps
+            return self.collective_done(site) if self._is_pending(site.deps) else site.deps
         if op in ("async-update", "async-done"):
-            return deps
+            return site.deps
         if op == "fusion":
-            inner = self._fused_collective(inst)
-            if inner is not None:
-                callee, coll, role = inner
-                if role == "done" and self._is_pending(deps):
-                    return self.collective_done(comp, inst, deps, mult, loop)
-                if role == "step" and self._is_pending(deps):
-                    return self.collective_step(comp, inst, deps, mult, loop)
-                mode = CollectiveMode.ASYNC_FUSION if role == "start" else CollectiveMode.FUSION
-                return self.collective(comp, inst, deps, mult, loop, mode, coll, callee)
-            return self.compute(comp, inst, deps, mult, loop)
+            return self.fusion_op(site)
         if op == "custom-call":
-            target = _unquote(inst.attr("custom_call_target") or "")
-            if target == ASYNC_COLLECTIVE_START:
-                coll = self._collective_in_callees(inst)
-                if coll is not None:
-                    return self.collective(
-                        comp, inst, deps, mult, loop, CollectiveMode.ASYNC_FUSION, coll[1], coll[0]
-                    )
-            if target == ASYNC_COLLECTIVE_DONE:
-                return self.collective_done(comp, inst, deps, mult, loop)
-            if target in FREE_CUSTOM_CALLS:
-                return self.compute(comp, inst, deps, mult, loop)
-            return self.opaque(comp, inst, deps, mult, loop, target)
+            return self.custom_call(site)
         if op not in KNOWN_OPCODES:
-            return self.opaque(comp, inst, deps, mult, loop, None)
-        return self.compute(comp, inst, deps, mult, loop)
+            return self.opaque(site, None)
+        return self.compute(site)
+
+    def async_call(self, site: _Site, vals: list[Val]) -> Val:
+        """An ``async-start``, or a ``call-start`` (TPU7x: libtpu offloads a collective to the
+        SparseCores as an asynchronous call, ``async_execution_thread="sparsecore"``, of a
+        computation whose root is the collective): a collective when the callee's root is one."""
+        inst = site.inst
+        if inst.opcode == "async-start":
+            callee = self.m.computation(inst.attr("calls") or "")
+        else:
+            callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
+        wrapped = callee.root
+        assert wrapped is not None
+        if wrapped.opcode in _COLLECTIVE_OPS:
+            return self.collective(site, CollectiveMode.ASYNC, wrapped, callee)
+        if inst.opcode == "async-start":
+            return self.compute(site)
+        return self.walk(callee, vals, site.mult, site.loop)
+
+    def fusion_op(self, site: _Site) -> Val:
+        """A fusion: compute, or a collective's start, step or done, or a collective fusion."""
+        inner = self._fused_collective(site.inst)
+        if inner is None:
+            return self.compute(site)
+        callee, coll, role = inner
+        if role == "done" and self._is_pending(site.deps):
+            return self.collective_done(site)
+        if role == "step" and self._is_pending(site.deps):
+            return self.collective_step(site)
+        mode = CollectiveMode.ASYNC_FUSION if role == "start" else CollectiveMode.FUSION
+        return self.collective(site, mode, coll, callee)
+
+    def custom_call(self, site: _Site) -> Val:
+        """A custom call: an async collective's start or done, buffer bookkeeping, or an opaque kernel."""
+        target = _unquote(site.inst.attr("custom_call_target") or "")
+        if target == ASYNC_COLLECTIVE_START:
+            coll = self._collective_in_callees(site.inst)
+            if coll is not None:
+                return self.collective(site, CollectiveMode.ASYNC_FUSION, coll[1], coll[0])
+        if target == ASYNC_COLLECTIVE_DONE:
+            return self.collective_done(site)
+        if target in FREE_CUSTOM_CALLS:
+            return self.compute(site)
+        return self.opaque(site, target)
 
     # -- node constructors ----------------------------------------------------------------
-    def _node(
-        self,
-        comp: Computation,
-        inst: Instruction,
-        kind: NodeKind,
-        deps: tuple[int, ...],
-        mult: int,
-        loop: int | None,
-    ) -> Node:
+    def _node(self, site: _Site, kind: NodeKind) -> Node:
+        inst = site.inst
         node = Node(
             index=len(self.nodes),
             name=inst.name,
             opcode=inst.opcode,
             kind=kind,
-            computation=comp.name,
+            computation=site.comp.name,
             shape=inst.shape,
-            operand_shapes=tuple(self.operand_shapes(comp, inst)),
-            deps=deps,
-            multiplicity=mult,
-            loop=loop,
+            operand_shapes=tuple(self.operand_shapes(site.comp, inst)),
+            deps=site.deps,
+            multiplicity=site.mult,
+            loop=site.loop,
             estimated_cycles=estimated_cycles(inst.backend_config),
             backend_config=inst.backend_config if isinstance(inst.backend_config, Mapping) else None,
         )
@@ -367,10 +353,9 @@ class _Builder:
         for f in found:
             self.unknown.append(f"{f} in fusion {inst.name}")
 
-    def compute(
-        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
-    ) -> Val:
-        node = self._node(comp, inst, NodeKind.COMPUTE, deps, mult, loop)
+    def compute(self, site: _Site) -> Val:
+        inst = site.inst
+        node = self._node(site, NodeKind.COMPUTE)
         if inst.opcode == "fusion":
             self._unknown_in_fusion(inst)
         shapes = list(node.operand_shapes)
@@ -400,17 +385,9 @@ class _Builder:
             node.custom_call_target = _unquote(inst.attr("custom_call_target") or "")
         return (node.index,)
 
-    def opaque(
-        self,
-        comp: Computation,
-        inst: Instruction,
-        deps: tuple[int, ...],
-        mult: int,
-        loop: int | None,
-        target: str | None,
-    ) -> Val:
-        kind = NodeKind.OPAQUE if target is not None else NodeKind.UNKNOWN
-        node = self._node(comp, inst, kind, deps, mult, loop)
+    def opaque(self, site: _Site, target: str | None) -> Val:
+        inst = site.inst
+        node = self._node(site, NodeKind.OPAQUE if target is not None else NodeKind.UNKNOWN)
         node.hbm_bytes = io_bytes(inst, list(node.operand_shapes))
         node.custom_call_target = target
         if target is None:
@@ -428,104 +405,43 @@ class _Builder:
         return (node.index,)
 
     def collective(
-        self,
-        comp: Computation,
-        inst: Instruction,
-        deps: tuple[int, ...],
-        mult: int,
-        loop: int | None,
-        mode: CollectiveMode,
-        coll_inst: Instruction,
-        inner_comp: Computation | None = None,
+        self, site: _Site, mode: CollectiveMode, coll_inst: Instruction, inner_comp: Computation | None = None
     ) -> Val:
+        """Emit a collective's node (its start, when asynchronous) and record its `Collective`.
+
+        ``coll_inst`` is the collective op: ``site.inst`` itself, or the op inside ``inner_comp``,
+        the computation an async or SparseCore call or a collective fusion wraps.
+        """
+        inst = site.inst
         sync = mode in (CollectiveMode.SYNC, CollectiveMode.FUSION)
-        node_kind = NodeKind.COLLECTIVE if sync else NodeKind.COLLECTIVE_START
-        node = self._node(comp, inst, node_kind, deps, mult, loop)
-        opcode = coll_inst.opcode
-        for suffix in ("-start", "-done"):
-            if opcode.endswith(suffix):
-                opcode = opcode[: -len(suffix)]
-        kind = _COLLECTIVE_OPS.get(opcode)
-        # operand / result shapes of the collective itself (per device)
-        where = inner_comp if inner_comp is not None else comp
-        in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
-        if (
-            coll_inst.opcode.endswith("-start")
-            and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
-            and coll_inst.shape.is_tuple
-        ):
-            res_shape = _start_result(coll_inst, in_shapes)
-        else:
-            res_shape = coll_inst.shape
+        node = self._node(site, NodeKind.COLLECTIVE if sync else NodeKind.COLLECTIVE_START)
+        in_shapes, res_shape = _collective_shapes(coll_inst, inner_comp if inner_comp is not None else site.comp)
         operand_bytes = sum(s.byte_size for s in in_shapes)
         result_bytes = res_shape.byte_size
-        if kind is None:  # custom-call collective without a recognisable inner op
-            kind = CollectiveKind.ALL_GATHER if result_bytes > operand_bytes else CollectiveKind.ALL_REDUCE
-        groups: tuple[tuple[int, ...], ...] = ()
-        pairs: tuple[tuple[int, int], ...] = ()
-        if kind is CollectiveKind.COLLECTIVE_PERMUTE:
-            pairs = A.parse_pairs(coll_inst.attr("source_target_pairs"))
-        else:
-            groups = A.parse_replica_groups(
-                coll_inst.attr("replica_groups"), coll_inst.attr("device_ids"), self.num_devices
-            )
-        self._check_devices(coll_inst, groups, pairs)
+        kind = _collective_kind(coll_inst.opcode, operand_bytes, result_bytes)
+        groups, pairs = self._participants(coll_inst, kind)
         group_size = len(groups[0]) if groups else 2
         fused_compute: tuple[str, ...] = ()
         if inner_comp is not None and mode is not CollectiveMode.ASYNC:
-            fused_compute = tuple(
-                i.opcode for i in inner_comp.instructions
-                if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
-                and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
-            )
+            fused_compute = _fused_compute(inner_comp, coll_inst)
             # all-reduce + dynamic-slice fused together is a reduce-scatter
             outer = inst.shape.byte_size
-            if (
-                kind is CollectiveKind.ALL_REDUCE
-                and group_size > 1
-                and outer * group_size == result_bytes
-            ):
+            if kind is CollectiveKind.ALL_REDUCE and group_size > 1 and outer * group_size == result_bytes:
                 kind = CollectiveKind.REDUCE_SCATTER
                 result_bytes = outer
             node.flops = self.fusion.flops(inner_comp.name)
         payload, send, recv = _traffic(kind, operand_bytes, result_bytes, group_size, pairs)
-        if kind is CollectiveKind.ALL_GATHER:
-            array = max(result_bytes, operand_bytes * group_size)
-        elif kind is CollectiveKind.ALL_TO_ALL:
-            array = operand_bytes * group_size
-        else:
-            array = operand_bytes
-        cfg = None
-        for bc in (inst.backend_config, coll_inst.backend_config):
-            if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
-                cfg = parse_algorithm_config(bc["collective_algorithm_config"])
-                if cfg is not None:
-                    break
         dtype = in_shapes[0].leaves()[0].dtype if in_shapes and in_shapes[0].leaves() else res_shape.dtype
         channel = coll_inst.attr("channel_id")
         coll = Collective(
-            index=len(self.collectives),
-            name=inst.name,
-            kind=kind,
-            mode=mode,
-            start=node.index,
-            done=node.index,
-            groups=groups,
-            source_target_pairs=pairs,
-            dtype=dtype,
-            operand_bytes=operand_bytes,
-            result_bytes=result_bytes,
-            payload_bytes=payload,
-            array_bytes=array,
-            send_bytes=send,
-            recv_bytes=recv,
-            group_size=group_size,
-            multiplicity=mult,
-            loop=loop,
+            index=len(self.collectives), name=inst.name, kind=kind, mode=mode, start=node.index, done=node.index,
+            groups=groups, source_target_pairs=pairs, dtype=dtype, operand_bytes=operand_bytes,
+            result_bytes=result_bytes, payload_bytes=payload,
+            array_bytes=_array_bytes(kind, operand_bytes, result_bytes, group_size),
+            send_bytes=send, recv_bytes=recv, group_size=group_size, multiplicity=site.mult, loop=site.loop,
             channel_id=int(channel) if channel and channel.isdigit() else None,
             dimensions=A.parse_int_list(coll_inst.attr("dimensions")),
-            algorithm=cfg,
-            fused_compute=fused_compute,
+            algorithm=_algorithm_config(inst, coll_inst), fused_compute=fused_compute,
         )
         afc = _async_fusion_config(coll_inst)
         if afc is not None:
@@ -537,31 +453,42 @@ class _Builder:
             self._pending[node.index] = coll.index
         return (node.index,)
 
+    def _participants(
+        self, coll_inst: Instruction, kind: CollectiveKind
+    ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, int], ...]]:
+        """(replica groups, source-target pairs) of a collective, checked against the module's devices."""
+        groups: tuple[tuple[int, ...], ...] = ()
+        pairs: tuple[tuple[int, int], ...] = ()
+        if kind is CollectiveKind.COLLECTIVE_PERMUTE:
+            pairs = A.parse_pairs(coll_inst.attr("source_target_pairs"))
+        else:
+            groups = A.parse_replica_groups(
+                coll_inst.attr("replica_groups"), coll_inst.attr("device_ids"), self.num_devices
+            )
+        self._check_devices(coll_inst, groups, pairs)
+        return groups, pairs
+
     def _is_pending(self, deps: tuple[int, ...]) -> bool:
         return any(d in self._pending for d in deps)
 
-    def collective_step(
-        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
-    ) -> Val:
+    def collective_step(self, site: _Site) -> Val:
         """An async collective fusion: compute that also advances a started collective."""
-        ci = next(self._pending[d] for d in deps if d in self._pending)
-        val = self.compute(comp, inst, deps, mult, loop)
+        ci = next(self._pending[d] for d in site.deps if d in self._pending)
+        val = self.compute(site)
         node = self.nodes[val[0]]  # type: ignore[index]
         node.collective = ci
         coll = self.collectives[ci]
         coll.steps += (node.index,)
-        inner = self._fused_collective(inst)
+        inner = self._fused_collective(site.inst)
         afc = _async_fusion_config(inner[1]) if inner else None
         if afc is not None:
             coll.async_fusion_configs += (afc,)
         self._pending[node.index] = ci  # the done reads the buffers through this node
         return val
 
-    def collective_done(
-        self, comp: Computation, inst: Instruction, deps: tuple[int, ...], mult: int, loop: int | None
-    ) -> Val:
-        starts = [d for d in deps if d in self._pending]
-        node = self._node(comp, inst, NodeKind.COLLECTIVE_DONE, deps, mult, loop)
+    def collective_done(self, site: _Site) -> Val:
+        starts = [d for d in site.deps if d in self._pending]
+        node = self._node(site, NodeKind.COLLECTIVE_DONE)
         if not starts:  # a done whose start this walk did not see: keep it, costless
             node.kind = NodeKind.COMPUTE
             return (node.index,)
@@ -627,7 +554,7 @@ class _Builder:
     ) -> Val:
         body = self.m.computation(inst.attr("body") or "")
         cond = self.m.computation(inst.attr("condition") or "")
-        trip, source = _trip_count(self.m, comp, inst, body, cond)
+        trip, source = trip_count(self.m, comp, inst, body, cond)
         loop = Loop(
             index=len(self.loops),
             name=inst.name,
@@ -640,13 +567,33 @@ class _Builder:
         )
         self.loops.append(loop)
         root = self.walk(body, list(vals), loop.multiplicity, loop.index)
-        end = self._node(comp, inst, NodeKind.LOOP, _deps([root]), mult, parent)
+        end = self._node(_Site(comp, inst, _deps([root]), mult, parent), NodeKind.LOOP)
         end.hbm_bytes = 0
         loop.end = end.index
         return (end.index,)
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _free_value(inst: Instruction, vals: list[Val], args: list[Val]) -> Val:
+    """The producers of a free op's value: a parameter's argument, nothing for a constant or an id,
+    the elements of a tuple, or those of its operand."""
+    op = inst.opcode
+    if op == "parameter":
+        n = inst.parameter_number or 0
+        return args[n] if n < len(args) else ()
+    if op in ("constant", "partition-id", "replica-id", "after-all"):
+        return ()
+    if op == "tuple":
+        return TupleVal(vals)
+    if op == "get-tuple-element":
+        idx = int(inst.attr("index") or 0)
+        v = vals[0]
+        if isinstance(v, TupleVal):
+            return v[idx] if idx < len(v) else _flat(v)
+        return v
+    return vals[0] if vals else ()
+
+
 def _flat(v: Val) -> tuple[int, ...]:
     if isinstance(v, TupleVal):
         out: list[int] = []
@@ -719,6 +666,59 @@ def _kernel_name(inst: Instruction) -> str | None:
     return base or None
 
 
+def _collective_kind(opcode: str, operand_bytes: int, result_bytes: int) -> CollectiveKind:
+    """The kind of a collective op (``-start`` / ``-done`` spellings included); a custom-call
+    collective without a recognisable inner op is an all-gather when it grows its buffer, else an
+    all-reduce."""
+    for suffix in ("-start", "-done"):
+        if opcode.endswith(suffix):
+            opcode = opcode[: -len(suffix)]
+    kind = _COLLECTIVE_OPS.get(opcode)
+    if kind is None:
+        kind = CollectiveKind.ALL_GATHER if result_bytes > operand_bytes else CollectiveKind.ALL_REDUCE
+    return kind
+
+
+def _collective_shapes(coll_inst: Instruction, where: Computation) -> tuple[list[Shape], Shape]:
+    """(operand shapes, result shape) of the collective op itself, per device."""
+    in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
+    if (
+        coll_inst.opcode.endswith("-start")
+        and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
+        and coll_inst.shape.is_tuple
+    ):
+        return in_shapes, _start_result(coll_inst, in_shapes)
+    return in_shapes, coll_inst.shape
+
+
+def _fused_compute(inner_comp: Computation, coll_inst: Instruction) -> tuple[str, ...]:
+    """The compute opcodes fused with a collective in the computation that wraps it."""
+    return tuple(
+        i.opcode for i in inner_comp.instructions
+        if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
+        and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
+    )
+
+
+def _array_bytes(kind: CollectiveKind, operand_bytes: int, result_bytes: int, group_size: int) -> int:
+    """The size of the whole array a collective moves pieces of, per group."""
+    if kind is CollectiveKind.ALL_GATHER:
+        return max(result_bytes, operand_bytes * group_size)
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return operand_bytes * group_size
+    return operand_bytes
+
+
+def _algorithm_config(inst: Instruction, coll_inst: Instruction) -> AlgorithmConfig | None:
+    """libtpu's ``collective_algorithm_config`` of the instruction or of the collective it wraps."""
+    for bc in (inst.backend_config, coll_inst.backend_config):
+        if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
+            cfg = parse_algorithm_config(bc["collective_algorithm_config"])
+            if cfg is not None:
+                return cfg
+    return None
+
+
 def _start_result(inst: Instruction, in_shapes: list[Shape]) -> Shape:
     """The result buffer inside a ``*-start`` tuple: (operands..., results..., scratch...)."""
     elems = list(inst.shape.tuple_shapes)
@@ -752,153 +752,3 @@ def _traffic(
         sends[a] = sends.get(a, 0) + 1
         recvs[b] = recvs.get(b, 0) + 1
     return s, s * max(sends.values(), default=0), s * max(recvs.values(), default=0)
-
-
-# -- trip counts ----------------------------------------------------------------------------
-# A tiny symbolic evaluator over the loop's condition and body. Values are
-#   ("const", v)          a known integer
-#   ("state",)            the loop-state tuple (parameter 0 of the body / condition)
-#   ("param", k)          element k of the loop state
-#   ("affine", k, c)      element k of the loop state plus c
-#   ("cmp", dir, a, b)    a comparison
-# It looks through copies/converts/bitcasts/reshapes, tuple plumbing and fusions (libtpu may
-# fuse the compare of the condition or the increment of the body).
-_PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
-_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
-
-
-def _trip_count(
-    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
-) -> tuple[int | None, str]:
-    bc = inst.backend_config
-    if isinstance(bc, Mapping):
-        ktc = bc.get("known_trip_count")
-        if isinstance(ktc, Mapping) and "n" in ktc:
-            try:
-                return int(ktc["n"]), "backend_config"
-            except (TypeError, ValueError):
-                pass
-    try:
-        trip = _induction_trip_count(m, comp, inst, body, cond)
-    except (KeyError, IndexError, ValueError, ZeroDivisionError, HloParseError):
-        trip = None
-    return (trip, "induction") if trip is not None else (None, "unknown")
-
-
-def _literal_int(lit: str) -> int | None:
-    lit = lit.strip()
-    if lit in ("true", "false"):
-        return int(lit == "true")
-    try:
-        return int(lit)
-    except ValueError:
-        try:
-            f = float(lit)
-        except ValueError:
-            return None
-        return int(f) if f.is_integer() else None
-
-
-def _sym(
-    m: HloModule, comp: Computation, inst: Instruction, frame: _Frame, depth: int = 0
-) -> tuple[Any, ...] | None:
-    if depth > 32:
-        return None
-    while inst.opcode in _PASS and inst.operands:
-        inst = comp.by_name[inst.operands[0]]
-    op = inst.opcode
-
-    def sub(name: str) -> tuple[Any, ...] | None:
-        return _sym(m, comp, comp.by_name[name], frame, depth + 1)
-
-    if op == "constant":
-        v = _literal_int(inst.literal or "")
-        return ("const", v) if v is not None else None
-    if op == "parameter":
-        if frame is None:
-            return ("state",)
-        outer, fusion, outer_frame = frame
-        n = inst.parameter_number or 0
-        return _sym(m, outer, outer.by_name[fusion.operands[n]], outer_frame, depth + 1)
-    if op == "get-tuple-element":
-        idx = int(inst.attr("index") or 0)
-        src = comp.by_name[inst.operands[0]]
-        while src.opcode in _PASS and src.operands:
-            src = comp.by_name[src.operands[0]]
-        if src.opcode == "tuple":
-            return sub(src.operands[idx])
-        base = _sym(m, comp, src, frame, depth + 1)
-        return ("param", idx) if base == ("state",) else None
-    if op == "fusion":
-        callee = m.computation(inst.attr("calls") or "")
-        assert callee.root is not None
-        return _sym(m, callee, callee.root, (comp, inst, frame), depth + 1)
-    if op == "negate":
-        a = sub(inst.operands[0])
-        return ("const", -a[1]) if a and a[0] == "const" else None
-    if op in ("add", "subtract") and len(inst.operands) == 2:
-        a, b = sub(inst.operands[0]), sub(inst.operands[1])
-        if not a or not b:
-            return None
-        sign = 1 if op == "add" else -1
-        if a[0] == "const" and b[0] == "const":
-            return ("const", a[1] + sign * b[1])
-        if a[0] in ("param", "affine") and b[0] == "const":
-            off = a[2] if a[0] == "affine" else 0
-            return ("affine", a[1], off + sign * b[1])
-        if op == "add" and b[0] in ("param", "affine") and a[0] == "const":
-            off = b[2] if b[0] == "affine" else 0
-            return ("affine", b[1], off + a[1])
-        return None
-    if op == "compare" and len(inst.operands) == 2:
-        return ("cmp", inst.attr("direction") or "", sub(inst.operands[0]), sub(inst.operands[1]))
-    return None
-
-
-def _induction_trip_count(
-    m: HloModule, comp: Computation, inst: Instruction, body: Computation, cond: Computation
-) -> int | None:
-    assert cond.root is not None and body.root is not None
-    c = _sym(m, cond, cond.root, None)
-    if not c or c[0] != "cmp" or not c[2] or not c[3]:
-        return None
-    direction, a, b = c[1], c[2], c[3]
-    if a[0] == "const" and b[0] in ("param", "affine"):
-        a, b, direction = b, a, _FLIP.get(direction, "")
-    if b[0] != "const" or a[0] not in ("param", "affine"):
-        return None
-    k = a[1]
-    limit = b[1] - (a[2] if a[0] == "affine" else 0)  # i + c < L  <=>  i < L - c
-    # the while operand is the state tuple; element k is its initial induction value
-    src = comp.by_name[inst.operands[0]]
-    while src.opcode in _PASS and src.operands:
-        src = comp.by_name[src.operands[0]]
-    if src.opcode != "tuple":
-        return None
-    init_val = _sym(m, comp, comp.by_name[src.operands[k]], None)
-    if not init_val or init_val[0] != "const":
-        return None
-    init = init_val[1]
-    broot = body.root
-    while broot.opcode in _PASS and broot.operands:
-        broot = body.by_name[broot.operands[0]]
-    if broot.opcode != "tuple":
-        return None
-    upd = _sym(m, body, body.by_name[broot.operands[k]], None)
-    if not upd or upd[0] != "affine" or upd[1] != k or upd[2] == 0:
-        return None
-    step = upd[2]
-    if direction == "LT":
-        n = -(-(limit - init) // step) if step > 0 else None
-    elif direction == "LE":
-        n = (limit - init) // step + 1 if step > 0 else None
-    elif direction == "GT":
-        n = -(-(init - limit) // -step) if step < 0 else None
-    elif direction == "GE":
-        n = (init - limit) // -step + 1 if step < 0 else None
-    elif direction == "NE":
-        n = (limit - init) // step if (limit - init) % step == 0 else None
-    else:
-        n = None
-    return max(0, n) if n is not None else None

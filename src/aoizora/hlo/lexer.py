@@ -96,11 +96,8 @@ class Lexer:
         text = self.text
         c = text[p]
         if c == '"':
-            m = _STRING.match(text, p)
-            if not m:
-                raise self.error("unterminated string", p)
-            self.pos = m.end()
-            return Token("string", m.group(), p)
+            self.pos = self._past_string(p)
+            return Token("string", text[p : self.pos], p)
         two = text[p : p + 2]
         if two in _PUNCT2:
             self.pos = p + 2
@@ -163,10 +160,7 @@ class Lexer:
                 break
             c = text[pos]
             if c == '"':
-                m = _STRING.match(text, pos)
-                if not m:
-                    raise self.error("unterminated string", pos)
-                pos = m.end()
+                pos = self._past_string(pos)
             elif c in "{[(":
                 depth += 1
                 pos += 1
@@ -196,10 +190,7 @@ class Lexer:
         while pos < n:
             c = text[pos]
             if c == '"':
-                m = _STRING.match(text, pos)
-                if not m:
-                    raise self.error("unterminated string", pos)
-                pos = m.end()
+                pos = self._past_string(pos)
                 continue
             if c in "{[(":
                 depth += 1
@@ -212,6 +203,13 @@ class Lexer:
             m = _GROUP_CHUNK.match(text, pos)
             pos = m.end()
         raise self.error("unbalanced brackets (input truncated?)", start)
+
+    def _past_string(self, pos: int) -> int:
+        """The offset just past the quoted string that starts at ``pos``."""
+        m = _STRING.match(self.text, pos)
+        if not m:
+            raise self.error("unterminated string", pos)
+        return m.end()
 
     def json_value(self) -> object:
         """Decode a JSON value at the cursor (backend_config) and move past it."""

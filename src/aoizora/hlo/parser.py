@@ -225,31 +225,13 @@ class _Parser:
 
     # -- instruction ----------------------------------------------------------------------
     def instruction(self) -> Instruction:
+        """``[ROOT] name = shape opcode(arguments), key=value, ...``"""
         lx = self.lx
         lx.skip_space()
         start = lx.pos
-        m = _HEAD.match(lx.text, start)
-        if m:  # fast path for the common "[ROOT] %name = " head (same tokens, one regex)
-            is_root = m.group(1) is not None
-            name = m.group(2)
-            lx.pos = m.end()
-        else:
-            name = lx.word("instruction name")
-            is_root = False
-            if name == "ROOT":
-                is_root = True
-                name = lx.word("instruction name")
-            name = name.lstrip("%")
-            lx.expect("=", f"after instruction name {name!r}")
+        name, is_root = self._instruction_head()
         shape = self.shape()
-        m = _OPCODE.match(lx.text, lx.pos)
-        if m:
-            opcode = m.group(1)
-            lx.pos = m.end() - 1  # at the '('
-        else:
-            opcode = lx.word("opcode")
-            if lx.peek_char() != "(":
-                raise lx.error(f"expected '(' after opcode {opcode!r}")
+        opcode = self._opcode()
         literal = None
         param_no = None
         operands: tuple[str, ...] = ()
@@ -257,14 +239,54 @@ class _Parser:
             s, e = lx.balanced_extent()
             literal = lx.text[s + 1 : e - 1]
         elif opcode == "parameter":
-            lx.expect("(")
-            num = lx.word("parameter number")
-            if not num.isdigit():
-                raise lx.error("parameter number must be an integer")
-            param_no = int(num)
-            lx.expect(")", "after the parameter number")
+            param_no = self._parameter_number()
         else:
             operands = self.operands()
+        attrs, backend_config = self._attributes()
+        return Instruction(
+            name, shape, opcode, operands, attrs, backend_config, is_root, start, literal, param_no
+        )
+
+    def _instruction_head(self) -> tuple[str, bool]:
+        """(name, is root) of ``[ROOT] %name =``."""
+        lx = self.lx
+        m = _HEAD.match(lx.text, lx.pos)
+        if m:  # fast path for the common "[ROOT] %name = " head (same tokens, one regex)
+            lx.pos = m.end()
+            return m.group(2), m.group(1) is not None
+        name = lx.word("instruction name")
+        is_root = False
+        if name == "ROOT":
+            is_root = True
+            name = lx.word("instruction name")
+        name = name.lstrip("%")
+        lx.expect("=", f"after instruction name {name!r}")
+        return name, is_root
+
+    def _opcode(self) -> str:
+        """The opcode; leaves the cursor at the '(' after it."""
+        lx = self.lx
+        m = _OPCODE.match(lx.text, lx.pos)
+        if m:
+            lx.pos = m.end() - 1  # at the '('
+            return m.group(1)
+        opcode = lx.word("opcode")
+        if lx.peek_char() != "(":
+            raise lx.error(f"expected '(' after opcode {opcode!r}")
+        return opcode
+
+    def _parameter_number(self) -> int:
+        lx = self.lx
+        lx.expect("(")
+        num = lx.word("parameter number")
+        if not num.isdigit():
+            raise lx.error("parameter number must be an integer")
+        lx.expect(")", "after the parameter number")
+        return int(num)
+
+    def _attributes(self) -> tuple[dict[str, str], dict[str, Any] | str | None]:
+        """(raw attributes, decoded ``backend_config``) of ``, key=value, ...`` up to the line's end."""
+        lx = self.lx
         attrs: dict[str, str] = {}
         backend_config: dict[str, Any] | str | None = None
         text = lx.text
@@ -293,9 +315,7 @@ class _Parser:
             if s == e:
                 raise lx.error(f"attribute {key!r} has no value")
             attrs[key] = lx.text[s:e]
-        return Instruction(
-            name, shape, opcode, operands, attrs, backend_config, is_root, start, literal, param_no
-        )
+        return attrs, backend_config
 
     def operands(self) -> tuple[str, ...]:
         lx = self.lx

@@ -27,58 +27,7 @@ from aoizora.hlo.program import NodeKind, Program
 
 def summarize(program: Program) -> dict[str, Any]:
     """The ``aoizora hlo --json`` report of a program."""
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for c in program.collectives:
-        algo = c.algorithm.to_json() if c.algorithm else None
-        key = (
-            c.kind.value,
-            c.mode.value,
-            c.groups,
-            c.source_target_pairs,
-            c.dtype,
-            c.payload_bytes,
-            c.send_bytes,
-            c.recv_bytes,
-            repr(algo),
-        )
-        entry = groups.get(key)
-        if entry is None:
-            entry = {
-                "kind": c.kind.value,
-                "mode": c.mode.value,
-                "groups": [list(g) for g in c.groups],
-                "source_target_pairs": [list(p) for p in c.source_target_pairs],
-                "dtype": c.dtype,
-                "bytes_per_device": c.payload_bytes,
-                "send_bytes_per_device": c.send_bytes,
-                "recv_bytes_per_device": c.recv_bytes,
-                "result_bytes_per_device": c.result_bytes,
-                "count": 0,
-                "algorithm": algo,
-                "names": [],
-            }
-            groups[key] = entry
-        entry["count"] += c.multiplicity
-        entry["names"].append(c.name)
-    collectives = list(groups.values())
-    opaque: dict[tuple[str, str], dict[str, Any]] = {}
-    for n in program.nodes:
-        if n.kind is not NodeKind.OPAQUE:
-            continue
-        op = program.opaque_op(n)
-        key = (op.target, op.name)
-        if key not in opaque:
-            opaque[key] = {
-                "name": op.name,
-                "target": op.target,
-                "kernel_name": op.kernel_name,
-                "count": 0,
-                "operand_shapes": [str(s) for s in op.operand_shapes],
-                "result_shape": str(op.result_shape),
-                "flops": n.flops,
-                "seconds": n.seconds,
-            }
-        opaque[key]["count"] += n.multiplicity
+    collectives = _collective_groups(program)
     return {
         "module": program.module_name,
         "num_devices": program.num_devices,
@@ -98,6 +47,59 @@ def summarize(program: Program) -> dict[str, Any]:
             {"name": lp.name, "trip_count": lp.trip_count, "trip_count_source": lp.trip_count_source}
             for lp in program.loops
         ],
-        "opaque": list(opaque.values()),
+        "opaque": _opaque_kernels(program),
         "unknown_ops": list(program.unknown_ops),
     }
+
+
+def _collective_groups(program: Program) -> list[dict[str, Any]]:
+    """One entry per distinct collective (kind, mode, devices, dtype, traffic, algorithm), in first-seen
+    order, with how many times it runs and the names of its instances."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for c in program.collectives:
+        algo = c.algorithm.to_json() if c.algorithm else None
+        key = (c.kind.value, c.mode.value, c.groups, c.source_target_pairs, c.dtype, c.payload_bytes, c.send_bytes,
+               c.recv_bytes, repr(algo))
+        entry = groups.get(key)
+        if entry is None:
+            entry = {
+                "kind": c.kind.value,
+                "mode": c.mode.value,
+                "groups": [list(g) for g in c.groups],
+                "source_target_pairs": [list(p) for p in c.source_target_pairs],
+                "dtype": c.dtype,
+                "bytes_per_device": c.payload_bytes,
+                "send_bytes_per_device": c.send_bytes,
+                "recv_bytes_per_device": c.recv_bytes,
+                "result_bytes_per_device": c.result_bytes,
+                "count": 0,
+                "algorithm": algo,
+                "names": [],
+            }
+            groups[key] = entry
+        entry["count"] += c.multiplicity
+        entry["names"].append(c.name)
+    return list(groups.values())
+
+
+def _opaque_kernels(program: Program) -> list[dict[str, Any]]:
+    """One entry per opaque kernel call site (target and name), with how many times it runs."""
+    opaque: dict[tuple[str, str], dict[str, Any]] = {}
+    for n in program.nodes:
+        if n.kind is not NodeKind.OPAQUE:
+            continue
+        op = program.opaque_op(n)
+        key = (op.target, op.name)
+        if key not in opaque:
+            opaque[key] = {
+                "name": op.name,
+                "target": op.target,
+                "kernel_name": op.kernel_name,
+                "count": 0,
+                "operand_shapes": [str(s) for s in op.operand_shapes],
+                "result_shape": str(op.result_shape),
+                "flops": n.flops,
+                "seconds": n.seconds,
+            }
+        opaque[key]["count"] += n.multiplicity
+    return list(opaque.values())

@@ -12,14 +12,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from aoizora.hlo.program import (
-    AlgorithmConfig,
-    Collective,
-    CollectiveKind,
-    CollectiveMode,
-    Loop,
-    Node,
-    NodeKind,
-    Program,
+    AlgorithmConfig, Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, Program,
 )
 from aoizora.hlo.shapes import Shape
 

@@ -3,13 +3,15 @@
 from aoizora.placement.jax_default import JAX_DEFAULT, jax_default_placement
 from aoizora.placement.mesh_spec import MeshSpec
 from aoizora.placement.placement import Placement
-from aoizora.placement.space import PlacementSet, enumerate_placements
+from aoizora.placement.space import DEFAULT_MAX_CANDIDATES, PlacementSet, enumerate_placements, prime_factors
 
 __all__ = [
+    "DEFAULT_MAX_CANDIDATES",
     "JAX_DEFAULT",
     "MeshSpec",
     "Placement",
     "PlacementSet",
     "enumerate_placements",
+    "prime_factors",
     "jax_default_placement",
 ]

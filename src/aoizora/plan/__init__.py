@@ -2,6 +2,11 @@
 
 from aoizora.plan.plan import Plan, load_plan
 from aoizora.plan.function_space import FunctionSpace, FunctionStrategy
-from aoizora.plan.planner import PlanResult, plan_function, plan_space
+from aoizora.plan.planner import (
+    PlanResult, expert_entries, nothing_fits, plan_for_pair, plan_function, plan_space, planning_flags,
+)
 
-__all__ = ["FunctionSpace", "FunctionStrategy", "Plan", "PlanResult", "load_plan", "plan_function", "plan_space"]
+__all__ = [
+    "FunctionSpace", "FunctionStrategy", "Plan", "PlanResult", "expert_entries", "load_plan", "nothing_fits",
+    "plan_for_pair", "plan_function", "plan_space", "planning_flags",
+]

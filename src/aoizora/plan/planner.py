@@ -93,6 +93,9 @@ def plan_space(
     local child processes; `aoizora.stage2.compile_workers.executor_from_spec` makes a Ray one). The
     plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
     cached request.
+
+    Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
+    steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
     """
     options = options or Q2Options()
     flags = planning_flags(libtpu_args, topology.name)
@@ -130,12 +133,7 @@ def plan_space(
             [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
             early.futures, placements)
     notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
-    chosen_pairs = [s for o in outcomes for s in o.scored]
-    if not chosen_pairs:
-        reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
-        raise PlanningError(f"none of the {len(kept)} strategies compiled for {topology.name} ({reasons})")
-    best = min(chosen_pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
-
+    best = _best_pair(outcomes, len(kept), topology)
     baselines = _baselines(outcomes, best, experts, topology, options)
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
@@ -146,6 +144,15 @@ def plan_space(
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
+
+
+def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology) -> Scored:
+    """The pair with the lowest Q2 (a verified one on a tie); PlanningError when no strategy compiled."""
+    pairs = [s for o in outcomes for s in o.scored]
+    if not pairs:
+        reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
+        raise PlanningError(f"none of the {attempted} strategies compiled for {topology.name} ({reasons})")
+    return min(pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
 
 
 def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]
@@ -309,20 +316,6 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
     import aoizora
 
     chosen = next(o for o in outcomes if o.key == best.key)
-    alternatives = []
-    for o in outcomes:
-        row: dict[str, Any] = {"strategy": o.key, "placement": None}
-        if o.dropped:
-            row["dropped"] = o.dropped
-        elif o.best is not None:
-            row.update(_pair_json(o.best))
-            row["memory_bytes_per_device"] = o.compiled.memory_bytes if o.compiled else None
-            row["jax_default_step_seconds"] = o.jax_default.q2.step_seconds if o.jax_default else None
-            row["placements"] = [
-                {"name": s.placement.name, "step_seconds": s.q2.step_seconds, "exposed_comm_seconds": s.q2.exposed_comm_seconds}
-                for s in sorted(o.scored, key=lambda s: s.q2.step_seconds)
-            ]
-        alternatives.append(row)
     q2 = best.q2
     return {
         **space.plan_details(chosen.strategy, topology),
@@ -360,11 +353,28 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
             "timeline": q2.timeline,
         },
         "baselines": baselines,
-        "alternatives": alternatives,
+        "alternatives": [_alternative(o) for o in outcomes],
         "stage1": {"counts": stage1.counts(), "entries": [e.to_json() for e in stage1.entries]},
         "timings": timings,
         "notes": notes,
     }
+
+
+def _alternative(o: StrategyOutcome) -> dict[str, Any]:
+    """The plan's row for one strategy Stage 2 compiled: why it was dropped, or its best pair and
+    every placement's step."""
+    row: dict[str, Any] = {"strategy": o.key, "placement": None}
+    if o.dropped:
+        row["dropped"] = o.dropped
+    elif o.best is not None:
+        row.update(_pair_json(o.best))
+        row["memory_bytes_per_device"] = o.compiled.memory_bytes if o.compiled else None
+        row["jax_default_step_seconds"] = o.jax_default.q2.step_seconds if o.jax_default else None
+        row["placements"] = [
+            {"name": s.placement.name, "step_seconds": s.q2.step_seconds, "exposed_comm_seconds": s.q2.exposed_comm_seconds}
+            for s in sorted(o.scored, key=lambda s: s.q2.step_seconds)
+        ]
+    return row
 
 
 def plan_for_pair(plan: Plan, key: str, description: dict[str, Any], placement: Any, topology: Topology,

@@ -109,7 +109,6 @@ def run_plan(
 
 def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on_tpu) -> RunReport:
     import jax
-    import jax.numpy as jnp
 
     from aoizora.models.wan.checkpoint import load_params
     from aoizora.models.wan.params import init_params
@@ -126,16 +125,7 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
         params = load_params(checkpoint, config, shardings=shardings)
     else:
         params = jax.device_put(init_params(config, seed), shardings)
-    rng = np.random.default_rng(seed + 1)
-    _, t, h, w = video.latent_shape(config)
-    latents = jnp.asarray(rng.standard_normal((1, config.out_channels, t, h, w)), jnp.float32)
-    text_c = jnp.asarray(rng.standard_normal((1, config.text_len, config.text_dim)), config.dtype)
-    text_u = jnp.asarray(rng.standard_normal((1, config.text_len, config.text_dim)), config.dtype)
-    image = condition = None
-    if config.is_i2v:
-        image = jnp.asarray(rng.standard_normal((1, config.image_len, config.image_dim)), config.dtype)
-    if config.condition_channels:
-        condition = jnp.asarray(rng.standard_normal((1, config.condition_channels, t, h, w)), jnp.float32)
+    latents, *conditions = _random_inputs(config, video, seed)
 
     from aoizora.models.registry import pipeline_config
 
@@ -145,20 +135,8 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
     step = make_denoise_step(config, scheduler, strategy, mesh, expand_timesteps=expand,
                              compiler_options=plan.compiler_options() if on_tpu else None)
 
-    def loop(step_fn, p):
-        x, state = latents, scheduler.init_state(latents)
-        t0 = time.perf_counter()
-        for _ in range(warmup):  # compiles (both state structures); not timed as steps
-            x, state = step_fn(p, x, state, text_c, text_u, image, condition)
-        jax.block_until_ready(x)
-        compile_s = time.perf_counter() - t0
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            x, state = step_fn(p, x, state, text_c, text_u, image, condition)
-            jax.block_until_ready(x)
-            times.append(time.perf_counter() - t0)
-        return np.asarray(x), compile_s, times
+    def loop(step_fn: Any, p: Any) -> tuple[np.ndarray, float, list[float]]:
+        return _timed_steps(step_fn, p, latents, scheduler.init_state(latents), conditions, warmup, steps)
 
     out, compile_s, times = loop(step, params)
     report = RunReport(
@@ -170,3 +148,41 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
         ref, _, _ = loop(make_denoise_step(config, scheduler, expand_timesteps=expand), single_params)
         report.check_relative_error = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
     return report
+
+
+def _random_inputs(config: Any, video: Any, seed: int) -> tuple[Any, ...]:
+    """Random latents, conditional and unconditional text embeddings, image embeddings (I2V, else
+    None) and condition latents (TI2V, else None) of one video, drawn from `seed + 1`."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed + 1)
+    _, t, h, w = video.latent_shape(config)
+    latents = jnp.asarray(rng.standard_normal((1, config.out_channels, t, h, w)), jnp.float32)
+    text_c = jnp.asarray(rng.standard_normal((1, config.text_len, config.text_dim)), config.dtype)
+    text_u = jnp.asarray(rng.standard_normal((1, config.text_len, config.text_dim)), config.dtype)
+    image = condition = None
+    if config.is_i2v:
+        image = jnp.asarray(rng.standard_normal((1, config.image_len, config.image_dim)), config.dtype)
+    if config.condition_channels:
+        condition = jnp.asarray(rng.standard_normal((1, config.condition_channels, t, h, w)), jnp.float32)
+    return latents, text_c, text_u, image, condition
+
+
+def _timed_steps(step_fn: Any, params: Any, latents: Any, state: Any, conditions: list[Any], warmup: int,
+                 steps: int) -> tuple[np.ndarray, float, list[float]]:
+    """(final latents, seconds of the `warmup` steps that compile, seconds of each of `steps` timed steps)."""
+    import jax
+
+    x = latents
+    t0 = time.perf_counter()
+    for _ in range(warmup):  # compiles (both state structures); not timed as steps
+        x, state = step_fn(params, x, state, *conditions)
+    jax.block_until_ready(x)
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        x, state = step_fn(params, x, state, *conditions)
+        jax.block_until_ready(x)
+        times.append(time.perf_counter() - t0)
+    return np.asarray(x), compile_s, times

@@ -10,6 +10,7 @@ of being lowered (its summary names the sibling under "analysed_as").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
@@ -17,7 +18,7 @@ import os
 import pickle
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,21 +294,14 @@ def run_stage1(
     cache_key = None if cache is None or keep_predictions else _cache_key(space, topology, overlap, memory_slack)
     fresh: dict[str, dict[str, Any]] = {}  # analyses to add to the cache
 
-    def apply(e: Entry, a: _Analysed) -> None:
-        e.verdict, e.reasons = a.verdict, a.reasons
-        e.q1, e.memory, e.lower_seconds, e.analyse_seconds = a.q1, a.memory, a.lower_seconds, a.analyse_seconds
-        e.summary, e.prediction = a.summary, a.prediction
-        timings["lower"] += a.lower_seconds
-        timings["analyse"] += a.analyse_seconds
-
     if cache_key is not None:
         stored = cache.load(cache_key)
         for e in (e for e in own if e.key in stored):
-            apply(e, _analysed_from_json(stored[e.key]))
+            _apply(e, _analysed_from_json(stored[e.key]), timings)
         own = [e for e in own if e.key not in stored]
 
     def analysed(e: Entry, a: _Analysed) -> None:
-        apply(e, a)
+        _apply(e, a, timings)
         if cache_key is not None and (d := _analysed_to_json(a)) is not None:
             fresh[e.key] = d
 
@@ -317,13 +311,9 @@ def run_stage1(
     groups = affinity_groups(space, own)
     try:
         if progress:
-            from rich.progress import Progress
-
-            with Progress(console=console, transient=True) as bar:
-                label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
-                task = bar.add_task(label, total=len(own))
-                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed,
-                                lambda: bar.advance(task))
+            label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
+            with _progress_bar(console, label, len(own)) as advance:
+                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, advance)
         else:
             _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, lambda: None)
     finally:  # an interrupted Stage 1 keeps what it analysed
@@ -336,6 +326,25 @@ def run_stage1(
     if progress:
         print_summary(result, console)
     return result
+
+
+def _apply(e: Entry, a: _Analysed, timings: dict[str, float]) -> None:
+    """Record a strategy's analysis on its entry and add its seconds to Stage 1's."""
+    e.verdict, e.reasons = a.verdict, a.reasons
+    e.q1, e.memory, e.lower_seconds, e.analyse_seconds = a.q1, a.memory, a.lower_seconds, a.analyse_seconds
+    e.summary, e.prediction = a.summary, a.prediction
+    timings["lower"] += a.lower_seconds
+    timings["analyse"] += a.analyse_seconds
+
+
+@contextlib.contextmanager
+def _progress_bar(console: Any, label: str, total: int) -> Iterator[Callable[[], None]]:
+    """A transient progress bar; yields the function that advances it by one strategy."""
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
 
 
 def _cache_key(space: StrategySpace, topology: Topology, overlap: Overlap, memory_slack: float) -> str:

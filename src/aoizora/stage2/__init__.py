@@ -19,12 +19,13 @@ from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_co
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.search import (
-    OUT_OF_HBM, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary, StrategyOutcome,
-    compile_strategy, drop_reason, run_stage2,
+    OUT_OF_HBM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary,
+    StrategyOutcome, compile_strategy, drop_reason, run_stage2, shared_compile_placement,
 )
 
 __all__ = [
-    "OUT_OF_HBM", "CachedCompileError", "CompileCache", "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileExecutor", "CompileWorkers",
-    "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache",
-    "drop_reason", "executor_from_spec", "run_stage2",
+    "OUT_OF_HBM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor", "CompilePlacements", "CompileRecord",
+    "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome",
+    "compile_strategy", "default_compile_cache", "drop_reason", "executor_from_spec", "run_stage2",
+    "shared_compile_placement",
 ]

@@ -103,10 +103,56 @@ def result_of(answer: tuple[Any, ...]) -> ChildResult:
     raise ChildCompileError(*payload)
 
 
-class _Child:
+class CompileChild:
+    """One compile process as the pool holds it: a local child (`_Child`) or a Ray actor.
+
+    It has `pid` (None until known), `ready`, `wait_ready()`, `run(job, timeout_s)`, `kill()` (at
+    once, idempotent) and `stop()` (when idle). A kind of process says how it gets ready
+    (`_get_ready`, run once) and how it ends (`_end`, run once: the thread waiting for a compile
+    and `close` may both kill it, and closing a descriptor twice could close another one opened
+    in between).
+    """
+
+    pid: int | None
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.killed = False
+        self._kill_lock = threading.Lock()
+
+    def wait_ready(self) -> None:
+        """Wait for the process's imports (once); ChildDied if it does not start."""
+        if self.ready:
+            return
+        self._get_ready()
+        self.ready = True
+
+    def kill(self) -> None:
+        """End the process at once (idempotent)."""
+        with self._kill_lock:
+            if self.killed:
+                return
+            self.killed = True
+            self._end()
+
+    def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _get_ready(self) -> None:
+        raise NotImplementedError
+
+    def _end(self) -> None:
+        raise NotImplementedError
+
+
+class _Child(CompileChild):
     """One child process (a fresh interpreter running `main`) and the pipes to it."""
 
     def __init__(self) -> None:
+        super().__init__()
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
         try:
@@ -122,21 +168,14 @@ class _Child:
         os.close(to_parent)
         self.send_conn = Connection(to_child, readable=False)
         self.recv_conn = Connection(from_child, writable=False)
-        self.ready = False
-        self.killed = False
-        self._kill_lock = threading.Lock()
 
-    def wait_ready(self) -> None:
-        """Wait for the child's imports (once); ChildDied if it does not start."""
-        if self.ready:
-            return
+    def _get_ready(self) -> None:
         # the child imports this process's modules by the same path (a workload defined in a
         # test module or a user's package is unpickled there)
         self.send_conn.send(list(sys.path))
         if not self.recv_conn.poll(CHILD_START_TIMEOUT_S):
             raise ChildDied(f"a compile process did not start within {CHILD_START_TIMEOUT_S:.0f} s")
         self._receive()  # "ready", after its imports
-        self.ready = True
 
     @property
     def pid(self) -> int:
@@ -156,18 +195,13 @@ class _Child:
             raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
         return result_of(self._receive())
 
-    def kill(self) -> None:
-        """Kill the child and close the pipes, once (the waiting thread and `close` may both call it:
-        closing a descriptor twice could close another one opened in between)."""
-        with self._kill_lock:
-            if self.killed:
-                return
-            self.killed = True
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            self.send_conn.close()
-            self.recv_conn.close()
+    def _end(self) -> None:
+        """Kill the child and close the pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.send_conn.close()
+        self.recv_conn.close()
 
     def stop(self) -> None:
         """Ask an idle child to exit; kill it if it does not."""
@@ -217,11 +251,11 @@ class CompileWorkers:
         self.size = max(1, size)
         self._slots = threading.BoundedSemaphore(self.size)
         self._lock = threading.Lock()
-        self._idle: list[_Child] = []
-        self._busy: set[_Child] = set()
+        self._idle: list[CompileChild] = []
+        self._busy: set[CompileChild] = set()
         self._blobs: dict[int, tuple[Any, bytes | None]] = {}  # id(space) -> (space, its pickle or None)
         self._closed = False
-        self._started: list[Any] = []  # every child started
+        self._started: list[CompileChild] = []  # every child started
         self.start_seconds: list[float] = []  # how long each child took to get ready (its imports)
 
     def job(self, space: Any, strategy: Any, topology_name: str, placement: Placement, flags: CompilerFlags | None,
@@ -264,7 +298,7 @@ class CompileWorkers:
             self._give(child)
             return result
 
-    def _take(self) -> _Child:
+    def _take(self) -> CompileChild:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the compile workers are closed")
@@ -280,11 +314,8 @@ class CompileWorkers:
             self._busy.add(child)
             return child
 
-    def _start_child(self) -> Any:
-        """A new compile process (here a local child; another executor starts its own kind).
-
-        A child has `pid` (None until known), `ready`, `wait_ready()`, `run(job, timeout_s)`,
-        `kill()` (at once, idempotent) and `stop()` (when idle)."""
+    def _start_child(self) -> CompileChild:
+        """A new compile process (here a local child; another executor starts its own kind)."""
         return _Child()
 
     @property
@@ -293,7 +324,7 @@ class CompileWorkers:
         with self._lock:
             return [c.pid for c in self._started if c.pid is not None]
 
-    def _give(self, child: _Child) -> None:
+    def _give(self, child: CompileChild) -> None:
         with self._lock:
             self._busy.discard(child)
             closed = self._closed

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from typing import Any
 
 import ray
@@ -36,7 +35,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from aoizora.defaults import DEFAULT_RAY_CPUS_PER_COMPILE
 from aoizora.errors import ExecutorError
 from aoizora.stage2.compile_workers import (
-    CHILD_START_TIMEOUT_S, ChildDied, ChildResult, CompileJob, CompileTimeout, CompileWorkers, _run, result_of,
+    CHILD_START_TIMEOUT_S, ChildDied, ChildResult, CompileChild, CompileJob, CompileTimeout, CompileWorkers, _run,
+    result_of,
 )
 from aoizora.toolchain import compile_environment
 
@@ -87,22 +87,18 @@ def check_environment(here: dict[str, str], reported: dict[str, Any]) -> None:
             "give its workers the same LIBTPU_INIT_ARGS and XLA_FLAGS, or use --executor local")
 
 
-class _RayChild:
-    """One compile actor, with the interface of a local compile child (see `CompileWorkers._start_child`)."""
+class _RayChild(CompileChild):
+    """One compile actor, in the pool in place of a local compile child."""
 
     def __init__(self, cpus: float, expected: dict[str, str]) -> None:
+        super().__init__()
         self.actor = _CompileActor.options(num_cpus=cpus).remote()
         self.cpus = cpus
         self.expected = expected
         self.pid: int | None = None  # the actor's worker process, once it answered
-        self.ready = False
-        self.killed = False
-        self._kill_lock = threading.Lock()
 
-    def wait_ready(self) -> None:
-        """Wait for the actor's imports and check its environment (once)."""
-        if self.ready:
-            return
+    def _get_ready(self) -> None:
+        """Wait for the actor's imports and check its environment."""
         try:
             reported = ray.get(self.actor.ready.remote(), timeout=CHILD_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -112,7 +108,6 @@ class _RayChild:
             raise ChildDied(f"a Ray compile worker did not start ({_first_line(exc)})") from None
         self.pid = reported["pid"]
         check_environment(self.expected, reported)
-        self.ready = True
 
     def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
         ref = self.actor.run.remote(job)
@@ -126,16 +121,12 @@ class _RayChild:
             raise ChildDied(f"the Ray compile worker {self.pid} ended without an answer ({_first_line(exc)})") from None
         return result_of(answer)
 
-    def kill(self) -> None:
-        """End the actor's worker process at once (idempotent)."""
-        with self._kill_lock:
-            if self.killed:
-                return
-            self.killed = True
-            try:
-                ray.kill(self.actor, no_restart=True)
-            except Exception as exc:  # the cluster is gone already: so is the actor
-                log.debug("aoizora: could not kill a Ray compile worker (%s)", exc)
+    def _end(self) -> None:
+        """End the actor's worker process."""
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except Exception as exc:  # the cluster is gone already: so is the actor
+            log.debug("aoizora: could not kill a Ray compile worker (%s)", exc)
 
     def stop(self) -> None:
         self.kill()  # an idle actor holds nothing worth a graceful exit

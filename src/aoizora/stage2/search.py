@@ -434,77 +434,105 @@ def run_stage2(
     a recompile changed the program) and what was compiled and pruned.
     """
     model = CostModel(topology, options)
-
-    def flags_of(key: str) -> CompilerFlags | None:
-        return (flags_by_key or {}).get(key, flags)
-
-    timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
-    notes: list[str] = []
-    cached: list[float] = []  # original compile seconds of programs read from the compile cache
-    spare = list(reserve or [])
-    replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
-    finished: dict[int, StrategyOutcome] = {}
-
-    def placements_of(strategy: Any) -> list[Placement]:
-        return enumerate_placements(topology, space.mesh_spec(strategy)).placements
-
-    def compile_one(key: str, strategy: Any) -> Compiled:
-        if started and key in started:
-            return started[key].result()
-        placement = (compile_placement(key, strategy) if compile_placement is not None
-                     else shared_compile_placement(space, topology, strategy))
-        return compile_strategy(space, strategy, key, topology, placement, compile_timeout_s, compile_cache,
-                                flags_of(key), executor=pool)
-
-    def finish(i: int, outcome: StrategyOutcome) -> None:
-        key = outcome.key
-        if outcome.compiled is not None:
-            if outcome.compiled.from_cache:
-                cached.append(outcome.compiled.compile_seconds)
-            else:
-                timings["compile"] += outcome.compiled.compile_seconds
-            t0 = time.perf_counter()
-            for p in placements_of(outcome.strategy):
-                outcome.scored.append(Scored(key, p, model.evaluate(outcome.compiled.program, p), outcome.compiled.program))
-            timings["score"] += time.perf_counter() - t0
-            sweep.scored(key, [s.q2.step_seconds for s in outcome.scored])
-        finished[i] = outcome
-        if on_compiled:
-            on_compiled(outcome)
-        if outcome.dropped and outcome.dropped.startswith(OUT_OF_HBM) and key in replaceable and spare:
-            nxt = spare.pop(0)
-            sweep.add(nxt)
-            replaceable.add(nxt[0])
-            notes.append(f"{key} does not fit in HBM (compiler); {nxt[0]}, next in Stage 1's ranking, compiled in its place")
-            if on_backfill:
-                on_backfill(nxt[0])
-
     pool = executor if executor is not None else CompileWorkers(1)
-    sweep = BoundedSweep(kept, lower_bounds or {}, baselines, pool.size, compile_one, finish, on_pruned)
-    verified: set[tuple[str, str]] = set()
+    replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
+    run = _Stage2Run(space, topology, model, pool, compile_timeout_s, compile_cache, flags, flags_by_key or {},
+                     started or {}, list(reserve or []), replaceable, on_compiled, on_backfill, compile_placement)
+    run.sweep = BoundedSweep(kept, lower_bounds or {}, baselines, pool.size, run.compile_one, run.finish, on_pruned)
     try:
-        while True:
-            t0 = time.perf_counter()
-            sweep.run(abort=pool.close)
-            timings["compile_wall"] = timings.get("compile_wall", 0.0) + time.perf_counter() - t0
-            outcomes = [finished[i] for i in sorted(finished)]
-            t0 = time.perf_counter()
-            _verify(space, topology, model, outcomes, verify_top, verified, compile_timeout_s, compile_cache, flags_of,
-                    timings, notes, pool)
-            timings["verify"] += time.perf_counter() - t0
-            best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
-            if not sweep.reopen(best):
-                break
-            notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
-                         "that strategy was compiled after all")
+        outcomes = run.sweep_and_verify(verify_top)
     finally:
         if executor is None:
             pool.close()
+    if run.cached:
+        run.timings["compile_cached"] = sum(run.cached)
+    run.notes += _sweep_notes(run.sweep.summary, run.cached, run.sweep.best_q2)
+    return outcomes, run.timings, run.notes, run.sweep.summary
 
-    if cached:
-        timings["compile_cached"] = sum(cached)
-    notes += _sweep_notes(sweep.summary, cached, sweep.best_q2)
-    return outcomes, timings, notes, sweep.summary
+
+class _Stage2Run:
+    """One `run_stage2`: compiles a strategy (or waits for its early compile), scores each compiled
+    one on every placement, backfills a strategy the compiler refuses for HBM from `reserve`, and
+    keeps the seconds and notes."""
+
+    sweep: BoundedSweep
+
+    def __init__(self, space: StrategySpace, topology: Topology, model: CostModel, pool: CompileExecutor,
+                 compile_timeout_s: float | None, compile_cache: CompileCache | None, flags: CompilerFlags | None,
+                 flags_by_key: Mapping[str, CompilerFlags], started: Mapping[str, Future[Compiled]],
+                 spare: list[tuple[str, Any]], replaceable: set[str],
+                 on_compiled: Callable[[StrategyOutcome], None] | None, on_backfill: Callable[[str], None] | None,
+                 compile_placement: Callable[[str, Any], Placement] | None = None) -> None:
+        self.space, self.topology, self.model, self.pool = space, topology, model, pool
+        self.compile_placement = compile_placement
+        self.compile_timeout_s, self.compile_cache = compile_timeout_s, compile_cache
+        self.flags, self.flags_by_key, self.started = flags, flags_by_key, started
+        self.spare, self.replaceable = spare, replaceable
+        self.on_compiled, self.on_backfill = on_compiled, on_backfill
+        self.timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
+        self.notes: list[str] = []
+        self.cached: list[float] = []  # original compile seconds of programs read from the compile cache
+        self.finished: dict[int, StrategyOutcome] = {}
+
+    def flags_of(self, key: str) -> CompilerFlags | None:
+        return self.flags_by_key.get(key, self.flags)
+
+    def compile_one(self, key: str, strategy: Any) -> Compiled:
+        if key in self.started:
+            return self.started[key].result()
+        placement = (self.compile_placement(key, strategy) if self.compile_placement is not None
+                     else shared_compile_placement(self.space, self.topology, strategy))
+        return compile_strategy(self.space, strategy, key, self.topology, placement, self.compile_timeout_s,
+                                self.compile_cache, self.flags_of(key), executor=self.pool)
+
+    def finish(self, i: int, outcome: StrategyOutcome) -> None:
+        """Score a compiled strategy on every placement; backfill one the compiler refused for HBM."""
+        key = outcome.key
+        if outcome.compiled is not None:
+            self._score(outcome)
+        self.finished[i] = outcome
+        if self.on_compiled:
+            self.on_compiled(outcome)
+        if outcome.dropped and outcome.dropped.startswith(OUT_OF_HBM) and key in self.replaceable and self.spare:
+            nxt = self.spare.pop(0)
+            self.sweep.add(nxt)
+            self.replaceable.add(nxt[0])
+            self.notes.append(f"{key} does not fit in HBM (compiler); {nxt[0]}, next in Stage 1's ranking, "
+                              "compiled in its place")
+            if self.on_backfill:
+                self.on_backfill(nxt[0])
+
+    def _score(self, outcome: StrategyOutcome) -> None:
+        compiled = outcome.compiled
+        assert compiled is not None
+        if compiled.from_cache:
+            self.cached.append(compiled.compile_seconds)
+        else:
+            self.timings["compile"] += compiled.compile_seconds
+        t0 = time.perf_counter()
+        for p in enumerate_placements(self.topology, self.space.mesh_spec(outcome.strategy)).placements:
+            outcome.scored.append(Scored(outcome.key, p, self.model.evaluate(compiled.program, p), compiled.program))
+        self.timings["score"] += time.perf_counter() - t0
+        self.sweep.scored(outcome.key, [s.q2.step_seconds for s in outcome.scored])
+
+    def sweep_and_verify(self, verify_top: int) -> list[StrategyOutcome]:
+        """Run the sweep, verify the leading pairs, and sweep again while a recompile reopens a pruned
+        strategy; the outcomes in the sweep's order."""
+        verified: set[tuple[str, str]] = set()
+        while True:
+            t0 = time.perf_counter()
+            self.sweep.run(abort=self.pool.close)
+            self.timings["compile_wall"] = self.timings.get("compile_wall", 0.0) + time.perf_counter() - t0
+            outcomes = [self.finished[i] for i in sorted(self.finished)]
+            t0 = time.perf_counter()
+            _verify(self.space, self.topology, self.model, outcomes, verify_top, verified, self.compile_timeout_s,
+                    self.compile_cache, self.flags_of, self.timings, self.notes, self.pool)
+            self.timings["verify"] += time.perf_counter() - t0
+            best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
+            if not self.sweep.reopen(best):
+                return outcomes
+            self.notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
+                              "that strategy was compiled after all")
 
 
 def _sweep_notes(summary: Stage2Summary, cached: list[float], best_q2: float) -> list[str]:

@@ -1,5 +1,10 @@
 """Validation of Q2 against the reference simulator: compiled test programs and rank statistics."""
 
 from aoizora.validation.compare import PairScore, ValidationReport, compare_scores
+from aoizora.validation.programs import NamedProgram, default_suite
+from aoizora.validation.rank import check_program_mesh, rank_placements, simulator_options, validate
 
-__all__ = ["PairScore", "ValidationReport", "compare_scores"]
+__all__ = [
+    "NamedProgram", "PairScore", "ValidationReport", "check_program_mesh", "compare_scores", "default_suite",
+    "rank_placements", "simulator_options", "validate",
+]

@@ -200,6 +200,10 @@ def forward(
     runs the strategy's variant under shard_map; otherwise it is plain single-device code.
     With `kernels`, every opaque kernel call (Pallas splash) this trace emits is recorded there,
     per device, with how many times one forward runs it (layers × uses).
+
+    Long on purpose: it follows diffusers' `WanTransformer3DModel.forward` step by step (checks,
+    patchify, time/text/image conditions, the scanned blocks, the output head) so that a parity
+    review reads the two side by side; one block is `_block`.
     """
     if (strategy is None) != (mesh is None):
         raise ValueError("pass both strategy and mesh, or neither")

@@ -104,40 +104,14 @@ class UniPCScheduler:
         return jnp.asarray(self.timesteps)[state["step"]]
 
     def step(self, state: dict, model_output: jnp.ndarray, sample: jnp.ndarray) -> tuple[jnp.ndarray, dict]:
+        """diffusers' `step`: the UniC corrector of the sample the previous predictor produced, then the
+        UniP predictor of the next sample from it."""
         sig = jnp.asarray(self.sigmas, F32)
         i = state["step"]
         x = sample.astype(F32)
         v = model_output.astype(F32)
-
-        def lam(s):
-            return jnp.log(1 - s) - jnp.log(s)
-
-        def coeffs(s_t, s_s0):
-            h = lam(s_t) - lam(s_s0)
-            hh = -h
-            h_phi_1 = jnp.expm1(hh)
-            b_h = jnp.expm1(hh)
-            h_phi_k = h_phi_1 / hh - 1
-            b1 = h_phi_k / b_h
-            b2 = (h_phi_k / hh - 0.5) * 2 / b_h
-            return h, h_phi_1, b_h, b1, b2
-
         x0 = x - sig[i] * v  # flow prediction → data prediction
-
-        # UniC corrector of the sample just produced by the previous predictor
-        m0, m1 = state["m_last"], state["m_prev"]
-        s_t, s_s0 = sig[i], sig[jnp.maximum(i - 1, 0)]
-        h, h_phi_1, b_h, b1, b2 = coeffs(s_t, s_s0)
-        alpha_t = 1 - s_t
-        base = s_t / s_s0 * state["last_sample"] - alpha_t * h_phi_1 * m0
-        d1_t = x0 - m0
-        corr1 = base - alpha_t * b_h * (0.5 * d1_t)
-        rk = (lam(sig[jnp.maximum(i - 2, 0)]) - lam(s_s0)) / h
-        d1 = (m1 - m0) / rk
-        rho0 = (b1 - b2) / (1 - rk)
-        rho1 = b1 - rho0
-        corr2 = base - alpha_t * b_h * (rho0 * d1 + rho1 * d1_t)
-        corrected = jnp.where(state["prev_order"] >= 2, corr2, corr1)
+        corrected = _unic_corrected(state, sig, i, x0)
         x = jnp.where(i > 0, corrected, x)
 
         # history shift
@@ -145,16 +119,7 @@ class UniPCScheduler:
         n = self.num_steps
         order = jnp.minimum(self.solver_order, n - i)  # lower_order_final
         order = jnp.minimum(order, state["lower_order_nums"] + 1)
-
-        # UniP predictor
-        s_t, s_s0 = sig[i + 1], sig[i]
-        h, h_phi_1, b_h, _, _ = coeffs(s_t, s_s0)
-        alpha_t = 1 - s_t
-        pred1 = s_t / s_s0 * x - alpha_t * h_phi_1 * x0
-        rk = (lam(sig[jnp.maximum(i - 1, 0)]) - lam(s_s0)) / h
-        d1 = (m_prev - x0) / rk
-        pred2 = pred1 - alpha_t * b_h * (0.5 * d1)
-        prev = jnp.where(order >= 2, pred2, pred1)
+        prev = _unip_predicted(sig, i, x, x0, m_prev, order)
 
         new_state = {
             "step": i + 1,
@@ -165,6 +130,54 @@ class UniPCScheduler:
             "lower_order_nums": jnp.minimum(state["lower_order_nums"] + 1, self.solver_order).astype(jnp.int32),
         }
         return prev.astype(sample.dtype), new_state
+
+
+def _lam(s: jnp.ndarray) -> jnp.ndarray:
+    """UniPC's λ of a flow sigma: log(α / σ) with α = 1 − σ."""
+    return jnp.log(1 - s) - jnp.log(s)
+
+
+def _coeffs(s_t: jnp.ndarray, s_s0: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """(h, h·φ₁, B(h), b₁, b₂) of the bh2 solver for a step from σ_s0 to σ_t (data prediction)."""
+    h = _lam(s_t) - _lam(s_s0)
+    hh = -h
+    h_phi_1 = jnp.expm1(hh)
+    b_h = jnp.expm1(hh)
+    h_phi_k = h_phi_1 / hh - 1
+    b1 = h_phi_k / b_h
+    b2 = (h_phi_k / hh - 0.5) * 2 / b_h
+    return h, h_phi_1, b_h, b1, b2
+
+
+def _unic_corrected(state: dict, sig: jnp.ndarray, i: jnp.ndarray, x0: jnp.ndarray) -> jnp.ndarray:
+    """diffusers' `multistep_uni_c_bh_update`: the last sample corrected with the new data prediction
+    (second order when the previous step was)."""
+    m0, m1 = state["m_last"], state["m_prev"]
+    s_t, s_s0 = sig[i], sig[jnp.maximum(i - 1, 0)]
+    h, h_phi_1, b_h, b1, b2 = _coeffs(s_t, s_s0)
+    alpha_t = 1 - s_t
+    base = s_t / s_s0 * state["last_sample"] - alpha_t * h_phi_1 * m0
+    d1_t = x0 - m0
+    corr1 = base - alpha_t * b_h * (0.5 * d1_t)
+    rk = (_lam(sig[jnp.maximum(i - 2, 0)]) - _lam(s_s0)) / h
+    d1 = (m1 - m0) / rk
+    rho0 = (b1 - b2) / (1 - rk)
+    rho1 = b1 - rho0
+    corr2 = base - alpha_t * b_h * (rho0 * d1 + rho1 * d1_t)
+    return jnp.where(state["prev_order"] >= 2, corr2, corr1)
+
+
+def _unip_predicted(sig: jnp.ndarray, i: jnp.ndarray, x: jnp.ndarray, x0: jnp.ndarray, m_prev: jnp.ndarray,
+                    order: jnp.ndarray) -> jnp.ndarray:
+    """diffusers' `multistep_uni_p_bh_update`: the next sample, of the given order."""
+    s_t, s_s0 = sig[i + 1], sig[i]
+    h, h_phi_1, b_h, _, _ = _coeffs(s_t, s_s0)
+    alpha_t = 1 - s_t
+    pred1 = s_t / s_s0 * x - alpha_t * h_phi_1 * x0
+    rk = (_lam(sig[jnp.maximum(i - 1, 0)]) - _lam(s_s0)) / h
+    d1 = (m_prev - x0) / rk
+    pred2 = pred1 - alpha_t * b_h * (0.5 * d1)
+    return jnp.where(order >= 2, pred2, pred1)
 
 
 Scheduler = EulerScheduler | UniPCScheduler
