@@ -38,7 +38,7 @@ from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2.compile_order import predicted_compile_placement
+from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.search import (
     OUT_OF_HBM, BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason,
 )

@@ -8,7 +8,9 @@ Entry points:
 * `analyze(obj)` — the same from HLO text, a parsed module or a jax compiled object;
 * `summarize(program) -> dict` — the ``aoizora hlo --json`` report;
 * what Q2 and the simulator share: the algorithm config (`AlgorithmConfig`, `resolve_direction`)
-  and the bandwidth-optimal traffic (`ring_phases`, `all_to_all_chunk`, `bytes_sent_per_device`).
+  and the bandwidth-optimal traffic (`ring_phases`, `all_to_all_chunk`, `bytes_sent_per_device`);
+* `ProgramBuilder` — a `Program` written node by node instead of parsed (Stage 2 scores a
+  strategy's predicted collectives with it before compiling; tests build programs with it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aoizora.hlo.program import (
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.summary import summarize
+from aoizora.hlo.synthetic import ProgramBuilder
 from aoizora.hlo.traffic import RingPhase, all_to_all_chunk, bytes_sent_per_device, ring_phases
 
 
@@ -42,7 +45,7 @@ def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
 __all__ = [
     "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
     "HloModule", "Instruction", "KNOWN_OPCODES", "Loop", "Node", "NodeKind", "OpaqueCost",
-    "OpaqueCostHook", "OpaqueOp", "Program", "RingDirection", "RingOrder", "RingPhase", "Shape",
+    "OpaqueCostHook", "OpaqueOp", "Program", "ProgramBuilder", "RingDirection", "RingOrder", "RingPhase", "Shape",
     "all_to_all_chunk", "analyze", "build_program", "bytes_sent_per_device", "parse_algorithm_config",
     "parse_hlo", "program_from_compiled", "resolve_direction", "ring_phases", "summarize",
 ]

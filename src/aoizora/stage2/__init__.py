@@ -17,7 +17,7 @@ Public API:
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
-from aoizora.stage2.compile_order import CompilePlacements
+from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
 from aoizora.stage2.search import (
     OUT_OF_HBM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary,
     StrategyOutcome, compile_strategy, drop_reason, run_stage2, shared_compile_placement,
@@ -26,6 +26,6 @@ from aoizora.stage2.search import (
 __all__ = [
     "OUT_OF_HBM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor", "CompilePlacements", "CompileRecord",
     "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome",
-    "compile_strategy", "default_compile_cache", "drop_reason", "executor_from_spec", "run_stage2",
+    "compile_strategy", "default_compile_cache", "drop_reason", "executor_from_spec", "predicted_compile_placement", "run_stage2",
     "shared_compile_placement",
 ]

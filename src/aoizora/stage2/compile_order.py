@@ -36,7 +36,7 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.hlo.program import CollectiveKind, Program
-from aoizora.hlo.synthetic import ProgramBuilder
+from aoizora.hlo import ProgramBuilder
 from aoizora.placement import MeshSpec, Placement, enumerate_placements
 from aoizora.stage2.search import REORDERING_MAP_ONLY_GENERATIONS
 from aoizora.topology import Topology
