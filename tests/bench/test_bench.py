@@ -360,3 +360,21 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
         alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
     assert (alone.key, alone.placement.name) == (expected.key, expected.placement.name)
     assert alone.q2.step_seconds == expected.q2.step_seconds
+
+
+def test_the_logical_baseline_is_simulated_on_its_own_compile_when_it_has_one(cell_doc):
+    """On a generation whose program depends on the device order, the logical search's strategy may
+    have been compiled over another placement than the JAX order it deploys on: its latency is then
+    the simulation of its own compile, not of the shared program on JAX's order."""
+    import copy
+
+    from aoizora.bench import cell_metrics
+
+    doc = copy.deepcopy(cell_doc)
+    key = doc["logical"]["strategy"]
+    shared = next(p["sim_seconds"] for p in doc["pairs"] if p["strategy"] == key and p["placement"] == "jax-default")
+    assert cell_metrics(doc)["latency_seconds"]["logical"] == shared
+    doc["logical"]["own_compile"] = {"strategy": key, "placement": "jax-default", "sim_seconds": 2.5 * shared}
+    metrics = cell_metrics(doc)
+    assert metrics["latency_seconds"]["logical"] == 2.5 * shared
+    assert metrics["speedup_over_logical"] == pytest.approx(2.5 * shared / metrics["latency_seconds"]["aoizora"])

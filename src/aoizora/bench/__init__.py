@@ -103,7 +103,8 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
 
 
 __all__ = [
-    "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "full_grid", "held_out_grid",
+    "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "cell_metrics", "full_grid",
+    "held_out_grid",
     "logical_search",
     "markdown", "parse_cell", "quick_grid", "run_bench", "run_cell", "summary", "write_outputs",
 ]

@@ -150,8 +150,10 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
     # What a user deploys is the program compiled with the pair's own device order: aoizora's
     # choice and the oracle's best pair are simulated on that program (pairs on their strategy's
     # compile placement already are).
+    # The logical search deploys on JAX's order: where its strategy was compiled over another
+    # (a generation whose program depends on the order), it is simulated on its own compile too.
     own: dict[str, Any] = {}
-    for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs))):
+    for role, pair in (("aoizora", chosen), ("oracle", _best_pair(pairs)), ("logical", (logical_key, JAX_DEFAULT))):
         if pair is not None and pair[1] != strategies.get(pair[0], {}).get("compile_placement", JAX_DEFAULT):
             own[role] = _simulate_own_compile(space, topo, by_key[pair[0]], pair[1], options, opts, cache, executor)
 
@@ -171,7 +173,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
         "experts": [{"strategy": k, "placement": JAX_DEFAULT, **d.to_json()} for k, d in experts],
         "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,
-                    "alpha_beta_seconds": dict(logical.ranking).get(logical_key)},
+                    "alpha_beta_seconds": dict(logical.ranking).get(logical_key), "own_compile": own.get("logical")},
         "strategies": strategies,
         "pairs": pairs,
         "skipped": skipped,
@@ -413,7 +415,7 @@ def _latency(doc: dict[str, Any], key: str | None, placement: str) -> float | No
             if m["strategy"] == key and m["placement"] == placement:
                 return m["median_step_seconds"]
         return None
-    for own in (doc["aoizora"].get("own_compile"), doc.get("oracle_own_compile")):
+    for own in (doc["aoizora"].get("own_compile"), doc.get("oracle_own_compile"), doc["logical"].get("own_compile")):
         if own and own["strategy"] == key and own["placement"] == placement and "sim_seconds" in own:
             return own["sim_seconds"]
     for p in doc["pairs"]:
