@@ -6,7 +6,7 @@ import pytest
 
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.compile_workers import ORPHAN_POLL_S, CompileWorkers
 from aoizora.stage2.search import CompileTimeout, compile_strategy
 from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
@@ -171,3 +171,77 @@ def test_close_while_a_child_starts_leaves_no_process(monkeypatch):
     workers.close()
     assert started and all(_gone(pid) for pid in started)
     taker.join(30)
+
+
+_KILLED_PARENT = """
+import os, signal, sys, threading, time
+from aoizora.placement import enumerate_placements
+from aoizora.stage2 import CompileWorkers, compile_strategy
+from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
+from aoizora.workloads.transformer import TransformerConfig
+
+space = TransformerSpace(TransformerConfig(layers=8, dim=1024, heads=8, head_dim=128, mlp=4096, seq=2048, batch=2))
+topo = get_topology("v5e:2x2")
+first, second = [c for c in space.candidates(topo.num_devices) if c.legal][:2]
+handed = threading.Event()
+
+class Watched(CompileWorkers):
+    def compile(self, job, timeout_s):
+        handed.set()
+        return super().compile(job, timeout_s)
+
+def place(c):
+    return enumerate_placements(topo, space.mesh_spec(c.strategy)).placements[0]
+
+workers = Watched(1)
+compile_strategy(space, first.strategy, first.key, topo, place(first), 600, executor=workers)  # the child is ready
+t0 = time.perf_counter()
+compile_strategy(space, second.strategy, second.key, topo, place(second), 600, executor=workers)
+compile_s = time.perf_counter() - t0  # what the compile the parent dies during takes
+handed.clear()
+threading.Thread(target=compile_strategy, args=(space, second.strategy, second.key, topo, place(second), 600),
+                 kwargs={"executor": workers}, daemon=True).start()
+handed.wait(120)
+time.sleep(0.2)  # the job is on its way: the child is compiling
+with open(sys.argv[1], "w") as out:
+    out.write(f"{compile_s} {workers.pids[0]}")
+os.kill(os.getpid(), signal.SIGKILL)  # no close(), no finalizer: as a kill -9 or an OOM kill
+"""
+
+
+def test_a_child_ends_when_its_parent_is_killed_mid_compile(tmp_path):
+    """A parent killed outside Python's control cannot close its workers; its child, busy compiling,
+    notices that it was orphaned and ends instead of compiling on for nobody."""
+    import subprocess
+    import sys
+    import time
+
+    report = tmp_path / "child"
+    # no pipe to the parent: the child inherits the parent's standard streams and would hold them open
+    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT, str(report)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    assert parent.wait(timeout=300) == -9
+    compile_s, child = float(report.read_text().split()[0]), int(report.read_text().split()[1])
+    # left alone, the child would compile on for about compile_s - 0.2 s after its parent died
+    allowed = compile_s / 2
+    deadline = time.monotonic() + allowed
+    while not _ended(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    gone = _ended(child)
+    if not gone:
+        os.kill(child, 9)
+    if compile_s < 4 * ORPHAN_POLL_S:
+        pytest.skip(f"a compile of {compile_s:.2f} s is too short to tell an orphan check from its end")
+    assert gone, f"the orphaned child was still compiling {allowed:.1f} s after its parent was killed"
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie (it has exited; whoever adopted the orphan has not reaped it yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: the signal test alone
+        return _gone(pid)

@@ -45,6 +45,8 @@ from aoizora.toolchain import CompilerFlags
 
 #: Seconds a new child may take to import jax and libtpu before it is considered broken.
 CHILD_START_TIMEOUT_S = 600.0
+#: How often a child checks that its parent is still there (see `_exit_when_orphaned`).
+ORPHAN_POLL_S = 0.2
 
 
 class CompileTimeout(Exception):
@@ -158,7 +160,7 @@ class _Child(CompileChild):
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", "from aoizora.stage2.compile_workers import main; main()", str(from_parent),
-                 str(to_parent)],
+                 str(to_parent), str(os.getpid())],
                 pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
         except BaseException:
             for fd in (to_child, from_parent, from_child, to_parent):
@@ -432,11 +434,23 @@ def device_ids_of(compiled: Any) -> tuple[int, ...] | None:
 
 
 def main() -> None:
-    """A child's entry point: `python -c "...; main()" READ_FD WRITE_FD` (the pipes from and to the parent)."""
+    """A child's entry point: `python -c "...; main()" READ_FD WRITE_FD PARENT_PID` (the pipes from and
+    to the parent, and the parent's process id)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent kills us
+    threading.Thread(target=_exit_when_orphaned, args=(int(sys.argv[3]),), daemon=True).start()
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
+
+
+def _exit_when_orphaned(parent_pid: int, poll_s: float = ORPHAN_POLL_S) -> None:
+    """End this child as soon as its parent is gone. A parent killed outside Python's control
+    (SIGKILL, SIGTERM, a crash) cannot close its workers, and a child busy compiling reads no pipe
+    that would tell it: without this it would compile on, for minutes, for nobody. (libtpu's
+    compile releases the GIL, so this thread runs during it.)"""
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    os._exit(1)
 
 
 # ------------------------------------------------------------------------------------------
