@@ -28,7 +28,8 @@ def cache_root() -> Path:
 #: single-process and CPU-bound; its memory, several GiB for a Wan 14B step, is the other limit).
 DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1
 
-#: CPUs of a Ray cluster a compile reserves (`--ray-cpus-per-compile`): a libtpu compile keeps about
-#: one core busy (its CPU time is 0.93-0.99 of its wall time, measured by benchmarks/ray_overhead.py
-#: on 6-9 s compiles), so a node runs no more compiles than it has cores.
+#: CPUs of a Ray cluster a compile reserves (`--ray-cpus-per-compile`): a libtpu compile keeps one
+#: core busy on a loaded host (CPU time 0.96-0.99 of wall time) and takes a second one when it is
+#: free (1.46-1.76 on an idle 2-core host; benchmarks/ray_overhead.py, docs/data/planning-time/), so
+#: one CPU per compile keeps a node's cores busy without running more compiles than it has cores.
 DEFAULT_RAY_CPUS_PER_COMPILE = 1.0
