@@ -3,7 +3,7 @@ per compiled instruction kind, for one strategy compiled over JAX's default orde
 
 Q1 charges every op at its roofline with only the HBM bytes no fusion can avoid, and layout or
 elementwise ops nothing; Q2 costs each compiled instruction by libtpu's cycle estimate (or the
-kernel model). The difference between the two tables is what Q1 does not see.
+kernel model), including the compute libtpu fuses into asynchronous collectives (its own row). The difference between the two tables is what Q1 does not see.
 
     python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
         --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses"
@@ -48,7 +48,11 @@ def main() -> None:
     for node in program.nodes:
         if node.collective is None:
             kind = node.custom_call_target or node.opcode + (f" ({node.fusion_kind})" if node.fusion_kind else "")
-            compiled[kind] += node.compute_seconds(topo.hardware) * node.multiplicity
+        elif node.flops:  # libtpu fuses consumers (e.g. the dots after a weight all-gather) into the collective
+            kind = "compute inside collective fusions"
+        else:
+            continue
+        compiled[kind] += node.compute_seconds(topo.hardware) * node.multiplicity
 
     print(f"Q1 {bound.seconds * 1e3:.1f} ms: compute {bound.compute_seconds * 1e3:.1f}, "
           f"communication {bound.comm_seconds * 1e3:.1f}")
