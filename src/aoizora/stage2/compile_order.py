@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from aoizora.cost import CostModel, Q2Options
 from aoizora.hlo.program import CollectiveKind, Program
 from aoizora.hlo import ProgramBuilder
@@ -93,7 +95,7 @@ def replica_groups(mesh: MeshSpec, axes: Sequence[str]) -> list[list[int]] | Non
         return None
     groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
     for logical in range(mesh.size):
-        coords = list(_unravel(logical, mesh.axis_sizes))
+        coords = [int(c) for c in np.unravel_index(logical, mesh.axis_sizes)]
         rank = 0
         for axis, stride, size in digits:  # type: ignore[misc]
             value = (coords[axis] // stride) % size
@@ -102,14 +104,6 @@ def replica_groups(mesh: MeshSpec, axes: Sequence[str]) -> list[list[int]] | Non
         groups.setdefault(tuple(coords), []).append((rank, logical))
     ordered = [[logical for _, logical in sorted(members)] for members in groups.values()]
     return sorted(ordered, key=lambda g: g[0])
-
-
-def _unravel(index: int, shape: Sequence[int]) -> tuple[int, ...]:
-    out = []
-    for n in reversed(shape):
-        out.append(index % n)
-        index //= n
-    return tuple(reversed(out))
 
 
 def synthetic_program(mesh: MeshSpec, traffic: Iterable[Traffic]) -> Program | None:
