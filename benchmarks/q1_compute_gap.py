@@ -8,6 +8,9 @@ kernel model), including the compute libtpu fuses into asynchronous collectives 
     python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
         --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses"
 
+`--expert NAME` takes an expert deployment of the slice instead (e.g. `maxdiffusion-readme`),
+compiled with its own libtpu flags as the planner compiles it.
+
 Uses the compile cache (a miss compiles the strategy, minutes for Wan 14B).
 """
 
@@ -30,20 +33,20 @@ def main() -> None:
     ap.add_argument("--topology", default="v6e:2x4")
     ap.add_argument("--resolution", default="480p")
     ap.add_argument("--frames", type=int, default=21)
-    ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--strategy", help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    which.add_argument("--expert", help="an expert deployment's name, as `aoizora plan --json` records it")
     args = ap.parse_args()
 
     topo = get_topology(args.topology)
     space = wan_space(args.model, args.resolution, args.frames)
-    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
-    if strategy is None:
-        raise SystemExit(f"no strategy {args.strategy!r} on {args.topology}")
+    key, strategy, flags = _chosen(space, topo, args.strategy, args.expert)
     prediction, bound, *_ = analyse(space, strategy, topo)
     stage1: collections.Counter[str] = collections.Counter()
     for op in prediction.ops:
         stage1[("kernel " if op.opaque else "") + op.op] += op_seconds(op, topo) * op.multiplicity
     placement = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0]
-    program = compile_strategy(space, strategy, args.strategy, topo, placement, None, default_compile_cache()).program
+    program = compile_strategy(space, strategy, key, topo, placement, None, default_compile_cache(), flags=flags).program
     compiled: collections.Counter[str] = collections.Counter()
     for node in program.nodes:
         if node.collective is None:
@@ -63,6 +66,24 @@ def main() -> None:
           f"over {placement.name}):")
     for kind, seconds in compiled.most_common(8):
         print(f"  {kind:44s} {seconds * 1e3:9.2f} ms")
+
+
+def _chosen(space, topo, strategy_key: str | None, expert_name: str | None):
+    """(key, strategy, compiler flags) of the strategy or expert deployment the command names."""
+    from aoizora.plan.planner import expert_entries
+    from aoizora.toolchain import environment_flags
+
+    if expert_name is not None:
+        entries = expert_entries(space, topo, environment_flags())
+        entry = next((e for e in entries if e.deployment.name == expert_name), None)
+        if entry is None:
+            names = ", ".join(e.deployment.name for e in entries) or "none"
+            raise SystemExit(f"no expert deployment {expert_name!r} on {topo.name} (there: {names})")
+        return entry.key, entry.deployment.strategy, entry.flags
+    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == strategy_key), None)
+    if strategy is None:
+        raise SystemExit(f"no strategy {strategy_key!r} on {topo.name}")
+    return strategy_key, strategy, None
 
 
 if __name__ == "__main__":
