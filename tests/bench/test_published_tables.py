@@ -1,0 +1,87 @@
+"""The bench tables published in docs/results.md are what the committed per-cell data gives at HEAD.
+
+Each bench section of the results document names its raw data (`data/bench/<dir>/`); its table's
+rows must be the rows this code's report computes from that directory's cells, and the committed
+`table.md` beside them must be that report (bar the line naming the running code's fingerprint).
+A table edited by hand, data committed without its table, or a report change that alters a
+published number fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from aoizora.bench.report import COLUMNS, markdown, row
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results.md"
+RAW_DATA_LINK = re.compile(r"\(data/bench/([\w.-]+)/\)")
+# the recall column is reworded in the document (bold "no", "2 (K 2)" for a partial oracle)
+SKIPPED_COLUMNS = {"recall"}
+
+
+def _sections() -> dict[str, str]:
+    """Bench sections of the results document by the data directory their raw-data line names."""
+    out = {}
+    for section in RESULTS.read_text().split("\n## ")[1:]:
+        raw = next((line for line in section.splitlines() if line.startswith("- **Raw data:**")), None)
+        match = RAW_DATA_LINK.search(raw or "")
+        if section.startswith("Bench:") and match:
+            out[match.group(1)] = section
+    return out
+
+
+def _normal(cell: str) -> str:
+    return cell.replace("**", "").replace("†", "").strip().lower()
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """Rows of the markdown tables in `text` whose first column names a grid cell, by that cell."""
+    rows = {}
+    for line in text.splitlines():
+        cols = [_normal(c) for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cols) == len(COLUMNS) and re.match(r"v\d\w*:\S+ \d+p \d+f", cols[0]):
+            rows[cols[0]] = cols
+    return rows
+
+
+def _cells(directory: str) -> list[dict]:
+    paths = sorted((ROOT / "docs" / "data" / "bench" / directory / "cells").glob("*.json"))
+    return [json.loads(p.read_text()) for p in paths]
+
+
+SECTIONS = _sections()
+
+
+def test_every_bench_data_directory_has_its_section():
+    on_disk = {p.name for p in (ROOT / "docs" / "data" / "bench").iterdir() if p.is_dir()}
+    assert on_disk and set(SECTIONS) == on_disk
+
+
+@pytest.mark.parametrize("directory", sorted(SECTIONS))
+def test_the_published_rows_are_what_the_committed_cells_give(directory):
+    docs = _cells(directory)
+    computed = {_normal(r["cell"]): [_normal(r[k]) for k, _ in COLUMNS] for r in (row(d) for d in docs)}
+    published = _table_rows(SECTIONS[directory])
+    assert docs and set(published) == set(computed), (sorted(published), sorted(computed))
+    for cell, cols in published.items():
+        for (key, header), shown, recomputed in zip(COLUMNS, cols, computed[cell]):
+            if key not in SKIPPED_COLUMNS:
+                assert shown == recomputed, f"{directory} {cell} {header}: published {shown}, data {recomputed}"
+
+
+@pytest.mark.parametrize("directory", sorted(SECTIONS))
+def test_the_committed_table_is_the_report_of_the_committed_cells(directory):
+    """Which cells carry `†` depends on the code that ran the report, so the marks and the line
+    naming the fingerprints are left out of the comparison."""
+    committed = (ROOT / "docs" / "data" / "bench" / directory / "table.md").read_text()
+    regenerated = markdown(_cells(directory), current="any")
+    assert _without_marks(committed) == _without_marks(regenerated)
+
+
+def _without_marks(table: str) -> list[str]:
+    return [line.replace(" †", "") for line in table.strip().splitlines() if not line.startswith("`†` computed by")]
