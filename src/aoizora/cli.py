@@ -339,7 +339,8 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     from aoizora.cost import Q2Options
     from aoizora.hlo.builder import build_program
     from aoizora.placement import MeshSpec, enumerate_placements
-    from aoizora.report.tables import print_ranking, progress_bar
+    from aoizora.progress import progress_reporter
+    from aoizora.report.tables import print_ranking
     from aoizora.topology import get_topology
     from aoizora.validation.rank import check_program_mesh, rank_placements
 
@@ -351,8 +352,9 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
     check_program_mesh(program, mesh)
     space = enumerate_placements(topo, mesh)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
-    with progress_bar("scoring placements", len(space.placements), quiet=as_json) as advance:
-        rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim, progress=advance)
+    with progress_reporter("scoring placements", len(space.placements), quiet=as_json) as bar:
+        rows = rank_placements(program, topo, space.placements, options=options, simulate=not no_sim,
+                               progress=bar.advance)
     if as_json:
         print_json({"topology": topo.name, "mesh": str(space.mesh), "placements": [r.to_json(topo) for r in rows]})
     else:
@@ -374,7 +376,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
     from aoizora.cost import Q2Options
     from aoizora.hlo.builder import build_program
     from aoizora.placement import MeshSpec, enumerate_placements
-    from aoizora.report.tables import print_validation, progress_bar
+    from aoizora.progress import progress_reporter
+    from aoizora.report.tables import print_validation
     from aoizora.topology import get_topology
     from aoizora.validation.programs import NamedProgram, default_suite
     from aoizora.validation.rank import check_program_mesh
@@ -391,8 +394,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
         programs = default_suite(topo, spec, suite)
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     total = len(programs) * len(space.placements)
-    with progress_bar("Q2 and simulator", total, quiet=as_json) as advance:
-        report = run_validation(programs, topo, space.placements, options=options, progress=advance)
+    with progress_reporter("Q2 and simulator", total, quiet=as_json) as bar:
+        report = run_validation(programs, topo, space.placements, options=options, progress=bar.advance)
     if as_json:
         print_json(report.to_json())
     else:

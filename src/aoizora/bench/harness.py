@@ -36,6 +36,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS
 from aoizora.errors import BenchError, ExecutorError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
+from aoizora.progress import progress_reporter
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2 import predicted_compile_placement
@@ -360,14 +361,8 @@ def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound:
         swept.run(abort=executor.close)
         return swept
 
-    if not progress:
-        done = sweep(lambda: None)
-    else:
-        from rich.progress import Progress
-
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"compile + simulate ({topo.name})", total=len(entries))
-            done = sweep(lambda: bar.advance(task))
+    with progress_reporter(f"compile + simulate ({topo.name})", len(entries), console=console, quiet=not progress) as bar:
+        done = sweep(bar.advance)
     pruned = {k: {"q1_seconds": v["q1_seconds"], "best_sim_seconds": v["best_q2_seconds"]}
               for k, v in done.summary.pruned.items()}
     return strategies, pairs, pruned, list(done.summary.bound_violations)

@@ -16,6 +16,7 @@ from aoizora.plan import cache
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.placement import JAX_DEFAULT
+from aoizora.progress import progress_reporter
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
@@ -273,18 +274,9 @@ def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progr
                   started=started, compile_placement=compile_placement)
     if not progress:
         return run_stage2(space, kept, topology, **common)
-    from rich.progress import Progress
-
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"Stage 2: compile and score ({topology.name})", total=len(kept))
-        total = [len(kept)]
-
-        def grow(_key: str) -> None:
-            total[0] += 1
-            bar.update(task, total=total[0])
-
-        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(task), on_backfill=grow,
-                          on_pruned=lambda _: bar.advance(task), **common)
+    with progress_reporter(f"Stage 2: compile and score ({topology.name})", len(kept), console=console) as bar:
+        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(),
+                          on_backfill=lambda _: bar.add_to_total(), on_pruned=lambda _: bar.advance(), **common)
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:

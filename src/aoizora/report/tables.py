@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from aoizora.placement import PlacementSet
@@ -69,18 +66,6 @@ def print_placements(space: PlacementSet, console: Console | None = None) -> Non
     console.print(table)
     for note in space.notes:
         console.print(f"note: {note}")
-
-
-@contextlib.contextmanager
-def progress_bar(label: str, total: int, *, quiet: bool = False) -> Iterator[Callable[[], None]]:
-    """A rich progress bar on stderr; yields the function that advances it by one."""
-    if quiet:
-        yield lambda: None
-        return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda: progress.advance(task)
 
 
 def _us(seconds: float | None) -> str:

@@ -10,7 +10,6 @@ of being lowered (its summary names the sibling under "analysed_as").
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import multiprocessing
@@ -18,7 +17,7 @@ import os
 import pickle
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
 from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
+from aoizora.progress import progress_reporter
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
 from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
@@ -312,8 +312,8 @@ def run_stage1(
     try:
         if progress:
             label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
-            with _progress_bar(console, label, len(own)) as advance:
-                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, advance)
+            with progress_reporter(label, len(own), console=console) as bar:
+                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, bar.advance)
         else:
             _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, lambda: None)
     finally:  # an interrupted Stage 1 keeps what it analysed
@@ -335,16 +335,6 @@ def _apply(e: Entry, a: _Analysed, timings: dict[str, float]) -> None:
     e.summary, e.prediction = a.summary, a.prediction
     timings["lower"] += a.lower_seconds
     timings["analyse"] += a.analyse_seconds
-
-
-@contextlib.contextmanager
-def _progress_bar(console: Any, label: str, total: int) -> Iterator[Callable[[], None]]:
-    """A transient progress bar; yields the function that advances it by one strategy."""
-    from rich.progress import Progress
-
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
 
 
 def _cache_key(space: StrategySpace, topology: Topology, overlap: Overlap, memory_slack: float) -> str:
