@@ -3,15 +3,15 @@ the CLI's placement scoring.
 
 On a terminal it is a transient rich bar. Anywhere else (a log file, a pipe, CI) a bar cannot
 redraw, so a line is printed every `LOG_EVERY_S` seconds instead (and a last one with the final
-count when the step ends, if any was printed): a step of hours in a log then says how far it is, and a step shorter
-than `LOG_EVERY_S` prints nothing.
+count when the step ends, if any was printed): a step of hours in a log then says how far it is,
+and a step shorter than `LOG_EVERY_S` prints nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,24 +31,26 @@ class Counter:
 
 
 class _BarCounter(Counter):
-    def __init__(self, bar: Progress, task: Any) -> None:
-        self._bar, self._task = bar, task
+    def __init__(self, bar: Progress, label: str, total: int) -> None:
+        self._bar, self._total = bar, total
+        self._task = bar.add_task(label, total=total)
 
     def advance(self) -> None:
         self._bar.advance(self._task)
 
     def add_to_total(self, n: int = 1) -> None:
-        total = self._bar.tasks[self._task].total or 0
-        self._bar.update(self._task, total=total + n)
+        self._total += n
+        self._bar.update(self._task, total=self._total)
 
 
 class _LineCounter(Counter):
     """Prints `label: done/total (elapsed)` at most every `every_s` seconds."""
 
     def __init__(self, console: Console, label: str, total: int, every_s: float,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._console, self._label, self.total, self._every_s, self._clock = console, label, total, every_s, clock
-        self.done, self.printed, self._done_printed = 0, 0, 0
+        self.done = 0
+        self._done_printed: int | None = None  # the count of the last line; None before the first
         self._start = self._last = clock()
 
     def advance(self) -> None:
@@ -63,17 +65,17 @@ class _LineCounter(Counter):
         now = self._clock()
         self._console.print(f"{self._label}: {self.done}/{self.total} ({now - self._start:,.0f} s)",
                             highlight=False, markup=False)
-        self._last, self.printed, self._done_printed = now, self.printed + 1, self.done
+        self._last, self._done_printed = now, self.done
 
     def finish(self) -> None:
         """The last line, when lines were printed and the count moved since the last one."""
-        if self.printed and self.done != self._done_printed:
+        if self._done_printed is not None and self.done != self._done_printed:
             self.print()
 
 
 @contextlib.contextmanager
 def progress_reporter(label: str, total: int, *, console: Console | None = None, quiet: bool = False,
-             every_s: float = LOG_EVERY_S) -> Iterator[Counter]:
+                      every_s: float = LOG_EVERY_S) -> Iterator[Counter]:
     """Report a step of `total` items on `console` (default: stderr); `quiet`: report nothing."""
     if quiet:
         yield Counter()
@@ -86,4 +88,4 @@ def progress_reporter(label: str, total: int, *, console: Console | None = None,
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as bar:
-        yield _BarCounter(bar, bar.add_task(label, total=total))
+        yield _BarCounter(bar, label, total)

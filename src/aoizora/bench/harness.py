@@ -361,7 +361,8 @@ def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound:
         swept.run(abort=executor.close)
         return swept
 
-    with progress_reporter(f"compile + simulate ({topo.name})", len(entries), console=console, quiet=not progress) as bar:
+    label = f"compile + simulate ({topo.name})"
+    with progress_reporter(label, len(entries), console=console, quiet=not progress) as bar:
         done = sweep(bar.advance)
     pruned = {k: {"q1_seconds": v["q1_seconds"], "best_sim_seconds": v["best_q2_seconds"]}
               for k, v in done.summary.pruned.items()}

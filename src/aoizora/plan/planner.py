@@ -268,15 +268,14 @@ def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) ->
 def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
             reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started,
             compile_placement):
-    common = dict(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-                  compile_cache=compile_cache, reserve=reserve, backfill_for=backfill_for, flags=flags,
-                  flags_by_key=flags_by_key, lower_bounds=lower_bounds, baselines=baselines, executor=executor,
-                  started=started, compile_placement=compile_placement)
-    if not progress:
-        return run_stage2(space, kept, topology, **common)
-    with progress_reporter(f"Stage 2: compile and score ({topology.name})", len(kept), console=console) as bar:
-        return run_stage2(space, kept, topology, on_compiled=lambda _: bar.advance(),
-                          on_backfill=lambda _: bar.add_to_total(), on_pruned=lambda _: bar.advance(), **common)
+    label = f"Stage 2: compile and score ({topology.name})"
+    with progress_reporter(label, len(kept), console=console, quiet=not progress) as bar:
+        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s,
+                          verify_top=verify_top, compile_cache=compile_cache, reserve=reserve,
+                          backfill_for=backfill_for, flags=flags, flags_by_key=flags_by_key,
+                          lower_bounds=lower_bounds, baselines=baselines, executor=executor, started=started,
+                          compile_placement=compile_placement, on_compiled=lambda _: bar.advance(),
+                          on_backfill=lambda _: bar.add_to_total(), on_pruned=lambda _: bar.advance())
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:

@@ -310,12 +310,9 @@ def run_stage1(
     settings = _Settings(overlap, memory_slack, keep_predictions)
     groups = affinity_groups(space, own)
     try:
-        if progress:
-            label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
-            with progress_reporter(label, len(own), console=console) as bar:
-                _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, bar.advance)
-        else:
-            _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, lambda: None)
+        label = f"Stage 1 ({space.name} on {topology.name}{f', {n_workers} workers' if blob else ''})"
+        with progress_reporter(label, len(own), console=console, quiet=not progress) as bar:
+            _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, bar.advance)
     finally:  # an interrupted Stage 1 keeps what it analysed
         if cache_key is not None:
             cache.store(cache_key, fresh)
