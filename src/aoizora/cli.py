@@ -63,24 +63,34 @@ class _Group(click.Group):
 @contextlib.contextmanager
 def interrupts_not_lost() -> Iterator[None]:
     """Ctrl-C inside the block ends it with KeyboardInterrupt, even when the interrupt landed where
-    Python cannot raise it (a finalizer or a pool's shutdown prints "Exception ignored" and goes
-    on): the block then raises it on exit. Only the main thread receives signals, so elsewhere it
-    changes nothing."""
+    Python cannot raise it: in a finalizer, a weakref callback or a garbage-collection callback
+    (JAX registers one), Python hands the exception to `sys.unraisablehook`, which would print
+    "Exception ignored in ..." with a traceback, and goes on. Inside the block that hook keeps
+    such an interrupt quiet and the block raises it on exit instead. Only the main thread receives
+    signals, so elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
+    raised: list[KeyboardInterrupt] = []
 
     def handler(signum: int, frame: Any) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
+        raised.append(KeyboardInterrupt())
+        raise raised[-1]
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous_hook = sys.unraisablehook
+
+    def unraisable_hook(unraisable: Any) -> None:
+        if not any(unraisable.exc_value is exc for exc in raised):
+            previous_hook(unraisable)
+
+    previous_handler = signal.signal(signal.SIGINT, handler)
+    sys.unraisablehook = unraisable_hook
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
+        signal.signal(signal.SIGINT, previous_handler)
+        sys.unraisablehook = previous_hook
+    if raised:
         raise KeyboardInterrupt
 
 
