@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aoizora.models.wan.attention import splash_cost
-from aoizora.topology import hardware_profile
+from aoizora.topology import KernelWork, hardware_profile
 
 DATA = Path(__file__).parent / "data" / "tokamax_splash.json"
 #: what one device of tokamax's measurements is, in chips' devices: a TPU7x TensorCore is half a chip
@@ -44,7 +44,7 @@ def predict(row: dict) -> dict:
     elements = bh * lq * lk
     return {
         "measured_s": row["best_ms"] * 1e-3,
-        "predicted_s": hw.roofline_seconds(flops, hbm, matmul_dim=d, score_elements=elements),
+        "predicted_s": hw.roofline_seconds(flops, hbm, KernelWork(matmul_dim=d, score_elements=elements)),
         "plain_roofline_s": max(flops / hw.peak_bf16_flops, hbm / hw.hbm_bandwidth_Bps),
     }
 

@@ -8,7 +8,7 @@ import pytest
 from aoizora.cost.model import node_seconds
 from aoizora.hlo.program import Node, NodeKind
 from aoizora.hlo.shapes import Shape
-from aoizora.topology import get_topology, hardware_profile
+from aoizora.topology import KernelWork, get_topology, hardware_profile
 
 TOKAMAX = Path(__file__).parents[2] / "benchmarks" / "hardware" / "data" / "tokamax_splash.json"
 DEVICES_PER_CHIP = {"tpu7x": 2, "v6e": 1, "v5p": 1}  # one tokamax device: a TPU7x TensorCore, a v6e / v5p chip
@@ -18,14 +18,14 @@ def test_without_a_measured_rate_a_kernel_is_bound_by_the_mxu_and_hbm_alone():
     hw = hardware_profile("v5e")  # MXU 128 wide, no published splash measurement
     flops, hbm = 4.0 * 40 * 18900 * 75600 * 128, 3e9
     plain = max(flops / hw.peak_bf16_flops, hbm / hw.hbm_bandwidth_Bps)
-    assert hw.roofline_seconds(flops, hbm, matmul_dim=128, score_elements=40 * 18900 * 75600) == plain
+    assert hw.roofline_seconds(flops, hbm, KernelWork(matmul_dim=128, score_elements=40 * 18900 * 75600)) == plain
 
 
 def test_a_head_dim_narrower_than_the_mxu_leaves_it_part_empty():
     hw = hardware_profile("v6e")  # 256-wide MXU (jax's tpu_info)
     flops = 1e15
-    assert hw.roofline_seconds(flops, 0, matmul_dim=128) == pytest.approx(2 * flops / hw.peak_bf16_flops)
-    assert hw.roofline_seconds(flops, 0, matmul_dim=256) == pytest.approx(flops / hw.peak_bf16_flops)
+    assert hw.roofline_seconds(flops, 0, KernelWork(matmul_dim=128)) == pytest.approx(2 * flops / hw.peak_bf16_flops)
+    assert hw.roofline_seconds(flops, 0, KernelWork(matmul_dim=256)) == pytest.approx(flops / hw.peak_bf16_flops)
     assert hw.roofline_seconds(flops, 0) == pytest.approx(flops / hw.peak_bf16_flops)
 
 
@@ -52,7 +52,7 @@ def test_splash_time_on_long_sequences_is_predicted_within_25_percent(row):
     bh, lq, lk, d = row["batch"] * row["heads"], row["q_len"], row["kv_len"], row["head_dim"]
     flops, elements = 4.0 * bh * lq * lk * d, bh * lq * lk
     hbm = 2 * bh * (lq + lk) * d * 2  # q, o and k, v once: far below the compute time here
-    predicted = hw.roofline_seconds(flops, hbm, matmul_dim=d, score_elements=elements)
+    predicted = hw.roofline_seconds(flops, hbm, KernelWork(matmul_dim=d, score_elements=elements))
     measured = row["best_ms"] * 1e-3
     assert 0.75 * measured <= predicted <= 1.05 * measured
     if row["generation"] in ("tpu7x", "v6e") and d == 128:
@@ -63,8 +63,8 @@ def test_splash_time_on_long_sequences_is_predicted_within_25_percent(row):
 def test_q2_costs_an_opaque_node_with_the_roofline():
     topo = get_topology("tpu7x:2x2x1")
     node = Node(0, "splash.1", "custom-call", NodeKind.OPAQUE, "main", Shape("bf16", (1,)), (), (), 1, None,
-                flops=4.0 * 40 * 18900 * 75600 * 128, hbm_bytes=10**9, score_elements=40.0 * 18900 * 75600,
-                matmul_dim=128)
+                flops=4.0 * 40 * 18900 * 75600 * 128, hbm_bytes=10**9,
+                kernel=KernelWork(matmul_dim=128, score_elements=40.0 * 18900 * 75600))
     expected = 40.0 * 18900 * 75600 / topo.hardware.attention_score_elements_per_s
     assert node_seconds(node, topo) == pytest.approx(expected)
 

@@ -114,6 +114,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.hlo.algorithm import AlgorithmConfig
 from aoizora.hlo.shapes import Shape
+from aoizora.topology import KernelWork
 
 if TYPE_CHECKING:  # the program model does not depend on the hardware at run time
     from aoizora.topology.hardware import HardwareProfile
@@ -172,8 +173,7 @@ class Node:
     custom_call_target: str | None = None
     fusion_kind: str | None = None
     backend_config: Mapping[str, Any] | None = None
-    score_elements: float | None = None  # an attention kernel's score-matrix elements (see OpaqueCost)
-    matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (see OpaqueCost)
+    kernel: KernelWork | None = None  # what bounds an opaque kernel besides FLOPs and bytes (see OpaqueCost)
 
     def compute_seconds(self, hardware: HardwareProfile) -> float:
         """Time of this node on one device: the seconds a hook supplied, else the compiler's cycle
@@ -183,8 +183,7 @@ class Node:
             return float(self.seconds)
         if self.estimated_cycles is not None:
             return self.estimated_cycles / hardware.clock_hz
-        return hardware.roofline_seconds(self.flops, self.hbm_bytes, matmul_dim=self.matmul_dim,
-                                         score_elements=self.score_elements)
+        return hardware.roofline_seconds(self.flops, self.hbm_bytes, self.kernel)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict of the schedule entry."""
@@ -305,17 +304,14 @@ class OpaqueOp:
 class OpaqueCost:
     """A hook's answer: any of flops / HBM bytes / seconds (None = unknown).
 
-    For an attention kernel, `score_elements` (elements of the score matrix it computes, each
-    costing the softmax's vector work) and `matmul_dim` (its narrowest matmul dimension, the head
-    dim) let the hardware roofline see what bounds such a kernel besides FLOPs and bytes
-    (`HardwareProfile.roofline_seconds`).
+    `kernel` lets the hardware roofline see what bounds the kernel besides FLOPs and bytes
+    (`KernelWork`, `HardwareProfile.roofline_seconds`).
     """
 
     flops: float | None = None
     hbm_bytes: int | None = None
     seconds: float | None = None
-    score_elements: float | None = None
-    matmul_dim: int | None = None
+    kernel: KernelWork | None = None
 
 
 OpaqueCostHook = Callable[[OpaqueOp], "OpaqueCost | None"]
@@ -362,8 +358,7 @@ class Program:
                 flops=old.flops if cost.flops is None else float(cost.flops),
                 hbm_bytes=old.hbm_bytes if cost.hbm_bytes is None else int(cost.hbm_bytes),
                 seconds=cost.seconds,
-                score_elements=cost.score_elements,
-                matmul_dim=cost.matmul_dim,
+                kernel=cost.kernel,
             )
         return dataclasses.replace(self, nodes=nodes)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.hlo.program import OpaqueCost
 from aoizora.stage1.ir import IRModule, TensorType
+from aoizora.topology import KernelWork
 from aoizora.workload import KernelCall
 
 if TYPE_CHECKING:
@@ -43,8 +44,7 @@ class OpNode:
     deps: tuple[int, ...]
     opaque: bool = False
     seconds: float | None = None  # from a kernel cost hook that answers in time
-    score_elements: float | None = None  # an attention kernel's score-matrix elements (OpaqueCost)
-    matmul_dim: int | None = None  # an opaque kernel's narrowest matmul dimension (OpaqueCost)
+    kernel: KernelWork | None = None  # what bounds an opaque kernel besides FLOPs and bytes (OpaqueCost)
 
 
 @dataclass

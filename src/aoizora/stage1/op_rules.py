@@ -348,7 +348,7 @@ def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
         w.note(f"no cost for kernel {op.attrs['target']}; counted its I/O bytes only")
     # nothing fuses into an opaque kernel: the bytes its cost hook reports are all unavoidable
     w.op_node(op, flops, hbm, hbm, mult, opaque=True, seconds=cost.seconds if cost else None,
-              score_elements=cost.score_elements if cost else None, matmul_dim=cost.matmul_dim if cost else None)
+              kernel=cost.kernel if cost else None)
     return outs
 
 

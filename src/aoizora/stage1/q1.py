@@ -101,8 +101,7 @@ def op_seconds(node: OpNode, topology: Topology) -> float:
     hw = topology.hardware
     if node.seconds is not None:
         return node.seconds
-    return hw.roofline_seconds(node.flops, node.min_hbm_bytes, matmul_dim=node.matmul_dim,
-                               score_elements=node.score_elements)
+    return hw.roofline_seconds(node.flops, node.min_hbm_bytes, node.kernel)
 
 
 def q1(prediction: Prediction, topology: Topology, overlap: Overlap = "async") -> Q1Result:

@@ -2,6 +2,7 @@
 
 from aoizora.topology.hardware import (
     HardwareProfile,
+    KernelWork,
     canonical_generation,
     generation_aliases,
     generation_names,
@@ -26,6 +27,7 @@ __all__ = [
     "Coords",
     "DevicePosition",
     "HardwareProfile",
+    "KernelWork",
     "Link",
     "Topology",
     "canonical_generation",

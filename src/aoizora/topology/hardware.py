@@ -13,6 +13,19 @@ from aoizora.errors import TopologyError
 
 
 @dataclass(frozen=True)
+class KernelWork:
+    """What bounds an opaque kernel (a Pallas call) besides its FLOPs and HBM bytes.
+
+    `matmul_dim`: its narrowest matmul dimension (an attention kernel's head dim), which leaves
+    part of the MXU empty when below the systolic array's side. `score_elements`: for an attention
+    kernel, the elements of the score matrix it computes, each costing the softmax's vector work.
+    """
+
+    matmul_dim: int | None = None
+    score_elements: float | None = None
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     """What one chip of a TPU generation offers (or, from `per_device`, one device's share of it).
 
@@ -66,20 +79,20 @@ class HardwareProfile:
             devices_per_chip=devices_per_chip,
         )
 
-    def roofline_seconds(self, flops: float, hbm_bytes: float, *, matmul_dim: int | None = None,
-                         score_elements: float | None = None) -> float:
+    def roofline_seconds(self, flops: float, hbm_bytes: float, kernel: KernelWork | None = None) -> float:
         """Time of work the compiler gives no estimate for (e.g. an opaque kernel), on this device.
 
-        The slowest of three units: the MXU at peak, derated when the narrowest matmul dimension
-        (`matmul_dim`, an attention kernel's head_dim) is below the systolic array's side so part
-        of it stays empty; HBM at its bandwidth; and, for an attention kernel, its per-element
-        vector work (`score_elements` of the score matrix at `attention_score_elements_per_s`).
+        The slowest of three units: the MXU at peak, derated when the kernel's narrowest matmul
+        dimension (`kernel.matmul_dim`, an attention kernel's head_dim) is below the systolic
+        array's side so part of it stays empty; HBM at its bandwidth; and, for an attention kernel,
+        its per-element vector work (`kernel.score_elements` at `attention_score_elements_per_s`).
         Q1, Q2 and the simulator all cost such work here.
         """
-        fill = min(1.0, matmul_dim / self.mxu_dim) if matmul_dim else 1.0
+        kernel = kernel or KernelWork()
+        fill = min(1.0, kernel.matmul_dim / self.mxu_dim) if kernel.matmul_dim else 1.0
         seconds = max(flops / (self.peak_bf16_flops * fill), hbm_bytes / self.hbm_bandwidth_Bps)
-        if score_elements and self.attention_score_elements_per_s:
-            seconds = max(seconds, score_elements / self.attention_score_elements_per_s)
+        if kernel.score_elements and self.attention_score_elements_per_s:
+            seconds = max(seconds, kernel.score_elements / self.attention_score_elements_per_s)
         return seconds
 
     def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:

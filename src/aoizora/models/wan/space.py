@@ -31,6 +31,7 @@ from aoizora.models.wan.strategy import (
     context_splits,
 )
 from aoizora.placement import MeshSpec
+from aoizora.topology import KernelWork
 from aoizora.workload import KernelCall
 from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.models.wan.experts import legal_expert_strategies
@@ -201,5 +202,5 @@ def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int) -> Opaque
     """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
     bytes, its score-matrix elements (the softmax's vector work per element) and its head dim (the
     narrowest dimension of both matmuls), for the hardware roofline."""
-    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), score_elements=flops / (4.0 * head_dim),
-                      matmul_dim=head_dim)
+    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes),
+                      kernel=KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim)))
