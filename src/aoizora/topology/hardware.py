@@ -19,10 +19,12 @@ class KernelWork:
     `matmul_dim`: its narrowest matmul dimension (an attention kernel's head dim), which leaves
     part of the MXU empty when below the systolic array's side. `score_elements`: for an attention
     kernel, the elements of the score matrix it computes, each costing the softmax's vector work.
+    `grid_steps`: the iterations of the kernel's Pallas grid, each paying a fixed cost.
     """
 
     matmul_dim: int | None = None
     score_elements: float | None = None
+    grid_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class HardwareProfile:
     #: score elements per second the splash attention kernel's vector work (max, subtract, exp,
     #: sum per element of the score matrix) sustains, per chip; None where it was not measured
     attention_score_elements_per_s: float | None = None
+    #: fixed time of one iteration of a Pallas kernel's grid on one TensorCore (its pipeline's DMA
+    #: issue and wait, loop control), paid on top of the iteration's work
+    pallas_grid_step_s: float = 0.0
+    tensorcores_per_chip: int = 1
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
@@ -60,7 +66,7 @@ class HardwareProfile:
 
         Each device is one TensorCore with its own half of the chip's HBM (v4 without megacore,
         TPU7x), so it gets an equal share of the chip's peak FLOP/s, HBM, HBM bandwidth and
-        attention vector throughput.
+        attention vector throughput, and no longer shares a Pallas grid with the other core.
         Links are unchanged (a link's bandwidth is the link's); `hbm_usable_bytes` is already
         libtpu's per-device limit.
         """
@@ -86,6 +92,8 @@ class HardwareProfile:
         dimension (`kernel.matmul_dim`, an attention kernel's head_dim) is below the systolic
         array's side so part of it stays empty; HBM at its bandwidth; and, for an attention kernel,
         its per-element vector work (`kernel.score_elements` at `attention_score_elements_per_s`).
+        A Pallas kernel also pays `pallas_grid_step_s` per iteration of its grid
+        (`kernel.grid_steps`) on top: small blocks mean many short iterations.
         Q1, Q2 and the simulator all cost such work here.
         """
         kernel = kernel or KernelWork()
@@ -93,7 +101,13 @@ class HardwareProfile:
         seconds = max(flops / (self.peak_bf16_flops * fill), hbm_bytes / self.hbm_bandwidth_Bps)
         if kernel.score_elements and self.attention_score_elements_per_s:
             seconds = max(seconds, kernel.score_elements / self.attention_score_elements_per_s)
-        return seconds
+        return seconds + (kernel.grid_steps or 0) * self.grid_step_seconds
+
+    @property
+    def grid_step_seconds(self) -> float:
+        """Fixed cost of one Pallas grid iteration on one device: a device made of several
+        TensorCores (a megacore chip) splits the grid's parallel iterations among them."""
+        return self.pallas_grid_step_s * self.devices_per_chip / self.tensorcores_per_chip
 
     def wraps(self, shape: tuple[int, ...]) -> tuple[bool, ...]:
         """Which axes of a slice of this shape have wraparound links."""
@@ -123,6 +137,8 @@ class HardwareProfile:
             "clock_hz": self.clock_hz,
             "hop_latency_s": self.hop_latency_s,
             "collective_launch_s": self.collective_launch_s,
+            "pallas_grid_step_s": self.pallas_grid_step_s,
+            "tensorcores_per_chip": self.tensorcores_per_chip,
             "sources": dict(self.sources),
         }
 

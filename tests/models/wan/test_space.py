@@ -1,6 +1,8 @@
 """The Wan 2.1 model through the Stage 1 protocol (lowering only, small video)."""
 
 import dataclasses
+import json
+import re
 
 import pytest
 
@@ -77,6 +79,11 @@ def test_compiled_splash_calls_are_costed_as_themselves():
         q, k = [s.dims for s in n.operand_shapes if s.dtype == "bf16" and len(s.dims) == 3][:2]
         heads, lq, d = q
         assert n.flops == 4.0 * heads * lq * k[1] * d
+        # the grid the compiled kernel runs: one step per (head, Q block, K/V block), its blocks as
+        # Pallas records them in the call's kernel metadata
+        blocks = json.loads(re.search(r'"xprof_metadata":"(.*?)"\n', program.opaque_op(n).frontend_attributes)
+                            .group(1).replace('\\"', '"'))
+        assert n.kernel.grid_steps == heads * -(-lq // blocks["block_q"]) * -(-k[1] // blocks["block_kv"])
     assert sorted(n.operand_shapes[3].dims[1] for n in splash) == [512, 9472]  # text, gathered tokens
 
 
@@ -93,6 +100,7 @@ def test_stage1_and_stage2_cost_a_splash_call_alike():
     flops, hbm = splash_cost(40, 4736, 9472, 128, 2, False)
     assert (cost.flops, cost.hbm_bytes) == (flops, int(hbm))
     assert hbm > 37 * 2 * kv.bytes  # K/V streamed once per 128-row Q block, not read once
+    assert cost.kernel.grid_steps == 40 * (4736 // 128) * (9472 // 256)  # the blocks splash_attention picks
 
 
 def test_ulysses_ring_communicates_per_sub_axis(space, topo_2x4):

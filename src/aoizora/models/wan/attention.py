@@ -112,13 +112,22 @@ def splash_cost(batch_heads: int, lq: int, lk: int, d: int, itemsize: int, resid
     """FLOPs and HBM bytes of one splash call over `batch_heads` (batch x heads) attention maps:
     q read and the output written once, K/V streamed once per Q block (`block_q`, by default the
     block `splash_attention` picks for `lq`), segment ids, log-sum-exp residuals when saved."""
-    bq = block_q or _pick_block(lq)
+    bq = block_q or _default_block_q(lq)
     flops = 4.0 * batch_heads * lq * lk * d
     q_bytes = batch_heads * lq * d * itemsize
     kv_bytes = 2 * batch_heads * lk * d * itemsize * (lq // bq)
     res_bytes = batch_heads * lq * 128 * 4 if residuals else 0
     seg_bytes = (lq + lk) * 4
     return flops, float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes)
+
+
+def splash_grid_steps(batch_heads: int, lq: int, lk: int, block_q: int | None = None,
+                      block_kv: int | None = None) -> int:
+    """Grid iterations of one splash call: one per (batch, head, Q block, K/V block), the blocks
+    `splash_attention` uses for these lengths unless given."""
+    bq = block_q or _default_block_q(lq)
+    bkv = block_kv or _default_block_kv(lk)
+    return batch_heads * -(-lq // bq) * -(-lk // bkv)
 
 
 def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: int, lk: int, d: int,
@@ -202,11 +211,19 @@ def xla_attention(q, k, v, kv_mask=None) -> jnp.ndarray:
     return _finish(xla_attention_stats(q, k, v, kv_mask), q.dtype)
 
 
-def _pick_block(n: int, candidates=(512, 256, 128)) -> int:
+def _pick_block(n: int, candidates: tuple[int, ...]) -> int:
     for c in candidates:
         if n % c == 0:
             return c
     return n
+
+
+def _default_block_q(lq: int) -> int:
+    return _pick_block(lq, (512, 256, 128))
+
+
+def _default_block_kv(lk: int) -> int:
+    return _pick_block(lk, (1024, 512, 256, 128))
 
 
 @functools.cache
@@ -289,8 +306,8 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
 
     b, lq0, h, d = q.shape
     lk0 = k.shape[1]
-    bq = block_q or _pick_block(lq0)
-    bkv = block_kv or _pick_block(lk0, (1024, 512, 256, 128))
+    bq = block_q or _default_block_q(lq0)
+    bkv = block_kv or _default_block_kv(lk0)
     bkv_compute = block_kv_compute or bkv
     lq, lk = -(-lq0 // bq) * bq, -(-lk0 // bkv) * bkv
     if lk != lk0:

@@ -21,7 +21,7 @@ import dataclasses
 from typing import Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
-from aoizora.models.wan.attention import splash_cost
+from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
@@ -130,9 +130,11 @@ class WanSpace(StrategySpace):
         # the same kernel model Stage 2 uses for the compiled call (K/V re-streamed per Q block);
         # residuals (log-sum-exp) are a second floating result
         residuals = sum(1 for t in call.result_types if t is not None and t.dtype.startswith(("bf", "f"))) > 1
-        block_q = strategy.splash_blocks.block_q if strategy.splash_blocks is not None else None
-        flops, hbm = splash_cost(q.elements // (lq * d), lq, lk, d, q.bytes // q.elements, residuals, block_q)
-        return _splash_opaque_cost(flops, hbm, d)
+        blocks = strategy.splash_blocks
+        block_q, block_kv = (blocks.block_q, blocks.block_kv) if blocks is not None else (None, None)
+        batch_heads = q.elements // (lq * d)
+        flops, hbm = splash_cost(batch_heads, lq, lk, d, q.bytes // q.elements, residuals, block_q)
+        return _splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv))
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
@@ -164,7 +166,9 @@ class WanSpace(StrategySpace):
                 matches = shaped
         if matches:
             kc = matches[0]
-            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3])
+            (batch, lq, heads, d), lk = kc.q_shape, kc.kv_shape[1]
+            steps = splash_grid_steps(batch * heads, lq, lk, kc.block_q, kc.block_kv)
+            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, d, steps)
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
@@ -198,9 +202,9 @@ class WanSpace(StrategySpace):
         }
 
 
-def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int) -> OpaqueCost:
+def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int) -> OpaqueCost:
     """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
-    bytes, its score-matrix elements (the softmax's vector work per element) and its head dim (the
-    narrowest dimension of both matmuls), for the hardware roofline."""
-    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes),
-                      kernel=KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim)))
+    bytes, its score-matrix elements (the softmax's vector work per element), its head dim (the
+    narrowest dimension of both matmuls) and its grid iterations, for the hardware roofline."""
+    work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim), grid_steps=grid_steps)
+    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), kernel=work)
