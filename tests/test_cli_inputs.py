@@ -223,9 +223,14 @@ def test_print_json_never_writes_nan(capsys):
     assert strict_loads(capsys.readouterr().out) == {"a": None, "b": [None, 1.0]}
 
 
-# --- Ctrl-C --------------------------------------------------------------------------------------
-def test_ctrl_c_exits_130_with_one_line():
-    """Ctrl-C reaches the whole process group, Stage 1's lowering workers included."""
+# --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
+@pytest.mark.parametrize("signum, to_group, code, line", [
+    (signal.SIGINT, True, 130, "aoizora: interrupted"),  # Ctrl-C reaches the whole process group
+    (signal.SIGTERM, False, 143, "aoizora: terminated"),  # `kill PID`, a scheduler's stop
+], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_ends_the_command_with_one_line(signum, to_group, code, line):
+    """Stage 1's lowering workers are running when the signal arrives; without aoizora's handler a
+    SIGTERM would reach libtpu's crash handler, which prints a stack dump."""
     proc = subprocess.Popen(
         [sys.executable, "-c", "from aoizora.cli import main; main()", *PLAN[:-1], "81", "--resolution", "720p",
          "--model", "wan2.1-t2v-14b", "--topology", "tpu7x:2x2x2", "--stage1-only", "--json"],
@@ -234,14 +239,14 @@ def test_ctrl_c_exits_130_with_one_line():
     # inside Stage 1 with its workers started: 880 strategies take ~18 s to analyse here, so the
     # interrupt lands mid-lowering, not in the pool's shutdown at the end
     time.sleep(9)
-    os.killpg(proc.pid, signal.SIGINT)
+    (os.killpg if to_group else os.kill)(proc.pid, signum)
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("Ctrl-C did not stop the command")
-    assert proc.returncode == 130, err
-    assert [line for line in err.splitlines() if line.strip()] == ["aoizora: interrupted"]
+        pytest.fail(f"{signal.Signals(signum).name} did not stop the command")
+    assert proc.returncode == code, err
+    assert [text for text in err.splitlines() if text.strip()] == [line]
 
 
 def _interrupt_here() -> None:

@@ -27,6 +27,12 @@ from aoizora.errors import AoizoraError, OutputPathError, PlanningError
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a job scheduler's stop reports
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler or `kill` stopping the command): it unwinds like Ctrl-C, so every
+    clean-up that Ctrl-C runs (compile workers, caches, pools) runs for it too."""
 
 
 def _usage_line(exc: click.UsageError) -> str:
@@ -36,7 +42,8 @@ def _usage_line(exc: click.UsageError) -> str:
 
 
 class _Group(click.Group):
-    """Turns aoizora's typed errors and bad options into one-line messages with exit code 2; Ctrl-C into 130."""
+    """Turns aoizora's typed errors and bad options into one-line messages with exit code 2; Ctrl-C
+    into 130, SIGTERM into 143."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
@@ -55,6 +62,9 @@ class _Group(click.Group):
         except click.UsageError as exc:  # a subcommand's options or arguments
             click.echo(_usage_line(exc), err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except Terminated:
+            click.echo("aoizora: terminated", err=True)
+            ctx.exit(EXIT_TERMINATED)
         except KeyboardInterrupt:
             click.echo("aoizora: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
@@ -62,19 +72,20 @@ class _Group(click.Group):
 
 @contextlib.contextmanager
 def interrupts_not_lost() -> Iterator[None]:
-    """Ctrl-C inside the block ends it with KeyboardInterrupt, even when the interrupt landed where
-    Python cannot raise it: in a finalizer, a weakref callback or a garbage-collection callback
-    (JAX registers one), Python hands the exception to `sys.unraisablehook`, which would print
-    "Exception ignored in ..." with a traceback, and goes on. Inside the block that hook keeps
-    such an interrupt quiet and the block raises it on exit instead. Only the main thread receives
-    signals, so elsewhere it changes nothing."""
+    """Ctrl-C inside the block ends it with KeyboardInterrupt, and SIGTERM with `Terminated` (without
+    a handler of Python's, SIGTERM would reach libtpu's crash handler, which prints a stack dump),
+    even when the signal landed where Python cannot raise: in a finalizer, a weakref callback or a
+    garbage-collection callback (JAX registers one), Python hands the exception to
+    `sys.unraisablehook`, which would print "Exception ignored in ..." with a traceback, and goes
+    on. Inside the block that hook keeps such an exception quiet and the block raises it on exit
+    instead. Only the main thread receives signals, so elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     raised: list[KeyboardInterrupt] = []
 
     def handler(signum: int, frame: Any) -> None:
-        raised.append(KeyboardInterrupt())
+        raised.append(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
         raise raised[-1]
 
     previous_hook = sys.unraisablehook
@@ -83,15 +94,16 @@ def interrupts_not_lost() -> Iterator[None]:
         if not any(unraisable.exc_value is exc for exc in raised):
             previous_hook(unraisable)
 
-    previous_handler = signal.signal(signal.SIGINT, handler)
+    previous_handlers = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     sys.unraisablehook = unraisable_hook
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous_handler)
+        for signum, previous in previous_handlers.items():
+            signal.signal(signum, previous)
         sys.unraisablehook = previous_hook
     if raised:
-        raise KeyboardInterrupt
+        raise type(raised[0])
 
 
 def _finite(obj: Any) -> Any:

@@ -438,7 +438,10 @@ def main() -> None:
     to the parent, and the parent's process id)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent kills us
+    # Ctrl-C and a scheduler's SIGTERM reach the whole group: the parent kills us (and if it is
+    # gone, `_exit_when_orphaned` ends us)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(int(sys.argv[3]),), daemon=True).start()
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
 
