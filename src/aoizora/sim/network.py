@@ -58,6 +58,9 @@ class FlowNetwork:
         self._ids: list[int] = []
         self._routes: list[tuple[int, ...]] = []
         self._remaining = np.zeros(0)
+        # bytes of the flows added since time last moved: appended in one copy when it next does,
+        # not one array copy per flow (many flows start at one timestamp)
+        self._added: list[float] = []
         self._rates = np.zeros(0)
         self._dirty = False
         self.solves = 0
@@ -72,10 +75,13 @@ class FlowNetwork:
         """Start a flow of `nbytes` over `route` (rates are re-solved before time advances)."""
         self._ids.append(flow_id)
         self._routes.append(route)
-        self._remaining = np.append(self._remaining, float(nbytes))
+        self._added.append(float(nbytes))
         self._dirty = True
 
     def _solve(self) -> None:
+        if self._added:
+            self._remaining = np.concatenate((self._remaining, self._added))
+            self._added = []
         if self._dirty:
             key = tuple(self._routes)
             rates = self._memo.get(key)
