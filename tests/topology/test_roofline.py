@@ -46,10 +46,6 @@ def _held_out_rows(short: bool):
     return [r for r in rows if r["q_len"] >= 8192 and r["head_dim"] != 64]
 
 
-def _held_out_long_rows():
-    return _held_out_rows(short=False)
-
-
 def _splash_prediction(row: dict, with_grid_steps: bool = True) -> float:
     """The roofline's time for one tokamax measurement, its grid from the row's own block sizes."""
     hw = hardware_profile(row["generation"]).per_device(DEVICES_PER_CHIP[row["generation"]])
@@ -61,7 +57,7 @@ def _splash_prediction(row: dict, with_grid_steps: bool = True) -> float:
     return hw.roofline_seconds(flops, hbm, work)
 
 
-@pytest.mark.parametrize("row", _held_out_long_rows(), ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
+@pytest.mark.parametrize("row", _held_out_rows(short=False), ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
 def test_splash_time_on_long_sequences_is_predicted_within_25_percent(row):
     """Held-out tokamax measurements (openxla/tokamax autotuning data, committed with their sources).
 

@@ -77,6 +77,12 @@ class KernelCost:
     calls: int
 
     @property
+    def grid_steps(self) -> int:
+        """Iterations of the call's Pallas grid: one per (batch, head, Q block, K/V block)."""
+        batch, lq, heads, _ = self.q_shape
+        return splash_grid_steps(batch * heads, lq, self.kv_shape[1], self.block_q, self.block_kv)
+
+    @property
     def total_flops(self) -> float:
         return self.flops * self.calls
 

@@ -166,9 +166,7 @@ class WanSpace(StrategySpace):
                 matches = shaped
         if matches:
             kc = matches[0]
-            (batch, lq, heads, d), lk = kc.q_shape, kc.kv_shape[1]
-            steps = splash_grid_steps(batch * heads, lq, lk, kc.block_q, kc.block_kv)
-            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, d, steps)
+            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps)
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
