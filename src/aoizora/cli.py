@@ -467,8 +467,8 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         raise click.UsageError("--stage1-only makes no plan to write; drop --out and --report, or drop --stage1-only")
     _check_output_file(out_path, "--out")
     _check_output_dir(report_dir, "--report")
-    space = wan_space(model, resolution, frames, expert_residency=expert_residency)
     topo = get_topology(topology_name)
+    space = wan_space(model, resolution, frames, expert_residency=expert_residency, generation=topo.generation)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work

@@ -93,11 +93,11 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
         with CompileWorkers(DEFAULT_COMPILE_WORKERS) as own:
             return run_cell(cell, opts, cache, progress=progress, console=console, log=log, space=space,
                             executor=own)
-    if space is None:
-        from aoizora.models.registry import wan_space
+    from aoizora.models.registry import wan_space
 
-        space = wan_space(cell.model, cell.resolution, cell.frames)
     topo = get_topology(cell.topology)
+    if space is None:
+        space = wan_space(cell.model, cell.resolution, cell.frames, generation=topo.generation)
     options = opts.options or Q2Options()
     t_cell = time.perf_counter()
 

@@ -69,7 +69,10 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
 def wan_space(model: str, resolution: str, frames: int, *, expert_residency: str = "both", **kwargs):
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
-    per-token timesteps) with `expert_residency` "both" or "swap"."""
+    per-token timesteps) with `expert_residency` "both" or "swap". Pass the slice's `generation`
+    (e.g. ``topology.generation``) to run every strategy with splash blocks fitted to its lengths
+    and to that generation's VMEM, as `aoizora plan` and `aoizora bench` do; other keywords go
+    to the space (`WanSpace`)."""
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 

@@ -57,6 +57,9 @@ class HardwareProfile:
     #: issue and wait, loop control), paid on top of the iteration's work
     pallas_grid_step_s: float = 0.0
     tensorcores_per_chip: int = 1
+    #: local batch -> the largest splash block_q whose VMEM working set the compiler accepts on one
+    #: device (2048-key blocks computed 1024 at a time, head_dim 128); empty: not measured
+    splash_max_block_q: dict[int, int] = field(default_factory=dict, compare=False)
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
@@ -139,6 +142,7 @@ class HardwareProfile:
             "collective_launch_s": self.collective_launch_s,
             "pallas_grid_step_s": self.pallas_grid_step_s,
             "tensorcores_per_chip": self.tensorcores_per_chip,
+            "splash_max_block_q": {str(b): q for b, q in self.splash_max_block_q.items()},
             "sources": dict(self.sources),
         }
 
@@ -171,6 +175,7 @@ def hardware_profile(generation: str) -> HardwareProfile:
     raw = dict(_table()["generations"][gen])
     raw["device_kinds"] = tuple(raw["device_kinds"])
     raw.setdefault("d2d_bandwidth_Bps", None)
+    raw["splash_max_block_q"] = {int(b): int(q) for b, q in raw.get("splash_max_block_q", {}).items()}
     return HardwareProfile(generation=gen, **raw)
 
 

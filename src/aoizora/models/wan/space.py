@@ -5,7 +5,9 @@ self-attention variants (allgather, ulysses, ring, ulysses_ring) and the weight 
 `aoizora.models.wan.strategy`. 2D context attention (ulysses_ring) comes with every split of
 context into Ulysses U × ring R with both at least 2 (`context_splits`: U = 1 is ring and
 U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 or 4 head-group
-chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly.
+chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly. Given the
+slice's generation, every strategy runs splash blocks fitted to its local lengths and to that
+generation's VMEM (`aoizora.models.wan.blocks`); without one, each call takes the kernel's own pick.
 Legality is the model's own `check_strategy`; on top, variants that the model runs identically
 are rejected as duplicates (with context = 1 every attention variant is plain local attention,
 see `attention.self_attention`). Lowering is one
@@ -22,6 +24,7 @@ from typing import Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+from aoizora.models.wan.blocks import fitted_splash_blocks
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
@@ -31,7 +34,7 @@ from aoizora.models.wan.strategy import (
     context_splits,
 )
 from aoizora.placement import MeshSpec
-from aoizora.topology import KernelWork
+from aoizora.topology import KernelWork, hardware_profile
 from aoizora.workload import KernelCall
 from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.models.wan.experts import legal_expert_strategies
@@ -53,10 +56,14 @@ class WanSpace(StrategySpace):
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
-                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES):
+                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
+        # Splash blocks fitted to each strategy's lengths and the generation's VMEM (`blocks`);
+        # without a generation, or one whose limit was not measured, each call takes the kernel's pick.
+        self.generation = generation
+        self.splash_max_block_q = hardware_profile(generation).splash_max_block_q if generation else {}
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -77,10 +84,18 @@ class WanSpace(StrategySpace):
                 for uly in context_splits(sizes["context"], attention):
                     for chunks in chunk_choices:
                         for weights in self.weights:
-                            st = Strategy(**sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
-                                          kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks)
+                            st = self._with_blocks(Strategy(
+                                **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
+                                kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks))
                             out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
         return out
+
+    def _with_blocks(self, st: Strategy) -> Strategy:
+        """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash."""
+        if not self.splash_max_block_q or st.kernel == "xla":
+            return st
+        blocks = fitted_splash_blocks(st, self.video.tokens(self.config), self.batch, self.splash_max_block_q)
+        return dataclasses.replace(st, splash_blocks=blocks) if blocks is not None else st
 
     def _reasons(self, st: Strategy, num_devices: int) -> list[str]:
         reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
@@ -105,7 +120,8 @@ class WanSpace(StrategySpace):
         # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
         # 12; the kernels' shapes depend on the context and tensor sizes only (data and fsdp split
         # the batch, which the kernel is vmapped over), so those strategies share their masks.
-        return (strategy.context, strategy.tensor)
+        # (blocks included: the mask's block tables depend on them)
+        return (strategy.context, strategy.tensor, strategy.splash_blocks)
 
     def mesh_spec(self, strategy: Strategy) -> MeshSpec:
         # the model's meshes always carry all their axes (size-1 ones included): the four of
@@ -197,6 +213,8 @@ class WanSpace(StrategySpace):
             "scheduler": {"name": type(self.scheduler).__name__, "steps": self.scheduler.num_steps,
                           "shift": self.scheduler.shift},
             "kernel": self.kernel,
+            # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
+            "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q else "the kernel's pick per call"),
         }
 
 

@@ -1,0 +1,71 @@
+"""Splash block sizes fitted to a strategy's local lengths and to the chip's VMEM.
+
+Every iteration of the splash kernel's grid (one per batch, head, Q block and K/V block) pays a
+fixed cost, and K/V are streamed from HBM once per Q block, so a call runs fastest with the fewest,
+largest blocks. Two things bound them: the blocks must tile the local lengths (a call pads its
+queries to a multiple of block_q and its keys to a multiple of block_kv, and computes the padding),
+and one Q block's working set must fit the compiler's scoped VMEM. Without blocks of its own a call
+takes the kernel's per-call pick, the largest of 512/256/128 query rows and 1,024/…/128 keys
+dividing the lengths (no padding, but many small blocks at video lengths).
+
+`fitted_splash_blocks` picks, for the lengths of a strategy's self-attention calls, the fewest Q
+blocks no larger than the largest block_q the generation's compiler accepts at the strategy's local
+batch (`HardwareProfile.splash_max_block_q`, measured by compiling: the kernel is vmapped over the
+local batch, which adds to its working set) and the fewest K/V blocks of at most `LARGE_BLOCK_KV`
+keys, each rounded up to 128 so that padding stays below 128 rows or keys per block.
+"""
+
+from __future__ import annotations
+
+from aoizora.models.wan.strategy import SPLASH_ALIGN, SplashBlocks, Strategy, padded_length
+
+#: The largest K/V block and its compute sub-block the fitted blocks use: MaxDiffusion's large splash
+#: blocks (AI-Hypercomputer/maxdiffusion src/maxdiffusion/configs/base_wan_14b.yml, flash_block_sizes
+#: "Use on v6e": block_kv 2048, block_kv_compute 1024; the same in its TPU7x benchmark scripts).
+#: `benchmarks/hardware/splash_vmem.py` measures each generation's query-row limit with them.
+LARGE_BLOCK_KV = 2048
+LARGE_BLOCK_KV_COMPUTE = 1024
+
+
+def _round_up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def self_attention_lengths(strategy: Strategy, tokens: int) -> tuple[int, int]:
+    """(queries, keys) of each self-attention splash call one device runs under the strategy."""
+    padded = padded_length(tokens, strategy, splash=True)
+    if strategy.context == 1:
+        return padded, padded
+    span = {"allgather": padded // strategy.context, "ulysses": padded, "ring": padded // strategy.context,
+            "ulysses_ring": padded // max(strategy.context_ring, 1)}[strategy.attention]
+    return span, (padded if strategy.attention == "allgather" else span)
+
+
+def local_batch(strategy: Strategy, batch: int) -> int:
+    """The batch one device runs (the CFG batch split over data × fsdp)."""
+    return max(1, -(-batch // strategy.batch_degree))
+
+
+def _fewest_blocks(length: int, cap: int) -> int:
+    """The smallest 128-multiple block of at most `cap` that tiles `length` in the fewest blocks."""
+    count = -(-length // cap)
+    return _round_up(-(-length // count), SPLASH_ALIGN)
+
+
+def _largest_dividing(n: int, cap: int) -> int:
+    """The largest multiple of 128 that is at most `cap` and divides `n` (a multiple of 128)."""
+    return max(b for b in range(SPLASH_ALIGN, min(cap, n) + 1, SPLASH_ALIGN) if n % b == 0)
+
+
+def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
+                         max_block_q: dict[int, int]) -> SplashBlocks | None:
+    """The splash blocks for the strategy's self-attention calls over `tokens` tokens with a CFG
+    batch of `batch`, on a generation whose compiler accepts Q blocks up to `max_block_q[local
+    batch]` rows (see the module docstring); None when that limit was not measured for the local batch."""
+    cap_q = max_block_q.get(local_batch(strategy, batch))
+    if cap_q is None:
+        return None
+    lq, lk = self_attention_lengths(strategy, tokens)
+    block_q = _fewest_blocks(lq, cap_q // SPLASH_ALIGN * SPLASH_ALIGN)
+    block_kv = _fewest_blocks(lk, LARGE_BLOCK_KV)
+    return SplashBlocks(block_q, block_kv, _largest_dividing(block_kv, LARGE_BLOCK_KV_COMPUTE))
