@@ -25,6 +25,21 @@ def test_best_group_bandwidth():
     assert v4.cores_per_chip == 2
     assert best_group_bandwidth(v4, 2) == math.inf
     assert best_group_bandwidth(v4, 8) == 2 * v4.hardware.link_bandwidth_Bps
+    tpu7x = get_topology("tpu7x:2x2x1")  # two cores per chip joined by a die-to-die link
+    assert best_group_bandwidth(tpu7x, 2) == tpu7x.hardware.d2d_bandwidth_Bps
+    assert best_group_bandwidth(tpu7x, 4) == tpu7x.hardware.link_bandwidth_Bps  # two chips: one link
+
+
+@pytest.mark.parametrize("name", ["drop-allgather", "shard_map-boundary"])
+def test_q1_below_q2_on_tpu7x_where_a_pair_of_devices_shares_a_chip(micro, name):
+    """A 2-device group may sit on one chip's two cores: Q1 charges it the die-to-die link's time,
+    which Q2 charges too (with its launch and latency), on every placement."""
+    topo = get_topology("tpu7x:2x2x1")
+    bound, _ = _check(micro[name], topo)
+    pred = predict(micro[name].module)
+    pairs = [c for c in pred.comms if c.group_size == 2]
+    assert pairs  # an all-gather, an all-reduce over the mesh's 2-long axis
+    assert bound.comm_seconds >= sum(c.recv_bytes * c.multiplicity for c in pairs) / topo.hardware.d2d_bandwidth_Bps
 
 
 def _check(case, topology, hook=None):

@@ -11,8 +11,9 @@ placement. Q1 charges each strategy only what no placement can avoid:
   placement could give its groups. The best embedding of a group of N chips on a 2-D/3-D slice
   is a ring of neighbour links (a Hamiltonian cycle of a sub-block, or a wrapped axis), run in
   both directions: 2 links into each chip for N > 2, 1 link for N = 2, never more than the
-  chip's ports; groups that fit on one chip (several cores per chip) cost nothing. Plus one hop
-  of latency per algorithm step.
+  chip's ports; a group that fits on one chip (several cores per chip) moves its bytes over the
+  cores' die-to-die link (TPU7x), or costs nothing where the cores share memory (v4). Plus one
+  hop of latency per algorithm step across chips.
 
 How they combine is a switch, `overlap`:
 * `"async"` (default): collectives that move parameters (all-gathers of FSDP weights and
@@ -82,9 +83,11 @@ class Q1Result:
 def best_group_bandwidth(topology: Topology, group_size: int) -> float:
     """Bytes/s into one device of a group of `group_size` devices under the best placement."""
     chips = math.ceil(group_size / topology.cores_per_chip)
-    if group_size < 2 or chips < 2:
-        return math.inf
     hw = topology.hardware
+    if group_size < 2:
+        return math.inf
+    if chips < 2:  # the group fits on one chip: its cores' die-to-die link, if the chip has one
+        return hw.d2d_bandwidth_Bps or math.inf
     links = 1 if chips == 2 else 2
     return min(links, hw.ici_ports_per_chip) * hw.link_bandwidth_Bps
 
@@ -94,6 +97,8 @@ def comm_seconds(node: CommNode, topology: Topology) -> float:
     bw = best_group_bandwidth(topology, node.group_size)
     if math.isinf(bw):
         return 0.0
+    if node.group_size <= topology.cores_per_chip:  # on one chip: no ICI hop
+        return node.recv_bytes / bw
     return node.recv_bytes / bw + node.steps * topology.hardware.hop_latency_s
 
 
