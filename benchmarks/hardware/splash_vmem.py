@@ -5,13 +5,17 @@
 A splash call keeps one query block's working set in VMEM: the block of Q, the running output,
 max and sum in float32 (block_q x 128 lanes each), and the score tile (block_q x block_kv_compute
 in float32), double-buffered K/V blocks beside them; the model vmaps the kernel over its local
-batch (as MaxDiffusion's wrapper does), which adds to it. libtpu refuses a program whose kernels
-overflow the scoped VMEM ("CompileTimeScopedVmemOom"), so the limit is a fact of the compiler, not
-of a data sheet: for each generation this script compiles the model's own `splash_attention` (with
-log-sum-exp residuals, the ring variant's larger working set; head_dim 128, bf16, block_kv 2048 and
-block_kv_compute 1024, MaxDiffusion's large blocks) on one compile-only device and bisects the
-largest block_q, a multiple of 128, that compiles at local batch 1 and 2 (what Wan's CFG batch of 2
-leaves a device). They are `splash_max_block_q` in `src/aoizora/data/hardware.json`.
+batch (as MaxDiffusion's wrapper does), which adds to it, and the compiler's scoped allocation
+also grows with the call's query and key lengths (on v6e at block_q 4,608, in the compiler's
+report against its 32.00M limit: 32.67M at 8,192 queries x 8,192 keys, 36.05M at 8,192 x 65,536,
+43.92M at 65,536 x 8,192). libtpu refuses a program
+whose kernels overflow the scoped VMEM ("CompileTimeScopedVmemOom"), so the limit is a fact of the
+compiler, not of a data sheet: for each generation this script compiles the model's own
+`splash_attention` (with log-sum-exp residuals, the ring variant's larger working set; head_dim
+128, bf16, block_kv 2048 and block_kv_compute 1024, MaxDiffusion's large blocks; queries and keys
+`SPLASH_LIMIT_LENGTH` long, the longest call the limit is used for) on one compile-only device and
+bisects the largest block_q, a multiple of 128, that compiles at local batch 1 and 2 (what Wan's
+CFG batch of 2 leaves a device). They are `splash_max_block_q` in `src/aoizora/data/hardware.json`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from aoizora.models.wan.attention import splash_attention
-from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
+from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH
 from aoizora.toolchain import compile_only_devices, toolchain_versions
 
 DATA = Path(__file__).parent / "data" / "splash_vmem.json"
@@ -42,11 +46,10 @@ def compiles(topology: str, batch: int, block_q: int) -> tuple[bool, str]:
     compiler's VMEM figure when it does not."""
     device = compile_only_devices(topology)[:1]
     sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
-    length = max(MAX_ROWS, LARGE_BLOCK_KV)
     fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=block_q,
                                                   block_kv=LARGE_BLOCK_KV, block_kv_compute=LARGE_BLOCK_KV_COMPUTE),
                  in_shardings=(sharding,) * 3)
-    x = jax.ShapeDtypeStruct((batch, length, HEADS, HEAD_DIM), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((batch, SPLASH_LIMIT_LENGTH, HEADS, HEAD_DIM), jnp.bfloat16)
     try:
         fn.lower(x, x, x).compile()
     except Exception as exc:  # libtpu's refusal: a RESOURCE_EXHAUSTED XlaRuntimeError
@@ -84,7 +87,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     out = {"_about": __doc__.split("\n\n")[2].replace("\n", " "),
-           "kernel": {"block_kv": LARGE_BLOCK_KV, "block_kv_compute": LARGE_BLOCK_KV_COMPUTE, "heads": HEADS,
+           "kernel": {"length": SPLASH_LIMIT_LENGTH, "block_kv": LARGE_BLOCK_KV, "block_kv_compute": LARGE_BLOCK_KV_COMPUTE, "heads": HEADS,
                       "head_dim": HEAD_DIM, "dtype": "bf16", "residuals": True},
            "toolchain": toolchain_versions(), "rows": rows}
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -9,7 +9,8 @@ import pytest
 
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
-    LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, fitted_splash_blocks, local_batch, self_attention_lengths,
+    LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, fitted_splash_blocks, local_batch,
+    self_attention_lengths,
 )
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.space import WanSpace, strategy_key
@@ -85,10 +86,13 @@ def test_fitted_blocks_of_a_720p_call_and_the_grid_they_save():
     assert splash_grid_steps(40, 18_944, 75_776, blocks.block_q, blocks.block_kv) == 40 * 10 * 37
 
 
-def test_no_blocks_where_the_limit_was_not_measured_for_the_local_batch():
+def test_no_blocks_where_the_limit_was_not_measured():
     st = Strategy(context=8, attention="ulysses", weights="replicated")  # local batch 2
     assert fitted_splash_blocks(st, TOKENS, 2, {1: 2048}) is None
     assert fitted_splash_blocks(st, TOKENS, 2, {1: 2048, 2: 1664}) is not None
+    # calls longer than the limit's measurement keep the kernel's pick (the working set grows with length)
+    assert fitted_splash_blocks(st, SPLASH_LIMIT_LENGTH, 2, {2: 1664}) is not None
+    assert fitted_splash_blocks(st, SPLASH_LIMIT_LENGTH + 1, 2, {2: 1664}) is None
 
 
 def test_a_space_for_a_generation_runs_every_splash_strategy_with_its_fitted_blocks():
@@ -121,7 +125,7 @@ def test_the_largest_query_block_is_what_the_compiler_allows(batch):
     limit = hardware_profile("v5e").splash_max_block_q[batch]
     device = toolchain.compile_only_devices("v5e:2x2")[:1]
     sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
-    x = jax.ShapeDtypeStruct((batch, 8192, 4, 128), jnp.bfloat16)
+    x = jax.ShapeDtypeStruct((batch, SPLASH_LIMIT_LENGTH, 4, 128), jnp.bfloat16)
 
     def compile_with(block_q: int) -> None:
         fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=block_q,
@@ -132,3 +136,24 @@ def test_the_largest_query_block_is_what_the_compiler_allows(batch):
     compile_with(limit)
     with pytest.raises(Exception, match="(?i)vmem"):
         compile_with(limit + 128)
+
+
+def test_a_720p_strategy_with_its_fitted_blocks_compiles_for_v6e():
+    """The whole model's splash calls at Wan's longest lengths (720p, 81 frames: each device attends
+    18,944 queries to 75,776 keys) compile with the blocks fitted to v6e's limit; a block of the
+    limit measured on short calls (3,840 rows) overflows the scoped VMEM there."""
+    from aoizora.placement import enumerate_placements
+    from aoizora.stage2.search import compile_strategy
+    from aoizora.topology import get_topology
+
+    topo = get_topology("v6e:2x4")
+    narrow = NARROW.replace(num_layers=1)
+    space = WanSpace(narrow, VideoShape(81, 720, 1280), generation="v6e")
+    st = Strategy(data=2, context=4, attention="allgather", weights="replicated")
+    fitted = next(c.strategy for c in space.candidates(8) if c.strategy.axis_sizes == st.axis_sizes
+                  and c.strategy.attention == "allgather" and c.strategy.weights == "replicated")
+    placement = enumerate_placements(topo, space.mesh_spec(fitted)).placements[0]
+    compile_strategy(space, fitted, strategy_key(fitted), topo, placement, 600.0)
+    too_large = dataclasses.replace(fitted, splash_blocks=SplashBlocks(3840, 2048, 1024))
+    with pytest.raises(Exception, match="(?i)vmem"):
+        compile_strategy(space, too_large, strategy_key(too_large), topo, placement, 600.0)

@@ -10,9 +10,11 @@ dividing the lengths (no padding, but many small blocks at video lengths).
 
 `fitted_splash_blocks` picks, for the lengths of a strategy's self-attention calls, the fewest Q
 blocks no larger than the largest block_q the generation's compiler accepts at the strategy's local
-batch (`HardwareProfile.splash_max_block_q`, measured by compiling: the kernel is vmapped over the
-local batch, which adds to its working set) and the fewest K/V blocks of at most `LARGE_BLOCK_KV`
-keys, each rounded up to 128 so that padding stays below 128 rows or keys per block.
+batch (`HardwareProfile.splash_max_block_q`, measured by compiling) and the fewest K/V blocks of at
+most `LARGE_BLOCK_KV` keys, each rounded up to 128 so that padding stays below 128 rows or keys per
+block. The kernel's VMEM working set grows with the local batch (it is vmapped over it) and with
+the call's query and key lengths, so the limit is measured at `SPLASH_LIMIT_LENGTH` queries and
+keys and holds for calls up to that length; longer calls keep the kernel's per-call pick.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from aoizora.models.wan.strategy import SPLASH_ALIGN, SplashBlocks, Strategy, pa
 #: `benchmarks/hardware/splash_vmem.py` measures each generation's query-row limit with them.
 LARGE_BLOCK_KV = 2048
 LARGE_BLOCK_KV_COMPUTE = 1024
+#: the query and key length at which `splash_max_block_q` is measured (40 blocks of 2,048 keys;
+#: Wan 14B at 720p, 81 frames attends 75,776 padded tokens)
+SPLASH_LIMIT_LENGTH = 40 * LARGE_BLOCK_KV
 
 
 def _round_up(n: int, unit: int) -> int:
@@ -61,11 +66,12 @@ def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
                          max_block_q: dict[int, int]) -> SplashBlocks | None:
     """The splash blocks for the strategy's self-attention calls over `tokens` tokens with a CFG
     batch of `batch`, on a generation whose compiler accepts Q blocks up to `max_block_q[local
-    batch]` rows (see the module docstring); None when that limit was not measured for the local batch."""
+    batch]` rows (see the module docstring); None when that limit was not measured for the local
+    batch or the calls are longer than the length it was measured at."""
     cap_q = max_block_q.get(local_batch(strategy, batch))
-    if cap_q is None:
-        return None
     lq, lk = self_attention_lengths(strategy, tokens)
+    if cap_q is None or max(lq, lk) > SPLASH_LIMIT_LENGTH:
+        return None
     block_q = _fewest_blocks(lq, cap_q // SPLASH_ALIGN * SPLASH_ALIGN)
     block_kv = _fewest_blocks(lk, LARGE_BLOCK_KV)
     return SplashBlocks(block_q, block_kv, _largest_dividing(block_kv, LARGE_BLOCK_KV_COMPUTE))
