@@ -111,10 +111,8 @@ def test_a_space_for_a_generation_runs_every_splash_strategy_with_its_fitted_blo
     assert all(c.strategy.splash_blocks is None for c in xla.candidates(8))
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-def test_the_largest_query_block_is_what_the_compiler_allows(batch):
-    """v5e's `splash_max_block_q` compiles and one 128-row step more overflows the scoped VMEM
-    (the measurement of benchmarks/hardware/splash_vmem.py, repeated for one generation)."""
+def _compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: SplashBlocks) -> None:
+    """Compile the model's splash call (with residuals) alone for one device of `topology`."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -122,38 +120,36 @@ def test_the_largest_query_block_is_what_the_compiler_allows(batch):
 
     from aoizora.models.wan.attention import splash_attention
 
-    limit = hardware_profile("v5e").splash_max_block_q[batch]
-    device = toolchain.compile_only_devices("v5e:2x2")[:1]
+    device = toolchain.compile_only_devices(topology)[:1]
     sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
-    x = jax.ShapeDtypeStruct((batch, SPLASH_LIMIT_LENGTH, 4, 128), jnp.bfloat16)
+    fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=blocks.block_q,
+                                                  block_kv=blocks.block_kv, block_kv_compute=blocks.block_kv_compute),
+                 in_shardings=(sharding,) * 3)
+    q = jax.ShapeDtypeStruct((batch, lq, 4, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((batch, lk, 4, 128), jnp.bfloat16)
+    fn.lower(q, kv, kv).compile()
 
-    def compile_with(block_q: int) -> None:
-        fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=block_q,
-                                                      block_kv=LARGE_BLOCK_KV, block_kv_compute=LARGE_BLOCK_KV_COMPUTE),
-                     in_shardings=(sharding,) * 3)
-        fn.lower(x, x, x).compile()
 
-    compile_with(limit)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_largest_query_block_is_what_the_compiler_allows(batch):
+    """v5e's `splash_max_block_q` compiles at the length it was measured at and one 128-row step
+    more overflows the scoped VMEM (benchmarks/hardware/splash_vmem.py, repeated for one generation)."""
+    limit = hardware_profile("v5e").splash_max_block_q[batch]
+    n = SPLASH_LIMIT_LENGTH
+    _compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
     with pytest.raises(Exception, match="(?i)vmem"):
-        compile_with(limit + 128)
+        _compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
 
 
-def test_a_720p_strategy_with_its_fitted_blocks_compiles_for_v6e():
-    """The whole model's splash calls at Wan's longest lengths (720p, 81 frames: each device attends
-    18,944 queries to 75,776 keys) compile with the blocks fitted to v6e's limit; a block of the
-    limit measured on short calls (3,840 rows) overflows the scoped VMEM there."""
-    from aoizora.placement import enumerate_placements
-    from aoizora.stage2.search import compile_strategy
-    from aoizora.topology import get_topology
-
-    topo = get_topology("v6e:2x4")
-    narrow = NARROW.replace(num_layers=1)
-    space = WanSpace(narrow, VideoShape(81, 720, 1280), generation="v6e")
+def test_the_blocks_fitted_to_a_720p_strategy_compile_for_v6e():
+    """Wan's longest calls (720p, 81 frames, data=2 context=4 all-gather: each device attends 18,944
+    queries to 75,776 keys) compile with the blocks fitted to v6e's limit, while the block v6e
+    accepts on 8,192-token calls (3,840 rows) overflows the scoped VMEM there: the limit must be
+    measured at the longest call. (A compiled call's VMEM is its own: the whole model at these
+    lengths was refused for the 3,840-row block with the same "CompileTimeScopedVmemOom".)"""
     st = Strategy(data=2, context=4, attention="allgather", weights="replicated")
-    fitted = next(c.strategy for c in space.candidates(8) if c.strategy.axis_sizes == st.axis_sizes
-                  and c.strategy.attention == "allgather" and c.strategy.weights == "replicated")
-    placement = enumerate_placements(topo, space.mesh_spec(fitted)).placements[0]
-    compile_strategy(space, fitted, strategy_key(fitted), topo, placement, 600.0)
-    too_large = dataclasses.replace(fitted, splash_blocks=SplashBlocks(3840, 2048, 1024))
+    blocks = fitted_splash_blocks(st, 75_600, 2, hardware_profile("v6e").splash_max_block_q)
+    assert blocks.block_q > 2048  # 7 Q blocks, where the kernel's pick (512) runs 37
+    _compile_splash_call("v6e:2x2", 1, 18_944, 75_776, blocks)
     with pytest.raises(Exception, match="(?i)vmem"):
-        compile_strategy(space, too_large, strategy_key(too_large), topo, placement, 600.0)
+        _compile_splash_call("v6e:2x2", 1, 18_944, 75_776, SplashBlocks(3840, 2048, 1024))
