@@ -9,7 +9,7 @@ import pytest
 
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
-    LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, fitted_splash_blocks, local_batch,
+    KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, fitted_splash_blocks, local_batch,
     self_attention_lengths,
 )
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
@@ -59,18 +59,21 @@ def test_lengths_and_blocks_are_those_of_the_traced_splash_calls(strategy, fitte
             assert k.kv_shape[1] == math.ceil(lk / blocks.block_kv) * blocks.block_kv
 
 
-@pytest.mark.parametrize("length", [128, 1024, 4736, 9472, 18944, 75776, 75648])
+@pytest.mark.parametrize("length", [128, 1024, 4736, 6656, 9472, 18944, 75776, 75648])
 @pytest.mark.parametrize("cap", [512, 1024, 1664, 3072])
 def test_fitted_blocks_tile_the_lengths_in_the_fewest_blocks_with_little_padding(length, cap):
     ring = Strategy(data=2, context=1)  # lq = lk = the padded length; local batch 1
     blocks = fitted_splash_blocks(ring, length, 2, {1: cap})
     assert blocks.reasons() == []
-    for size, limit in ((blocks.block_q, cap), (blocks.block_kv, LARGE_BLOCK_KV)):
+    for size, limit, unit in ((blocks.block_q, cap, 128), (blocks.block_kv, LARGE_BLOCK_KV, KV_ALIGN)):
         count = math.ceil(length / size)
-        assert size % 128 == 0 and size <= max(limit, 128)
+        assert size % unit == 0 and size <= max(limit, unit)
         assert count == math.ceil(length / limit)  # no fewer blocks of at most `limit` exist
-        assert count * size - length < 128 * count  # under 128 padded rows or keys per block
-    assert blocks.block_kv % blocks.block_kv_compute == 0 and blocks.block_kv_compute <= LARGE_BLOCK_KV_COMPUTE
+        assert count * size - length < unit * count  # under one unit of padded rows or keys per block
+    assert blocks.block_kv % blocks.block_kv_compute == 0
+    # the compute sub-block fills a 256-wide MXU and is the largest such divisor up to 1,024
+    assert KV_ALIGN <= blocks.block_kv_compute <= LARGE_BLOCK_KV_COMPUTE and blocks.block_kv_compute % KV_ALIGN == 0
+    assert not any(blocks.block_kv % b == 0 for b in range(blocks.block_kv_compute + KV_ALIGN, LARGE_BLOCK_KV_COMPUTE + 1, KV_ALIGN))
 
 
 def test_fitted_blocks_of_a_720p_call_and_the_grid_they_save():

@@ -11,8 +11,9 @@ dividing the lengths (no padding, but many small blocks at video lengths).
 `fitted_splash_blocks` picks, for the lengths of a strategy's self-attention calls, the fewest Q
 blocks no larger than the largest block_q the generation's compiler accepts at the strategy's local
 batch (`HardwareProfile.splash_max_block_q`, measured by compiling) and the fewest K/V blocks of at
-most `LARGE_BLOCK_KV` keys, each rounded up to 128 so that padding stays below 128 rows or keys per
-block. The kernel's VMEM working set grows with the local batch (it is vmapped over it) and with
+most `LARGE_BLOCK_KV` keys, Q blocks rounded up to 128 rows and K/V blocks to `KV_ALIGN` keys, so
+that padding stays below that per block and the K/V compute sub-block (the width of the score
+tile the MXU computes) is never narrower than the widest MXU. The kernel's VMEM working set grows with the local batch (it is vmapped over it) and with
 the call's query and key lengths, so the limit is measured at `SPLASH_LIMIT_LENGTH` queries and
 keys and holds for calls up to that length; longer calls keep the kernel's per-call pick.
 """
@@ -30,6 +31,10 @@ LARGE_BLOCK_KV_COMPUTE = 1024
 #: the query and key length at which `splash_max_block_q` is measured (40 blocks of 2,048 keys;
 #: Wan 14B at 720p, 81 frames attends 75,776 padded tokens)
 SPLASH_LIMIT_LENGTH = 40 * LARGE_BLOCK_KV
+#: K/V blocks are multiples of the widest MXU (256 on v6e and TPU7x: jax-ml/jax
+#: jax/_src/pallas/mosaic/tpu_info.py @ 990e6a0b84138346e6a38785412f36356e0e5dc3, MXU_COLUMN_SIZE_GEN_GE_6),
+#: so that their compute sub-block, a divisor, can be too
+KV_ALIGN = 256
 
 
 def _round_up(n: int, unit: int) -> int:
@@ -51,15 +56,16 @@ def local_batch(strategy: Strategy, batch: int) -> int:
     return max(1, -(-batch // strategy.batch_degree))
 
 
-def _fewest_blocks(length: int, cap: int) -> int:
-    """The smallest 128-multiple block of at most `cap` that tiles `length` in the fewest blocks."""
+def _fewest_blocks(length: int, cap: int, unit: int) -> int:
+    """The smallest `unit`-multiple block of at most `cap` (a multiple of `unit`) that tiles
+    `length` in the fewest blocks."""
     count = -(-length // cap)
-    return _round_up(-(-length // count), SPLASH_ALIGN)
+    return _round_up(-(-length // count), unit)
 
 
-def _largest_dividing(n: int, cap: int) -> int:
-    """The largest multiple of 128 that is at most `cap` and divides `n` (a multiple of 128)."""
-    return max(b for b in range(SPLASH_ALIGN, min(cap, n) + 1, SPLASH_ALIGN) if n % b == 0)
+def _largest_dividing(n: int, cap: int, unit: int) -> int:
+    """The largest multiple of `unit` that is at most `cap` and divides `n` (a multiple of `unit`)."""
+    return max(b for b in range(unit, min(cap, n) + 1, unit) if n % b == 0)
 
 
 def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
@@ -72,6 +78,6 @@ def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
     lq, lk = self_attention_lengths(strategy, tokens)
     if cap_q is None or max(lq, lk) > SPLASH_LIMIT_LENGTH:
         return None
-    block_q = _fewest_blocks(lq, cap_q // SPLASH_ALIGN * SPLASH_ALIGN)
-    block_kv = _fewest_blocks(lk, LARGE_BLOCK_KV)
-    return SplashBlocks(block_q, block_kv, _largest_dividing(block_kv, LARGE_BLOCK_KV_COMPUTE))
+    block_q = _fewest_blocks(lq, cap_q // SPLASH_ALIGN * SPLASH_ALIGN, SPLASH_ALIGN)
+    block_kv = _fewest_blocks(lk, LARGE_BLOCK_KV, KV_ALIGN)
+    return SplashBlocks(block_q, block_kv, _largest_dividing(block_kv, LARGE_BLOCK_KV_COMPUTE, KV_ALIGN))
