@@ -25,14 +25,11 @@ import json
 import re
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-from aoizora.models.wan.attention import splash_attention
-from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH
-from aoizora.toolchain import compile_only_devices, toolchain_versions
+from aoizora.models.wan.blocks import (
+    LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call,
+)
+from aoizora.models.wan.strategy import SplashBlocks
+from aoizora.toolchain import toolchain_versions
 
 DATA = Path(__file__).parent / "data" / "splash_vmem.json"
 SLICES = {"v4": "v4:2x2x1", "v5e": "v5e:2x2", "v5p": "v5p:2x2x1", "v6e": "v6e:2x2", "tpu7x": "tpu7x:2x2x1"}
@@ -44,14 +41,9 @@ HEADS, HEAD_DIM = 4, 128
 def compiles(topology: str, batch: int, block_q: int) -> tuple[bool, str]:
     """Whether the splash call with these blocks compiles for one device of `topology`, and the
     compiler's VMEM figure when it does not."""
-    device = compile_only_devices(topology)[:1]
-    sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
-    fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=block_q,
-                                                  block_kv=LARGE_BLOCK_KV, block_kv_compute=LARGE_BLOCK_KV_COMPUTE),
-                 in_shardings=(sharding,) * 3)
-    x = jax.ShapeDtypeStruct((batch, SPLASH_LIMIT_LENGTH, HEADS, HEAD_DIM), jnp.bfloat16)
     try:
-        fn.lower(x, x, x).compile()
+        compile_splash_call(topology, batch, SPLASH_LIMIT_LENGTH, SPLASH_LIMIT_LENGTH,
+                            SplashBlocks(block_q, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE), HEADS, HEAD_DIM)
     except Exception as exc:  # libtpu's refusal: a RESOURCE_EXHAUSTED XlaRuntimeError
         text = str(exc)
         if "vmem" not in text.lower():

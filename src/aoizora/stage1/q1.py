@@ -80,15 +80,19 @@ class Q1Result:
                    float(d["prefetch_seconds"]), by_axes)
 
 
+def fits_one_chip(topology: Topology, group_size: int) -> bool:
+    """Whether a group of `group_size` devices can be placed on one chip's cores (no ICI hop)."""
+    return group_size <= topology.cores_per_chip
+
+
 def best_group_bandwidth(topology: Topology, group_size: int) -> float:
     """Bytes/s into one device of a group of `group_size` devices under the best placement."""
-    chips = math.ceil(group_size / topology.cores_per_chip)
     hw = topology.hardware
     if group_size < 2:
         return math.inf
-    if chips < 2:  # the group fits on one chip: its cores' die-to-die link, if the chip has one
+    if fits_one_chip(topology, group_size):  # its cores' die-to-die link, if the chip has one
         return hw.d2d_bandwidth_Bps or math.inf
-    links = 1 if chips == 2 else 2
+    links = 1 if math.ceil(group_size / topology.cores_per_chip) == 2 else 2
     return min(links, hw.ici_ports_per_chip) * hw.link_bandwidth_Bps
 
 
@@ -97,7 +101,7 @@ def comm_seconds(node: CommNode, topology: Topology) -> float:
     bw = best_group_bandwidth(topology, node.group_size)
     if math.isinf(bw):
         return 0.0
-    if node.group_size <= topology.cores_per_chip:  # on one chip: no ICI hop
+    if fits_one_chip(topology, node.group_size):
         return node.recv_bytes / bw
     return node.recv_bytes / bw + node.steps * topology.hardware.hop_latency_s
 

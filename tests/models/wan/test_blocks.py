@@ -9,8 +9,8 @@ import pytest
 
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
-    KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, fitted_splash_blocks, local_batch,
-    self_attention_lengths,
+    KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call, fitted_splash_blocks,
+    local_batch, self_attention_lengths,
 )
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.space import WanSpace, strategy_key
@@ -114,34 +114,15 @@ def test_a_space_for_a_generation_runs_every_splash_strategy_with_its_fitted_blo
     assert all(c.strategy.splash_blocks is None for c in xla.candidates(8))
 
 
-def _compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: SplashBlocks) -> None:
-    """Compile the model's splash call (with residuals) alone for one device of `topology`."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    from aoizora.models.wan.attention import splash_attention
-
-    device = toolchain.compile_only_devices(topology)[:1]
-    sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
-    fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=blocks.block_q,
-                                                  block_kv=blocks.block_kv, block_kv_compute=blocks.block_kv_compute),
-                 in_shardings=(sharding,) * 3)
-    q = jax.ShapeDtypeStruct((batch, lq, 4, 128), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((batch, lk, 4, 128), jnp.bfloat16)
-    fn.lower(q, kv, kv).compile()
-
-
 @pytest.mark.parametrize("batch", [1, 2])
 def test_the_largest_query_block_is_what_the_compiler_allows(batch):
     """v5e's `splash_max_block_q` compiles at the length it was measured at and one 128-row step
     more overflows the scoped VMEM (benchmarks/hardware/splash_vmem.py, repeated for one generation)."""
     limit = hardware_profile("v5e").splash_max_block_q[batch]
     n = SPLASH_LIMIT_LENGTH
-    _compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+    compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
     with pytest.raises(Exception, match="(?i)vmem"):
-        _compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
 
 
 def test_the_blocks_fitted_to_a_720p_strategy_compile_for_v6e():
@@ -153,6 +134,6 @@ def test_the_blocks_fitted_to_a_720p_strategy_compile_for_v6e():
     st = Strategy(data=2, context=4, attention="allgather", weights="replicated")
     blocks = fitted_splash_blocks(st, 75_600, 2, hardware_profile("v6e").splash_max_block_q)
     assert blocks.block_q > 2048  # 7 Q blocks, where the kernel's pick (512) runs 37
-    _compile_splash_call("v6e:2x2", 1, 18_944, 75_776, blocks)
+    compile_splash_call("v6e:2x2", 1, 18_944, 75_776, blocks)
     with pytest.raises(Exception, match="(?i)vmem"):
-        _compile_splash_call("v6e:2x2", 1, 18_944, 75_776, SplashBlocks(3840, 2048, 1024))
+        compile_splash_call("v6e:2x2", 1, 18_944, 75_776, SplashBlocks(3840, 2048, 1024))

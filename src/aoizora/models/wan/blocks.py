@@ -81,3 +81,27 @@ def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
     block_q = _fewest_blocks(lq, cap_q // SPLASH_ALIGN * SPLASH_ALIGN, SPLASH_ALIGN)
     block_kv = _fewest_blocks(lk, LARGE_BLOCK_KV, KV_ALIGN)
     return SplashBlocks(block_q, block_kv, _largest_dividing(block_kv, LARGE_BLOCK_KV_COMPUTE, KV_ALIGN))
+
+
+def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: SplashBlocks,
+                        heads: int = 4, head_dim: int = 128) -> None:
+    """Compile the model's splash call (with log-sum-exp residuals, the ring variant's larger
+    working set) alone for one compile-only device of `topology`: `batch` × `lq` queries against
+    `lk` keys in bf16. libtpu's refusal (e.g. "CompileTimeScopedVmemOom" when a block's working
+    set overflows the scoped VMEM) propagates as the compiler raised it."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from aoizora.models.wan.attention import splash_attention
+    from aoizora.toolchain import compile_only_devices
+
+    device = compile_only_devices(topology)[:1]
+    sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
+    fn = jax.jit(lambda q, k, v: splash_attention(q, k, v, None, residuals=True, block_q=blocks.block_q,
+                                                  block_kv=blocks.block_kv, block_kv_compute=blocks.block_kv_compute),
+                 in_shardings=(sharding,) * 3)
+    q = jax.ShapeDtypeStruct((batch, lq, heads, head_dim), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((batch, lk, heads, head_dim), jnp.bfloat16)
+    fn.lower(q, kv, kv).compile()
