@@ -41,7 +41,7 @@ from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.search import (
-    OUT_OF_HBM, BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason,
+    BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason, refused_for_memory,
 )
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
@@ -438,7 +438,7 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     chosen = [p["sim_seconds"] for p in pairs if p["strategy"] == a["strategy"]]
     # a compile that timed out or failed leaves a hole in the oracle (a refusal for HBM does not:
     # that strategy cannot run), so recall is not claimed for such a cell
-    failed = sorted(k for k, s in doc["strategies"].items() if "dropped" in s and not s["dropped"].startswith(OUT_OF_HBM))
+    failed = sorted(k for k, s in doc["strategies"].items() if "dropped" in s and not refused_for_memory(s["dropped"]))
     complete = doc["oracle_complete"] and not failed
     oracle_key = oracle_pair["strategy"] if oracle_pair else None
     oracle_rank = doc["stage1"]["ranks"].get(oracle_key) if oracle_key else None
@@ -465,7 +465,7 @@ def cell_metrics(doc: dict[str, Any]) -> dict[str, Any]:
         "pairs_scored": len(pairs),
         "strategies_compiled": sum(1 for s in doc["strategies"].values() if "dropped" not in s),
         "strategies_refused_by_compiler": sum(1 for s in doc["strategies"].values()
-                                              if s.get("dropped", "").startswith(OUT_OF_HBM)),
+                                              if refused_for_memory(s.get("dropped", ""))),
         "strategies_failed_to_compile": failed,
         "memory_estimate_max_rel_error": max(mem_err) if mem_err else None,
         "dropped_by_stage1_but_compiled": accepted_but_dropped,

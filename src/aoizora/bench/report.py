@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aoizora.stage2.search import OUT_OF_HBM
+from aoizora.stage2.search import refused_for_memory
 
 COLUMNS = [
     ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),
@@ -68,7 +68,7 @@ def row(doc: dict[str, Any], current: str | None = None) -> dict[str, str]:
         dropped = doc["strategies"].get(doc[role]["strategy"] or "", {}).get("dropped")
         if dropped is None:
             return "–"
-        return "does not fit" if dropped.startswith(OUT_OF_HBM) else "did not compile"
+        return "does not fit" if refused_for_memory(dropped) else "did not compile"
 
     return {
         "cell": f"{c['topology']} {c['resolution']} {c['frames']}f"
@@ -145,7 +145,7 @@ def _status(doc: dict[str, Any], role: str) -> str:
     dropped = doc["strategies"].get(doc[role]["strategy"] or "", {}).get("dropped")
     if dropped is None:
         return "absent"
-    return "does not fit" if dropped.startswith(OUT_OF_HBM) else "did not compile"
+    return "does not fit" if refused_for_memory(dropped) else "did not compile"
 
 
 def csv_row(doc: dict[str, Any], current: str) -> dict[str, Any]:

@@ -3,8 +3,8 @@ from the compiled HLO, score every placement of each with Q2.
 
 Public API:
 - `run_stage2` and its results (`StrategyOutcome`, `Scored`, `Compiled`);
-- `compile_strategy` (one strategy over one device order, through the compile cache), `drop_reason`
-  and `OUT_OF_HBM` (why a strategy was dropped);
+- `compile_strategy` (one strategy over one device order, through the compile cache), `drop_reason`,
+  `refused_for_memory`, `OUT_OF_HBM` and `OUT_OF_VMEM` (why a strategy was dropped);
 - `CompileCache`, `CompileRecord`, `default_compile_cache`: libtpu's output kept on disk;
 - `CompileExecutor`, where compiles run: `CompileWorkers` (child processes, killed on timeout or
   Ctrl-C) or a Ray cluster's actors (`aoizora.stage2.ray_executor`); `executor_from_spec` makes one
@@ -19,13 +19,13 @@ from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_co
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
 from aoizora.stage2.search import (
-    OUT_OF_HBM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored, Stage2Summary,
-    StrategyOutcome, compile_strategy, drop_reason, run_stage2, shared_compile_placement,
+    OUT_OF_HBM, OUT_OF_VMEM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored,
+    Stage2Summary, StrategyOutcome, compile_strategy, drop_reason, refused_for_memory, run_stage2, shared_compile_placement,
 )
 
 __all__ = [
-    "OUT_OF_HBM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor", "CompilePlacements", "CompileRecord",
-    "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "Scored", "Stage2Summary", "StrategyOutcome",
-    "compile_strategy", "default_compile_cache", "drop_reason", "executor_from_spec", "predicted_compile_placement", "run_stage2",
-    "shared_compile_placement",
+    "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
+    "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "Scored",
+    "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
+    "executor_from_spec", "predicted_compile_placement", "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

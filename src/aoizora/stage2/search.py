@@ -148,7 +148,7 @@ def compile_strategy(
     t0 = time.perf_counter()
     try:
         result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, executor)
-    except Exception as exc:  # timeouts are not cached: only the compiler's out-of-HBM refusal is
+    except Exception as exc:  # timeouts are not cached: only the compiler's refusal for memory is
         if cache is not None and entry is not None and _is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
                                            label=label))
@@ -230,16 +230,32 @@ def _is_out_of_memory(exc: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
-OUT_OF_HBM = "out of HBM at compile"  # how `drop_reason` starts for the compiler's HBM refusal (cached ones too)
+# How `drop_reason` starts when the compiler refuses a program for memory (cached refusals too):
+# the program's buffers overflow HBM, or a kernel's working set overflows the scoped VMEM
+# ("CompileTimeScopedVmemOom", e.g. splash blocks too large for the chip). Either way it cannot run.
+OUT_OF_HBM = "out of HBM at compile"
+OUT_OF_VMEM = "out of scoped VMEM at compile"
+
+
+def refused_for_memory(dropped: str) -> bool:
+    """Whether a drop reason is the compiler's refusal for HBM or scoped VMEM."""
+    return dropped.startswith((OUT_OF_HBM, OUT_OF_VMEM))
+
+
+def _memory_label(text: str) -> str:
+    return OUT_OF_VMEM if "vmem" in text.lower() else OUT_OF_HBM
 
 
 def drop_reason(exc: BaseException) -> str:
-    if isinstance(exc, CachedCompileError):
-        return str(exc)
     text = str(exc)
+    if isinstance(exc, CachedCompileError):
+        # refusals cached before the VMEM label existed all start with the HBM one
+        if text.startswith(f"{OUT_OF_HBM}: "):
+            return f"{_memory_label(text)}: {text[len(OUT_OF_HBM) + 2:]}"
+        return text
     first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
     if _is_out_of_memory(exc):
-        return f"{OUT_OF_HBM}: {first}"
+        return f"{_memory_label(first)}: {first}"
     if isinstance(exc, CompileTimeout):
         return first
     return f"compile failed: {getattr(exc, 'original_type', type(exc).__name__)}: {first}"
@@ -486,18 +502,19 @@ class _Stage2Run:
                                 self.compile_cache, self.flags_of(key), executor=self.pool)
 
     def finish(self, i: int, outcome: StrategyOutcome) -> None:
-        """Score a compiled strategy on every placement; backfill one the compiler refused for HBM."""
+        """Score a compiled strategy on every placement; backfill one the compiler refused for memory."""
         key = outcome.key
         if outcome.compiled is not None:
             self._score(outcome)
         self.finished[i] = outcome
         if self.on_compiled:
             self.on_compiled(outcome)
-        if outcome.dropped and outcome.dropped.startswith(OUT_OF_HBM) and key in self.replaceable and self.spare:
+        if outcome.dropped and refused_for_memory(outcome.dropped) and key in self.replaceable and self.spare:
             nxt = self.spare.pop(0)
             self.sweep.add(nxt)
             self.replaceable.add(nxt[0])
-            self.notes.append(f"{key} does not fit in HBM (compiler); {nxt[0]}, next in Stage 1's ranking, "
+            memory = "scoped VMEM" if outcome.dropped.startswith(OUT_OF_VMEM) else "HBM"
+            self.notes.append(f"{key} does not fit in {memory} (compiler); {nxt[0]}, next in Stage 1's ranking, "
                               "compiled in its place")
             if self.on_backfill:
                 self.on_backfill(nxt[0])
