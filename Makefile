@@ -19,8 +19,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/aoizora bench --quick --out bench-out
 
+# Test files run in TEST_WORKERS processes, each file's tests in one of them (module fixtures once).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

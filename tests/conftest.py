@@ -1,7 +1,8 @@
 """Test-session setup shared by all tests.
 
-Eight CPU host devices for sharded-execution tests. Must be set before jax is imported; other
-tests use libtpu compile-only devices and are unaffected by the CPU device count.
+Eight CPU host devices for sharded-execution tests (in every pytest-xdist worker). Must be set
+before jax is imported; other tests use libtpu compile-only devices and are unaffected by the CPU
+device count.
 """
 
 import os
@@ -11,10 +12,13 @@ if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 # Plans and compiled programs are cached on disk; tests must neither reuse nor fill the user's cache.
-if "AOIZORA_CACHE_DIR" not in os.environ:
+# Each test process (each pytest-xdist worker too: they inherit the controller's environment) gets
+# a fresh one of its own, unless the user named one.
+if os.environ.get("AOIZORA_CACHE_DIR") in (None, os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")):
     import atexit
     import shutil
     import tempfile
 
-    os.environ["AOIZORA_CACHE_DIR"] = _cache_dir = tempfile.mkdtemp(prefix="aoizora-test-cache-")
+    _cache_dir = tempfile.mkdtemp(prefix="aoizora-test-cache-")
+    os.environ["AOIZORA_CACHE_DIR"] = os.environ["AOIZORA_TEST_SESSION_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)

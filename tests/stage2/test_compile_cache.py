@@ -35,9 +35,10 @@ def test_programs_and_refusals_round_trip(tmp_path):
     assert (cache.hits, cache.misses) == (2, 1)
 
 
-@pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"{}"), gzip.compress(b'{"hlo_text": null, "error": null,'
-                                                                                      b' "device_ids": null, "memory_bytes": null,'
-                                                                                      b' "compile_seconds": 1}')])
+@pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"{}", mtime=0),
+                                     gzip.compress(b'{"hlo_text": null, "error": null, "device_ids": null,'
+                                                   b' "memory_bytes": null, "compile_seconds": 1}', mtime=0)],
+                         ids=["not-gzip", "empty-object", "no-record"])
 def test_corrupt_entries_are_discarded(tmp_path, content):
     cache = CompileCache(tmp_path)
     (tmp_path / "k.json.gz").write_bytes(content)
