@@ -183,7 +183,7 @@ def _connect(address: str | None) -> bool:
     where = address or "a Ray cluster on this machine"
     try:
         if address is None:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            _init_on_this_machine()
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     except ExecutorError:
@@ -193,6 +193,21 @@ def _connect(address: str | None) -> bool:
                             "runs the same Ray version and, if it requires token authentication (Ray's default), "
                             "that RAY_AUTH_MODE=token is set here with its token; or use --executor local") from None
     return True
+
+
+# Ray starts a local cluster's workers at nice 15, where a compile yields to everything else on the
+# machine (the planner's own Stage 1 lowering beside the early compiles included): the cluster that
+# aoizora starts runs them at normal priority.
+_OWN_CLUSTER_CONFIG = {"worker_niceness": 0}
+
+
+def _init_on_this_machine() -> None:
+    """Join the Ray cluster running on this machine, else start one with `_OWN_CLUSTER_CONFIG`."""
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _system_config=_OWN_CLUSTER_CONFIG)
+    except ValueError:  # Ray refuses a _system_config when joining: join the running cluster as it is
+        ray.init(log_to_driver=False, configure_logging=False)
 
 
 def _alive_nodes() -> list[dict[str, Any]]:
