@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aoizora.stage2.search import (
-    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, CompileTimeout, drop_reason, refused_for_memory,
+    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, CompileTimeout, drop_reason, memory_kind, refused_for_memory,
 )
 
 # the first lines libtpu 0.0.42.1 raises (an HBM overflow of a whole program; a splash block too
@@ -16,11 +16,14 @@ def test_the_compilers_memory_refusals_are_labelled_by_memory():
     assert drop_reason(RuntimeError(HBM)) == f"{OUT_OF_HBM}: {HBM}"
     assert drop_reason(RuntimeError(VMEM)) == f"{OUT_OF_VMEM}: RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:"
     assert refused_for_memory(drop_reason(RuntimeError(HBM))) and refused_for_memory(drop_reason(RuntimeError(VMEM)))
+    assert memory_kind(drop_reason(RuntimeError(HBM))) == "HBM"
+    assert memory_kind(drop_reason(RuntimeError(VMEM))) == "scoped VMEM"
 
 
 def test_other_failures_are_not_memory_refusals():
     for exc in (RuntimeError("INVALID_ARGUMENT: bad sharding"), CompileTimeout("compile timed out after 60 s")):
         assert not refused_for_memory(drop_reason(exc))
+        assert memory_kind(drop_reason(exc)) is None
 
 
 def test_a_cached_vmem_refusal_recorded_under_the_hbm_label_is_relabelled():

@@ -237,9 +237,18 @@ OUT_OF_HBM = "out of HBM at compile"
 OUT_OF_VMEM = "out of scoped VMEM at compile"
 
 
+def memory_kind(dropped: str) -> str | None:
+    """The memory a drop reason says the compiler refused the program for ("HBM", "scoped VMEM"), else None."""
+    if dropped.startswith(OUT_OF_VMEM):
+        return "scoped VMEM"
+    if dropped.startswith(OUT_OF_HBM):
+        return "HBM"
+    return None
+
+
 def refused_for_memory(dropped: str) -> bool:
     """Whether a drop reason is the compiler's refusal for HBM or scoped VMEM."""
-    return dropped.startswith((OUT_OF_HBM, OUT_OF_VMEM))
+    return memory_kind(dropped) is not None
 
 
 def _memory_label(text: str) -> str:
@@ -509,11 +518,11 @@ class _Stage2Run:
         self.finished[i] = outcome
         if self.on_compiled:
             self.on_compiled(outcome)
-        if outcome.dropped and refused_for_memory(outcome.dropped) and key in self.replaceable and self.spare:
+        memory = memory_kind(outcome.dropped) if outcome.dropped else None
+        if memory and key in self.replaceable and self.spare:
             nxt = self.spare.pop(0)
             self.sweep.add(nxt)
             self.replaceable.add(nxt[0])
-            memory = "scoped VMEM" if outcome.dropped.startswith(OUT_OF_VMEM) else "HBM"
             self.notes.append(f"{key} does not fit in {memory} (compiler); {nxt[0]}, next in Stage 1's ranking, "
                               "compiled in its place")
             if self.on_backfill:
