@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from aoizora.stage2.ray_executor import RayCompileWorkers
-
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'aoizora[ray]'")
+
+from aoizora.stage2.ray_executor import RayCompileWorkers  # noqa: E402  (imports ray)
 
 
 @ray.remote
