@@ -84,6 +84,30 @@ def test_real_errors_are_not_filtered():
     assert not is_noise("aoizora: error: something real")
 
 
+_FILTERED_WITH_A_CHILD_HOLDING_THE_PIPE = """
+import os, subprocess, sys, time
+from aoizora.stderr_filter import StderrFilter
+with StderrFilter():
+    os.write(2, b"first\\nWARNING: could not determine TPU accelerator type\\nhalf ")
+    os.write(2, b"a line\\n" + b"x" * 100_000 + b"\\nno newline at the end")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = time.monotonic()
+print(f"{time.monotonic() - start:.3f}", flush=True)
+child.kill()
+"""
+
+
+def test_the_filter_ends_with_its_block_although_a_child_holds_the_pipe():
+    """A worker or multiprocessing's resource tracker started inside the block inherits fd 2 (the
+    filter's pipe) and outlives the block; the filter must neither wait for it nor lose a line
+    written before the block's end."""
+    out = subprocess.run([sys.executable, "-c", _FILTERED_WITH_A_CHILD_HOLDING_THE_PIPE],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) < 2.0  # the child sleeps 60 s: waiting for it would take that long
+    assert out.stderr.split("\n") == ["first", "half a line", "x" * 100_000, "no newline at the end", ""]
+
+
 @pytest.mark.parametrize("command", ["plan", "bench"])
 def test_top_k_help_states_the_default(command):
     from click.testing import CliRunner

@@ -6,6 +6,7 @@ libtpu's no-TPU host-detection noise is filtered from stderr (see `stderr_filter
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import math
@@ -70,15 +71,21 @@ class _Group(click.Group):
             ctx.exit(EXIT_INTERRUPTED)
 
 
+# long against the few statements of the hook that delivers a signal again, short against a person
+_REDELIVERY_DELAY_S = 0.02
+
+
 @contextlib.contextmanager
 def interrupts_not_lost() -> Iterator[None]:
     """Ctrl-C inside the block ends it with KeyboardInterrupt, and SIGTERM with `Terminated` (without
     a handler of Python's, SIGTERM would reach libtpu's crash handler, which prints a stack dump),
-    even when the signal landed where Python cannot raise: in a finalizer, a weakref callback or a
-    garbage-collection callback (JAX registers one), Python hands the exception to
+    promptly, even when the signal landed where Python cannot raise: in a finalizer, a weakref
+    callback or a garbage-collection callback (JAX registers one), Python hands the exception to
     `sys.unraisablehook`, which would print "Exception ignored in ..." with a traceback, and goes
-    on. Inside the block that hook keeps such an exception quiet and the block raises it on exit
-    instead. Only the main thread receives signals, so elsewhere it changes nothing."""
+    on. Inside the block that hook keeps such an exception quiet and delivers the signal again, so
+    it is raised at the next point where Python can raise (not at the end of the command, which
+    may be hours of compiles away); should it be lost all the same, the block raises it on exit.
+    Only the main thread receives signals, so elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -90,9 +97,21 @@ def interrupts_not_lost() -> Iterator[None]:
 
     previous_hook = sys.unraisablehook
 
+    def deliver_again(exc: KeyboardInterrupt) -> None:
+        """Soon, from another thread: delivered now, the handler would raise inside this hook."""
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,))
+        timer.daemon = True
+        timer.start()
+
     def unraisable_hook(unraisable: Any) -> None:
         if not any(unraisable.exc_value is exc for exc in raised):
             previous_hook(unraisable)
+            return
+        try:
+            deliver_again(unraisable.exc_value)
+        except KeyboardInterrupt as exc:  # delivered while still in this hook: once more
+            deliver_again(exc)
 
     previous_handlers = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     sys.unraisablehook = unraisable_hook
