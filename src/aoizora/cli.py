@@ -6,16 +6,11 @@ libtpu's no-TPU host-detection noise is filtered from stderr (see `stderr_filter
 
 from __future__ import annotations
 
-import _thread
-import contextlib
 import json
 import math
 import os
-import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +20,11 @@ from aoizora.defaults import (
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_RAY_CPUS_PER_COMPILE, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP,
 )
 from aoizora.errors import AoizoraError, OutputPathError, PlanningError
+from aoizora.interrupts import Terminated, interrupts_not_lost
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a job scheduler's stop reports
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a job scheduler or `kill` stopping the command): it unwinds like Ctrl-C, so every
-    clean-up that Ctrl-C runs (compile workers, caches, pools) runs for it too."""
 
 
 def _usage_line(exc: click.UsageError) -> str:
@@ -69,60 +60,6 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("aoizora: interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
-
-
-# long against the few statements of the hook that delivers a signal again, short against a person
-_REDELIVERY_DELAY_S = 0.02
-
-
-@contextlib.contextmanager
-def interrupts_not_lost() -> Iterator[None]:
-    """Ctrl-C inside the block ends it with KeyboardInterrupt, and SIGTERM with `Terminated` (without
-    a handler of Python's, SIGTERM would reach libtpu's crash handler, which prints a stack dump),
-    promptly, even when the signal landed where Python cannot raise: in a finalizer, a weakref
-    callback or a garbage-collection callback (JAX registers one), Python hands the exception to
-    `sys.unraisablehook`, which would print "Exception ignored in ..." with a traceback, and goes
-    on. Inside the block that hook keeps such an exception quiet and delivers the signal again, so
-    it is raised at the next point where Python can raise (not at the end of the command, which
-    may be hours of compiles away); should it be lost all the same, the block raises it on exit.
-    Only the main thread receives signals, so elsewhere it changes nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    raised: list[KeyboardInterrupt] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        raised.append(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
-        raise raised[-1]
-
-    previous_hook = sys.unraisablehook
-
-    def deliver_again(exc: KeyboardInterrupt) -> None:
-        """Soon, from another thread: delivered now, the handler would raise inside this hook."""
-        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-        timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,))
-        timer.daemon = True
-        timer.start()
-
-    def unraisable_hook(unraisable: Any) -> None:
-        if not any(unraisable.exc_value is exc for exc in raised):
-            previous_hook(unraisable)
-            return
-        try:
-            deliver_again(unraisable.exc_value)
-        except KeyboardInterrupt as exc:  # delivered while still in this hook: once more
-            deliver_again(exc)
-
-    previous_handlers = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
-    sys.unraisablehook = unraisable_hook
-    try:
-        yield
-    finally:
-        for signum, previous in previous_handlers.items():
-            signal.signal(signum, previous)
-        sys.unraisablehook = previous_hook
-    if raised:
-        raise type(raised[0])
 
 
 def _finite(obj: Any) -> Any:

@@ -1,0 +1,72 @@
+"""Stop signals as exceptions: Ctrl-C (SIGINT) and a scheduler's stop (SIGTERM) end a command by
+unwinding it, so every clean-up on the way (compile workers, caches, pools) runs, and never get
+lost where Python cannot raise."""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler or `kill` stopping the command): it unwinds like Ctrl-C, so every
+    clean-up that Ctrl-C runs (compile workers, caches, pools) runs for it too."""
+
+
+# long against the few statements of the hook that delivers a signal again, short against a person
+_REDELIVERY_DELAY_S = 0.02
+
+
+@contextlib.contextmanager
+def interrupts_not_lost() -> Iterator[None]:
+    """Ctrl-C inside the block ends it with KeyboardInterrupt, and SIGTERM with `Terminated` (without
+    a handler of Python's, SIGTERM would reach libtpu's crash handler, which prints a stack dump),
+    promptly, even when the signal landed where Python cannot raise: in a finalizer, a weakref
+    callback or a garbage-collection callback (JAX registers one), Python hands the exception to
+    `sys.unraisablehook`, which would print "Exception ignored in ..." with a traceback, and goes
+    on. Inside the block that hook keeps such an exception quiet and delivers the signal again, so
+    it is raised at the next point where Python can raise (not at the end of the command, which
+    may be hours of compiles away); should it be lost all the same, the block raises it on exit.
+    Only the main thread receives signals, so elsewhere it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[KeyboardInterrupt] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        raised.append(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+        raise raised[-1]
+
+    previous_hook = sys.unraisablehook
+
+    def deliver_again(exc: KeyboardInterrupt) -> None:
+        """Soon, from another thread: delivered now, the handler would raise inside this hook."""
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,))
+        timer.daemon = True
+        timer.start()
+
+    def unraisable_hook(unraisable: Any) -> None:
+        if not any(unraisable.exc_value is exc for exc in raised):
+            previous_hook(unraisable)
+            return
+        try:
+            deliver_again(unraisable.exc_value)
+        except KeyboardInterrupt as exc:  # delivered while still in this hook: once more
+            deliver_again(exc)
+
+    previous_handlers = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    sys.unraisablehook = unraisable_hook
+    try:
+        yield
+    finally:
+        for signum, previous in previous_handlers.items():
+            signal.signal(signum, previous)
+        sys.unraisablehook = previous_hook
+    if raised:
+        raise type(raised[0])

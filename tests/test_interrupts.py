@@ -1,0 +1,81 @@
+"""A stop signal inside `interrupts_not_lost` ends the block with an exception, at once, even when
+it lands where Python cannot raise, and prints nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from aoizora.interrupts import interrupts_not_lost
+
+
+def _interrupt_here() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # the handler runs here, where Python cannot raise
+
+
+class _Finalized:
+    def __del__(self) -> None:
+        _interrupt_here()
+
+
+def _collect_garbage_with_an_interrupt_in_a_finalizer() -> None:
+    obj = _Finalized()
+    del obj
+
+
+def _collect_garbage_with_an_interrupt_in_a_gc_callback() -> None:
+    """Where a Ctrl-C during `plan` lands now and then: JAX registers a gc callback."""
+    import gc
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            _interrupt_here()
+
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(callback)
+
+
+@pytest.mark.parametrize("swallowing_place", [
+    _collect_garbage_with_an_interrupt_in_a_finalizer, _collect_garbage_with_an_interrupt_in_a_gc_callback,
+])
+def test_an_interrupt_that_lands_where_python_cannot_raise_still_ends_the_command_quietly(
+    swallowing_place, monkeypatch,
+):
+    """Python cannot raise inside a finalizer or a gc callback: it hands the exception to
+    `sys.unraisablehook` (which prints "Exception ignored in ..." and a traceback) and goes on. The
+    command must still end as interrupted, print nothing of the kind, and stop right there: not
+    after the rest of its work (in `plan`, hours of compiles)."""
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    steps_after = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_not_lost():
+            swallowing_place()
+            for step in range(50):
+                time.sleep(0.01)
+                steps_after.append(step)
+    # Python checks for pending signals at calls and loop jumps, so at most one step runs
+    assert len(steps_after) <= 1, f"the interrupt waited for {len(steps_after)} steps of the work after it"
+    assert reported == []
+    assert sys.unraisablehook == reported.append  # the block put the previous hook back
+
+
+def test_other_unraisable_exceptions_still_reach_the_hook(monkeypatch):
+    class FailingFinalizer:
+        def __del__(self) -> None:
+            raise ValueError("a bug in a finalizer")
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with interrupts_not_lost():
+        obj = FailingFinalizer()
+        del obj
+    assert [type(u.exc_value) for u in reported] == [ValueError]
