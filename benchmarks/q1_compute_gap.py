@@ -1,12 +1,13 @@
 """Where a compiled Wan program's compute exceeds Stage 1's: Q1's compute per op kind beside Q2's
-per compiled instruction kind, for one strategy compiled over JAX's default order.
+per compiled instruction kind, for one strategy of the space `aoizora plan` searches (splash
+blocks fitted to the strategy and the chip), compiled over JAX's default order.
 
 Q1 charges every op at its roofline with only the HBM bytes no fusion can avoid, and layout or
 elementwise ops nothing; Q2 costs each compiled instruction by libtpu's cycle estimate (or the
 kernel model), including the compute libtpu fuses into asynchronous collectives (its own row). The difference between the two tables is what Q1 does not see.
 
     python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
-        --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses"
+        --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses | blocks=2432/2048/1024"
 
 `--expert NAME` takes an expert deployment of the slice instead (e.g. `maxdiffusion-readme`),
 compiled with its own libtpu flags as the planner compiles it.
@@ -39,7 +40,8 @@ def main() -> None:
     args = ap.parse_args()
 
     topo = get_topology(args.topology)
-    space = wan_space(args.model, args.resolution, args.frames)
+    # the space `aoizora plan` searches: splash blocks fitted to each strategy and the chip's VMEM
+    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
     key, strategy, flags = _chosen(space, topo, args.strategy, args.expert)
     prediction, bound, *_ = analyse(space, strategy, topo)
     stage1: collections.Counter[str] = collections.Counter()
