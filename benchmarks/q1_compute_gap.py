@@ -9,6 +9,10 @@ kernel model), including the compute libtpu fuses into asynchronous collectives 
     python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
         --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses | blocks=2432/2048/1024"
 
+`--shapes N` also lists, by opcode and result shape, the N largest groups of the instructions
+outside matmul fusions, kernels and collectives (elementwise and layout fusions, copies, slices):
+what Q1 takes to be fused away.
+
 `--expert NAME` takes an expert deployment of the slice instead (e.g. `maxdiffusion-readme`),
 compiled with its own libtpu flags as the planner compiles it.
 
@@ -37,6 +41,9 @@ def main() -> None:
     which = ap.add_mutually_exclusive_group(required=True)
     which.add_argument("--strategy", help="a strategy key, as `aoizora plan --stage1-only` prints it")
     which.add_argument("--expert", help="an expert deployment's name, as `aoizora plan --json` records it")
+    ap.add_argument("--shapes", type=int, default=0, metavar="N",
+                    help="also list the N largest groups, by opcode and result shape, of the compiled "
+                         "instructions that are neither matmul fusions, kernels nor collectives")
     args = ap.parse_args()
 
     topo = get_topology(args.topology)
@@ -49,6 +56,21 @@ def main() -> None:
         stage1[("kernel " if op.opaque else "") + op.op] += op_seconds(op, topo) * op.multiplicity
     placement = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0]
     program = compile_strategy(space, strategy, key, topo, placement, None, default_compile_cache(), flags=flags).program
+
+    print(f"Q1 {bound.seconds * 1e3:.1f} ms: compute {bound.compute_seconds * 1e3:.1f}, "
+          f"communication {bound.comm_seconds * 1e3:.1f}")
+    _print_table(f"Stage 1 compute by op ({sum(stage1.values()) * 1e3:.1f} ms):", stage1, 8)
+    compiled = _compiled_by_kind(program, topo.hardware)
+    _print_table(f"compiled compute by instruction, as Q2 costs it ({sum(compiled.values()) * 1e3:.1f} ms, "
+                 f"over {placement.name}):", compiled, 8)
+    if args.shapes:
+        other, count = _other_by_shape(program, topo.hardware)
+        _print_table(f"largest of the other compiled instructions ({sum(other.values()) * 1e3:.1f} ms), "
+                     "by opcode, result shape and count per step:", other, args.shapes, count)
+
+
+def _compiled_by_kind(program, hardware) -> collections.Counter:
+    """Q2's compute seconds per step by compiled instruction kind."""
     compiled: collections.Counter[str] = collections.Counter()
     for node in program.nodes:
         if node.collective is None:
@@ -57,17 +79,29 @@ def main() -> None:
             kind = "compute inside collective fusions"
         else:
             continue
-        compiled[kind] += node.compute_seconds(topo.hardware) * node.multiplicity
+        compiled[kind] += node.compute_seconds(hardware) * node.multiplicity
+    return compiled
 
-    print(f"Q1 {bound.seconds * 1e3:.1f} ms: compute {bound.compute_seconds * 1e3:.1f}, "
-          f"communication {bound.comm_seconds * 1e3:.1f}")
-    print(f"Stage 1 compute by op ({sum(stage1.values()) * 1e3:.1f} ms):")
-    for kind, seconds in stage1.most_common(8):
-        print(f"  {kind:44s} {seconds * 1e3:9.2f} ms")
-    print(f"compiled compute by instruction, as Q2 costs it ({sum(compiled.values()) * 1e3:.1f} ms, "
-          f"over {placement.name}):")
-    for kind, seconds in compiled.most_common(8):
-        print(f"  {kind:44s} {seconds * 1e3:9.2f} ms")
+
+def _other_by_shape(program, hardware) -> tuple[collections.Counter, collections.Counter]:
+    """Q2's compute seconds per step, and executions per step, of the instructions outside matmul
+    output fusions (kOutput), custom-call kernels and collectives, by opcode and result shape."""
+    seconds: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
+    for node in program.nodes:
+        if node.collective is not None or node.custom_call_target or node.fusion_kind == "kOutput":
+            continue
+        kind = f"{node.opcode}{f' ({node.fusion_kind})' if node.fusion_kind else ''} {node.shape}"
+        seconds[kind] += node.compute_seconds(hardware) * node.multiplicity
+        count[kind] += node.multiplicity
+    return seconds, count
+
+
+def _print_table(title: str, seconds: collections.Counter, rows: int, count: collections.Counter | None = None) -> None:
+    print(title)
+    for kind, s in seconds.most_common(rows):
+        times = f"  x{count[kind]}" if count is not None else ""
+        print(f"  {kind[:72]:72s} {s * 1e3:9.2f} ms{times}")
 
 
 def _chosen(space, topo, strategy_key: str | None, expert_name: str | None):
