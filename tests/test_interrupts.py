@@ -55,15 +55,16 @@ def test_an_interrupt_that_lands_where_python_cannot_raise_still_ends_the_comman
     after the rest of its work (in `plan`, hours of compiles)."""
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
-    steps_after = []
+    work_s = 30.0  # the rest of the command; held back to the block's end, the interrupt waits for it all
+    start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         with interrupts_not_lost():
             swallowing_place()
-            for step in range(50):
+            while time.monotonic() - start < work_s:
                 time.sleep(0.01)
-                steps_after.append(step)
-    # Python checks for pending signals at calls and loop jumps, so at most one step runs
-    assert len(steps_after) <= 1, f"the interrupt waited for {len(steps_after)} steps of the work after it"
+    waited = time.monotonic() - start
+    # delivered again 20 ms after it was swallowed; the margin is for a loaded host's scheduler
+    assert waited < 5.0, f"the interrupt waited {waited:.1f} s for the work after it"
     assert reported == []
     assert sys.unraisablehook == reported.append  # the block put the previous hook back
 
