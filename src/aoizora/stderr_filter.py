@@ -51,14 +51,15 @@ class StderrFilter:
         self._stop_r, self._stop_w = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)
-        self._thread = threading.Thread(target=self._pump, args=(read_fd, self._stop_r), daemon=True)
+        self._thread = threading.Thread(target=self._pump, args=(read_fd,), daemon=True)
         self._thread.start()
         return self
 
-    def _pump(self, read_fd: int, stop_r: int) -> None:
+    def _pump(self, read_fd: int) -> None:
         """Copy the pipe's lines that are not noise to the saved stderr until the pipe closes or the
         block ends; then what the pipe still holds, without waiting for more."""
-        pending = b""
+        assert self._stop_r is not None
+        stop_r, pending = self._stop_r, b""
         try:
             while True:
                 ready, _, _ = select.select([read_fd, stop_r], [], [])
@@ -88,12 +89,12 @@ class StderrFilter:
     def __exit__(self, *exc: object) -> None:
         sys.stderr.flush()
         assert self._saved_fd is not None and self._stop_r is not None and self._stop_w is not None
+        assert self._thread is not None
         os.dup2(self._saved_fd, 2)  # this process writes no more to the pipe
         os.write(self._stop_w, b"x")  # the pump may have ended already: the pipe closed with the dup2
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
         os.close(self._stop_w)
-        if self._thread is None or not self._thread.is_alive():
+        if not self._thread.is_alive():  # a pump still running selects on it
             os.close(self._stop_r)
         os.close(self._saved_fd)
 
