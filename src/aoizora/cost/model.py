@@ -214,6 +214,11 @@ class _LinkQueue:
         self.free[used] = cleared
         return max(start + alone_seconds, float(cleared.max()) + self.latencies[collective])
 
+    def finish(self, collective: int | None, recorded: float) -> float:
+        """Completion time of an asynchronous `collective` at its done node, given what `run`
+        returned at its start: unchanged, since collectives started later queue behind it."""
+        return recorded
+
     def shift(self, after: float, by: float) -> None:
         """A loop's remaining iterations were added at `after`: later reservations move with them."""
         self.free = np.where(self.free > after, self.free + by, self.free)
@@ -311,7 +316,8 @@ def _collective_step(node: Node, est: CollectiveEstimate | None, clock: float, r
         _record(timeline, "async", name, begin, pending[node.collective])
         return clock, begin
     if node.kind == NodeKind.COLLECTIVE_DONE:
-        clock = max(begin, pending.pop(node.collective, 0.0))
+        end = pending.pop(node.collective, 0.0)
+        clock = max(begin, links.finish(node.collective, end) if links else end)
         _record(timeline, "wait", name, begin, clock)
         return clock, clock
     clock = links.run(node.collective, begin, alone) if links else begin + alone
