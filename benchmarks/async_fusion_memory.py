@@ -47,8 +47,8 @@ def main() -> None:
     from aoizora.placement.jax_default import jax_default_placement
     from aoizora.topology import get_topology
 
-    space = wan_space(args.model, args.resolution, args.frames)
     topo = get_topology(args.topology)
+    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
     candidates = {c.key: c for c in space.candidates(topo.num_devices)}
     print(f"{'strategy':52s} {'compiler options':28s} {'compile':>8s} {'temp':>10s} {'assigned':>10s} {'outside':>10s}")
     for key in args.strategies:

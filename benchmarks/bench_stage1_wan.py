@@ -24,8 +24,8 @@ def once(args: argparse.Namespace) -> None:
     from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology
 
-    space = wan_space(args.model, args.resolution, args.frames)
     topo = get_topology(args.topology)
+    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
     t0 = time.perf_counter()
     result = run_stage1(space, topo, progress=False, workers=args.workers)
     print(json.dumps({"seconds": time.perf_counter() - t0, "counts": result.counts(),

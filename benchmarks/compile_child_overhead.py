@@ -67,7 +67,7 @@ def main() -> None:
     if args.wan:
         from aoizora.models.registry import wan_space
 
-        space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
+        space = wan_space("wan2.1-t2v-1.3b", "480p", 21, generation=topo.generation)
         candidate = next(c for c in space.candidates(topo.num_devices)
                          if c.key == "data=2,context=2 | weights=replicated | attn=ulysses")
         _measure("Wan 2.1 1.3B 480p/21 step (v5e:2x2)", space, topo, candidate, args.reps)

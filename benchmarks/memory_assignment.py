@@ -41,8 +41,8 @@ def child(topology: str, resolution: str, frames: int, key: str) -> None:
     from aoizora.workload import lowering_inputs_on
     from aoizora.topology import get_topology
 
-    space = wan_space(MODEL, resolution, frames)
     topo = get_topology(topology)
+    space = wan_space(MODEL, resolution, frames, generation=topo.generation)
     strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
     lowered = lowering_inputs_on(space, strategy, topo).lower()
     dump = tempfile.mkdtemp(prefix="aoizora-assign-")
@@ -110,8 +110,9 @@ def evaluate(records: list[dict]) -> None:
         if "temp_bytes" not in r:
             print(f"  no assignment: {r['topology']} {r['resolution']} {r['frames']}f {r['key']}: {r.get('error')}")
             continue
-        space = spaces.setdefault((r["resolution"], r["frames"]), wan_space(MODEL, r["resolution"], r["frames"]))
         topo = get_topology(r["topology"])
+        space = spaces.setdefault((r["topology"], r["resolution"], r["frames"]),
+                                  wan_space(MODEL, r["resolution"], r["frames"], generation=topo.generation))
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == r["key"])
         try:
             est = analyse(space, strategy, topo)[2]
@@ -171,7 +172,7 @@ def main() -> None:
             rec = json.loads(line)
             done.add((rec["topology"], rec["resolution"], rec["frames"], rec["key"]))
     jobs = [(t, r, f, c.key) for t, r, f in cells
-            for c in wan_space(MODEL, r, f).candidates(get_topology(t).num_devices)
+            for c in wan_space(MODEL, r, f, generation=get_topology(t).generation).candidates(get_topology(t).num_devices)
             if c.legal and (t, r, f, c.key) not in done]
     if jobs and not args.report_only:
         print(f"{len(jobs)} legal strategies to compile up to the buffer assignment", flush=True)

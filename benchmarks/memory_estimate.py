@@ -37,7 +37,7 @@ def main() -> None:
         doc = json.loads(Path(path).read_text())
         cell = doc["cell"]
         topo = get_topology(cell["topology"])
-        space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]))
+        space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]), generation=topo.generation)
         strategies = {c.key: c.strategy for c in space.candidates(topo.num_devices)}
         for key, compiled in doc["strategies"].items():
             refused = (compiled.get("dropped") or "").startswith(OUT_OF_HBM)

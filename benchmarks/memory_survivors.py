@@ -30,8 +30,8 @@ def compile_survivors(cells: list[tuple[str, str, int]], out: Path, top_k: int |
 
     done = {(r["topology"], r["resolution"], r["frames"], r["key"]) for r in _records(out)}
     for topology, resolution, frames in cells:
-        space = wan_space(MODEL, resolution, frames)
         topo = get_topology(topology)
+        space = wan_space(MODEL, resolution, frames, generation=topo.generation)
         result = run_stage1(space, topo, progress=False, **({"top_k": top_k} if top_k else {}))
         for entry in result.ranked[: result.top_k]:
             if (topology, resolution, frames, entry.key) in done:
@@ -69,8 +69,8 @@ def evaluate(records: list[dict]) -> None:
         if "memory_bytes" not in r:
             print(f"  not compiled: {label}: {r.get('error')}")
             continue
-        space = wan_space(MODEL, r["resolution"], r["frames"])
         topo = get_topology(r["topology"])
+        space = wan_space(MODEL, r["resolution"], r["frames"], generation=topo.generation)
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == r["key"])
         est = analyse(space, strategy, topo)[2]
         errors.append((est.total_bytes / r["memory_bytes"] - 1, label, est.total_bytes, r["memory_bytes"]))

@@ -28,7 +28,8 @@ def plan_once(model: str, topology_name: str, resolution: str, frames: int, top_
     from aoizora.stage2.search import EarlyCompiles
     from aoizora.topology import get_topology
 
-    space, topo = wan_space(model, resolution, frames), get_topology(topology_name)
+    topo = get_topology(topology_name)
+    space = wan_space(model, resolution, frames, generation=topo.generation)
     patch = contextlib.nullcontext() if early else mock.patch.object(EarlyCompiles, "start", lambda *a, **k: None)
     with patch:
         t0 = time.perf_counter()

@@ -24,8 +24,8 @@ MODES = ("prefetch", "async")
 def check(path: str) -> None:
     cell = json.load(open(path))
     c = cell["cell"]
-    space = wan_space(c["model"], c["resolution"], c["frames"])
     topo = get_topology(c["topology"])
+    space = wan_space(c["model"], c["resolution"], c["frames"], generation=topo.generation)
     cands = {x.key: x.strategy for x in space.candidates(topo.num_devices)}
     best: dict[str, float] = {}
     for p in cell["pairs"]:

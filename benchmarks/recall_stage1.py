@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     topo = get_topology(args.topology)
     if args.wan:
-        space = wan_space(args.wan, args.resolution, args.frames)
+        space = wan_space(args.wan, args.resolution, args.frames, generation=topo.generation)
         cfg = f"{args.wan} {args.resolution} {args.frames} frames"
     else:
         cfg = TransformerConfig(layers=args.layers, dim=args.dim, heads=args.heads, head_dim=128, mlp=args.mlp,
