@@ -40,7 +40,7 @@ def _config(name: str, attention: str, flags: str) -> Config:
     # the ring row is the flash row with ring attention (benchmark_dp2_cp4.sh changes only `attention`)
     documented = "allgather" if attention == "ring" else attention
     expert = next(e for e in WAN_EXPERTS if "tpu7x" in e.generations and e.attention == documented)
-    space = wan_space(MODEL, RESOLUTION, FRAMES)
+    space = wan_space(MODEL, RESOLUTION, FRAMES, generation=None)  # the deployment names its own blocks
     strategy = dataclasses.replace(expert.strategy(8), attention=attention)
     mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
 

@@ -47,7 +47,7 @@ def test_replaying_libtpu_live_ranges_gives_its_temp_allocation(tmp_path):
     fit in birth order, take the temp allocation libtpu made for them - here 1.6x their live peak
     (Wan 1.3B, 480p/21f, v5e:2x2, all-gather attention over context=4)."""
     topo = get_topology("v5e:2x2")
-    space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
+    space = wan_space("wan2.1-t2v-1.3b", "480p", 21, generation=None)
     strategy = next(c.strategy for c in space.candidates(4) if c.key == "context=4 | weights=gathered | attn=allgather")
     lowered = lowering_inputs_on(space, strategy, topo).lower()
     lowered.compile(compiler_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})

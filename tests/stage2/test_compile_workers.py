@@ -134,7 +134,7 @@ def test_a_wan_space_that_has_lowered_can_still_go_to_a_child():
     from aoizora.models.registry import wan_space
 
     topo = get_topology("v5e:2x2")
-    space = wan_space("wan2.1-t2v-1.3b", "480p", 21)
+    space = wan_space("wan2.1-t2v-1.3b", "480p", 21, generation=None)
     candidate = next(c for c in space.candidates(topo.num_devices) if c.legal)
     placement = enumerate_placements(topo, space.mesh_spec(candidate.strategy)).placements[0]
     space.lowering_inputs(candidate.strategy, placement.jax_mesh(topo))

@@ -66,13 +66,15 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
     return video
 
 
-def wan_space(model: str, resolution: str, frames: int, *, expert_residency: str = "both", **kwargs):
+def wan_space(model: str, resolution: str, frames: int, *, generation: str | None, expert_residency: str = "both",
+              **kwargs):
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
-    per-token timesteps) with `expert_residency` "both" or "swap". Pass the slice's `generation`
-    (e.g. ``topology.generation``) to run every strategy with splash blocks fitted to its lengths
-    and to that generation's VMEM, as `aoizora plan` and `aoizora bench` do; other keywords go
-    to the space (`WanSpace`)."""
+    per-token timesteps) with `expert_residency` "both" or "swap". `generation` is the slice's
+    (``topology.generation``): every strategy runs splash blocks fitted to its lengths and to that
+    generation's VMEM, as `aoizora plan` and `aoizora bench` search; None leaves each call the
+    kernel's own pick (a space `aoizora plan` does not search, hence no default). Other keywords
+    go to the space (`WanSpace`)."""
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 
@@ -80,5 +82,6 @@ def wan_space(model: str, resolution: str, frames: int, *, expert_residency: str
     pipeline = PIPELINES[key]
     video = video_shape(pipeline.transformer, resolution, frames)
     if key.startswith("wan2.1-"):
-        return WanSpace(pipeline.transformer, video, model_name=key, **kwargs)
-    return WanPipelineSpace(pipeline, video, residency=expert_residency, model_name=key, **kwargs)
+        return WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)
+    return WanPipelineSpace(pipeline, video, residency=expert_residency, model_name=key, generation=generation,
+                            **kwargs)
