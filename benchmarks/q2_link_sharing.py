@@ -106,19 +106,14 @@ class SharedLinks:
         self.started = {c: (s + by if s > after else s, a) for c, (s, a) in self.started.items()}
 
 
-def q2_shared_links(cost_model, program, placement) -> float:
-    """Q2's step latency with `SharedLinks` in place of its link queue."""
-    from aoizora.cost import model
+def shared_links_model(topology):
+    """Q2 for `topology` with `SharedLinks` in place of its link queue."""
+    from aoizora.cost import CostModel
 
-    rows = model.placement_rows(program, cost_model.topology, placement, cost_model.inc)
-    estimates, loads = [], []
-    for coll in program.collectives:
-        est, link_loads = cost_model.collective_estimate(coll, rows)
-        estimates.append(est)
-        loads.append(link_loads)
-    links = SharedLinks(loads, [e.latency_seconds for e in estimates], cost_model.inc.bandwidth)
-    step, _, _ = model._schedule(program, cost_model.topology, estimates, None, links)
-    return step
+    class SharedLinksCostModel(CostModel):
+        link_sharing = SharedLinks
+
+    return SharedLinksCostModel(topology)
 
 
 def main() -> None:
@@ -154,6 +149,7 @@ def main() -> None:
         raise SystemExit(f"{args.cell}: strategies this code cannot build: {missing}; use a cell of the current models")
 
     cost_model = CostModel(topo, Q2Options())
+    shared_model = shared_links_model(topo)
     rows = []
     for key in sorted(wanted):
         strategy, flags = compilable[key]
@@ -162,7 +158,7 @@ def main() -> None:
                                    flags=flags).program
         for placement in placements:
             in_turn = cost_model.evaluate(program, placement).step_seconds
-            shared = q2_shared_links(cost_model, program, placement)
+            shared = shared_model.evaluate(program, placement).step_seconds
             sim = simulate(program, topo, placement, **simulator_options(Q2Options())).step_seconds
             rows.append((key, placement.name, in_turn, shared, sim))
 

@@ -17,7 +17,7 @@ from aoizora.topology import get_topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from q2_link_sharing import SharedLinks, q2_shared_links  # noqa: E402
+from q2_link_sharing import SharedLinks, shared_links_model  # noqa: E402
 
 MB = 2**20
 
@@ -61,7 +61,7 @@ def test_small_collective_behind_a_large_one_on_shared_links_like_the_simulator(
     program = b.build()
     cost_model = CostModel(topo)
     in_turn = cost_model.evaluate(program, place).step_seconds
-    shared = q2_shared_links(cost_model, program, place)
+    shared = shared_links_model(topo).evaluate(program, place).step_seconds
     simulated = simulate(program, topo, place).step_seconds
     assert shared == pytest.approx(simulated, rel=0.05)
     assert in_turn > 1.2 * simulated  # the small permute waited for the large one's bytes

@@ -100,8 +100,51 @@ def placement_rows(program: Program, topology: Topology, placement: Placement, i
     return np.array([inc.row[int(d)] for d in flat])
 
 
+class _LinkQueue:
+    """When collectives in flight at once share directed links, the links carry their bytes in turn.
+
+    Each directed link is free from `free[link]` on; a collective started at `t` cannot finish
+    before every link it uses has carried what was queued on it plus its own bytes (then its hop
+    latencies), nor before its time alone (phases one after another). Concurrent collectives on disjoint links
+    do not slow each other. This is the work-conserving view of shared links; the simulator's
+    max-min sharing ends the last of two equal collectives at the same time.
+    """
+
+    def __init__(self, loads: list[np.ndarray], latencies: list[float], bandwidth_Bps: np.ndarray):
+        self.loads = loads
+        self.latencies = latencies
+        self.bandwidth = bandwidth_Bps  # per directed link
+        self.free = np.zeros(loads[0].size if loads else 0)
+
+    def run(self, collective: int | None, start: float, alone_seconds: float) -> float:
+        """Completion time of `collective` started at `start`; its bytes are queued on its links."""
+        if collective is None or not self.free.size:
+            return start + alone_seconds
+        loads = self.loads[collective]
+        used = loads > 0
+        if not used.any():
+            return start + alone_seconds
+        cleared = np.maximum(self.free[used], start) + loads[used] / self.bandwidth[used]
+        self.free[used] = cleared
+        return max(start + alone_seconds, float(cleared.max()) + self.latencies[collective])
+
+    def finish(self, collective: int | None, recorded: float) -> float:
+        """Completion time of an asynchronous `collective` at its done node, given what `run`
+        returned at its start: unchanged, since collectives started later queue behind it."""
+        return recorded
+
+    def shift(self, after: float, by: float) -> None:
+        """A loop's remaining iterations were added at `after`: later reservations move with them."""
+        self.free = np.where(self.free > after, self.free + by, self.free)
+
+
 class CostModel:
-    """Q2 for one slice. Reuse one instance across placements: routes and ring searches are cached."""
+    """Q2 for one slice. Reuse one instance across placements: routes and ring searches are cached.
+
+    `link_sharing` is how concurrent collectives share directed links (the class built per
+    evaluation, with `run`, `finish` and `shift`); a subclass may name another discipline."""
+
+    link_sharing: type = _LinkQueue
 
     def __init__(self, topology: Topology, options: Q2Options | None = None):
         self.topology = topology
@@ -181,47 +224,9 @@ class CostModel:
             per_collective.append(loads)
             link_bytes += loads * coll.multiplicity
         segments: list[dict[str, Any]] | None = [] if timeline else None
-        links = _LinkQueue(per_collective, [e.latency_seconds for e in estimates], self.inc.bandwidth)
+        links = self.link_sharing(per_collective, [e.latency_seconds for e in estimates], self.inc.bandwidth)
         step, compute, uncosted = _schedule(program, self.topology, estimates, segments, links)
         return Q2Result(step, compute, max(step - compute, 0.0), estimates, link_bytes, uncosted, segments)
-
-
-class _LinkQueue:
-    """When collectives in flight at once share directed links, the links carry their bytes in turn.
-
-    Each directed link is free from `free[link]` on; a collective started at `t` cannot finish
-    before every link it uses has carried what was queued on it plus its own bytes (then its hop
-    latencies), nor before its time alone (phases one after another). Concurrent collectives on disjoint links
-    do not slow each other. This is the work-conserving view of shared links; the simulator's
-    max-min sharing ends the last of two equal collectives at the same time.
-    """
-
-    def __init__(self, loads: list[np.ndarray], latencies: list[float], bandwidth_Bps: np.ndarray):
-        self.loads = loads
-        self.latencies = latencies
-        self.bandwidth = bandwidth_Bps  # per directed link
-        self.free = np.zeros(loads[0].size if loads else 0)
-
-    def run(self, collective: int | None, start: float, alone_seconds: float) -> float:
-        """Completion time of `collective` started at `start`; its bytes are queued on its links."""
-        if collective is None or not self.free.size:
-            return start + alone_seconds
-        loads = self.loads[collective]
-        used = loads > 0
-        if not used.any():
-            return start + alone_seconds
-        cleared = np.maximum(self.free[used], start) + loads[used] / self.bandwidth[used]
-        self.free[used] = cleared
-        return max(start + alone_seconds, float(cleared.max()) + self.latencies[collective])
-
-    def finish(self, collective: int | None, recorded: float) -> float:
-        """Completion time of an asynchronous `collective` at its done node, given what `run`
-        returned at its start: unchanged, since collectives started later queue behind it."""
-        return recorded
-
-    def shift(self, after: float, by: float) -> None:
-        """A loop's remaining iterations were added at `after`: later reservations move with them."""
-        self.free = np.where(self.free > after, self.free + by, self.free)
 
 
 def _schedule(
