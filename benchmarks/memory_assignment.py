@@ -99,7 +99,7 @@ def collect(jobs: list[tuple[str, str, int, str]], out: Path, parallel: int) -> 
     print(f"  {len(jobs)} strategies in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def evaluate(records: list[dict]) -> None:
+def evaluate(records: list[dict], estimates: Path | None = None) -> None:
     from aoizora.models.registry import wan_space
     from aoizora.stage1.search import ArgumentsDoNotFit, analyse
     from aoizora.topology import get_topology
@@ -120,6 +120,13 @@ def evaluate(records: list[dict]) -> None:
             est = None
         libtpu = r["temp_bytes"] + r["parameter_bytes"] + r["output_bytes"]
         accepted = libtpu <= topo.hardware.hbm_usable_bytes
+        if estimates is not None:
+            with estimates.open("a") as f:
+                f.write(json.dumps({k: r[k] for k in ("topology", "resolution", "frames", "key")} | {
+                    "libtpu_checked_bytes": libtpu, "libtpu_temp_bytes": r["temp_bytes"],
+                    "stage1_checked_bytes": None if est is None else est.checked_bytes,
+                    "stage1_temp_bytes": None if est is None else est.temp_bytes - est.outside_bytes,
+                    "stage1_fits": est is not None and est.fits, "compiler_accepts": accepted}) + "\n")
         label = f"{r['topology']} {r['resolution']} {r['frames']}f {r['key']}"
         if accepted:
             if est is None or not est.fits:
@@ -158,6 +165,8 @@ def main() -> None:
     ap.add_argument("--frames", default="21,41,81")
     ap.add_argument("--parallel", type=int, default=2, help="child compiles at once")
     ap.add_argument("--report-only", action="store_true", help="evaluate what --out holds, compile nothing")
+    ap.add_argument("--estimates", type=Path, metavar="FILE",
+                    help="also write Stage 1's estimate beside libtpu's for every strategy (JSON lines, replaced)")
     args = ap.parse_args()
 
     from aoizora.models.registry import wan_space
@@ -180,7 +189,9 @@ def main() -> None:
     wanted = {(t, r, f) for t, r, f in cells}
     records = [rec for rec in map(json.loads, out.read_text().splitlines())
                if (rec["topology"], rec["resolution"], rec["frames"]) in wanted] if out.exists() else []
-    evaluate(records)
+    if args.estimates is not None:
+        args.estimates.unlink(missing_ok=True)
+    evaluate(records, args.estimates)
 
 
 if __name__ == "__main__":

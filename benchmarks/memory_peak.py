@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -75,11 +76,15 @@ def main() -> None:
         shapes = _shapes(dump, [v for b in live[:args.buffers] for v in b.values[:1]])
         for name, shape in shapes.items():
             print(f"  {name} = {shape}")
+        shutil.rmtree(dump, ignore_errors=True)
         os._exit(0)  # the back end would run for another minute: the assignment is all this needs
 
     threading.Thread(target=report, daemon=True).start()
-    lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True})
-    time.sleep(60)  # compiled before the watcher fired (small programs): let it report
+    try:
+        lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True})
+        time.sleep(60)  # compiled before the watcher fired (small programs): let it report
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
     raise SystemExit("libtpu wrote no buffer assignment")
 
 

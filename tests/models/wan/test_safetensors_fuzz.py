@@ -16,7 +16,9 @@ from aoizora.errors import CheckpointError
 from aoizora.models.wan.checkpoint import SafetensorsFile
 from tests.fuzzing import FUZZ, mutated
 
-_DIR = Path(tempfile.mkdtemp(prefix="aoizora-fuzz-safetensors-"))
+# one directory for every example (hypothesis runs hundreds), removed when the session ends
+_TMP = tempfile.TemporaryDirectory(prefix="aoizora-fuzz-safetensors-")
+_DIR = Path(_TMP.name)
 
 
 def _valid() -> bytes:
