@@ -12,8 +12,11 @@ docs/notebook/memory-model.md):
   (transpose, reshape) keeps the buffer it views live until the view's last use;
 * a fused value several buffer-taking ops read is written out once, over an operand buffer of
   its size that dies there (XLA shares an elementwise fusion's output with such an input);
-* nothing fuses into an opaque kernel or an all-to-all: computed operands are written out for
-  the call; a reshape across lanes is a relayout copy (`fusion.relayout`);
+* nothing fuses into an opaque kernel or an all-to-all: computed operands (a pad to the kernel's
+  blocks, a scale, a cast; also what a called helper such as `_pad` computes) are written out
+  before the call, one after the other, and what each was computed from dies as it is written
+  when nothing later reads it; a call is a kernel's only when its function just wraps kernels;
+  a reshape across lanes is a relayout copy (`fusion.relayout`);
 * a weight gathered by a sharding constraint is fetched `WEIGHT_PREFETCH_OPS` ops ahead of its
   first use; an all-gather of an activation written in the program holds a second, outside copy
   (libtpu's async collective fusion); all-reduce and all-to-all scratch is outside too;
@@ -34,7 +37,7 @@ from aoizora.stage1.fusion import (
     NON_COMPUTING, UNFUSED_COLLECTIVES, VIEW_OPS, fusion_ends, last_uses, permute_issue_points, relayout,
 )
 from aoizora.stage1.heap import Timeline
-from aoizora.stage1.ir import COLLECTIVE_OPS, Func, Op, Region, TensorType, contains_op, same_shape
+from aoizora.stage1.ir import COLLECTIVE_OPS, RETURN_OPS, Func, Op, Region, TensorType, called_op_names, same_shape
 
 # How far ahead of its first use a gathered weight is fetched, in buffer-writing ops. libtpu's
 # depth varies with the program (probes on v5e:2x4, scanned layers of FSDP weights gathered up
@@ -86,6 +89,10 @@ class _OpInProgress:
     operands: tuple[Value, ...]
     reshard_bytes: float = 0.0  # the largest buffer a reshard of its operands produced
     walked: bool = False  # it walked a region, which recorded its own buffers
+    # a called helper's results that its body computes (`_pad`, `_where`), not passes through
+    returns_computed: tuple[bool, ...] = ()
+    # kernel operands written out before the call (`_write_kernel_operands`): closed when it ends
+    written_handles: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -213,8 +220,12 @@ class HbmModel:
         if rb.loop_state is not None:
             tl.close(rb.loop_state)
             tl.tick()  # the loop's results take the state's buffers over
-        if self._regions and self._regions[-1].current is not None:
-            self._regions[-1].current.walked = True
+        caller = self._regions[-1].current if self._regions else None
+        if caller is not None:
+            caller.walked = True
+            ret = rb.region.ops[-1] if rb.region.ops else None
+            if caller.op.name == "func.call" and ret is not None and ret.name in RETURN_OPS:
+                caller.returns_computed = tuple(v in rb.computed for v in ret.operands)
 
     # -- ops
     def _region(self, event: ValueEvent) -> _RegionBuffers:
@@ -226,6 +237,7 @@ class HbmModel:
         rb = self._region(e)
         rb.index += 1
         rb.current = _OpInProgress(e.op, self.timeline.tick(), e.operands)
+        self._write_kernel_operands(rb, rb.current)
 
     def _collective_issued(self, e: CollectiveIssued) -> None:
         """Scratch outside the assignment (libtpu's all-reduce and all-to-all take a buffer of
@@ -249,8 +261,6 @@ class HbmModel:
         materialize = self._materializes(op, transient)
         if op.results and op.results[0] in rb.issued:
             transient = 0.0  # an issued permute: its buffer is already live
-        written = self._written_operands(rb, op)
-        transient += written
         self._fetch_gathered_weights(rb, op)
         if materialize:
             opened = self._open_results(rb, running, e.results)
@@ -258,11 +268,10 @@ class HbmModel:
             opened = 0.0
             self._fuse_results(rb, op, i)
         # the op's transients beside its results: a walked region recorded its own buffers
-        if running.walked:
-            if written:
-                tl.close(tl.open(written, start=running.tick, label=f"kernel operands written out for {op.name}"))
-        else:
+        if not running.walked:
             tl.momentary(transient - opened, at=running.tick, label=f"transient of {op.name}")
+        for h in running.written_handles:  # the call has read them
+            tl.close(h)
         self._issue_permutes(rb, i)
         for v in [v for v in rb.live if rb.free_at[v] <= i]:
             rb.live.pop(v)
@@ -301,25 +310,53 @@ class HbmModel:
         return bool(op.regions) or not same_shape(op)
 
     def _is_kernel_call(self, op: Op) -> bool:
-        """An opaque kernel, or a call of a function that runs one (how Pallas kernels are lowered)."""
+        """An opaque kernel, or a call of a function that only wraps kernels (how Pallas kernels
+        are lowered: views and the kernel's custom calls). A called function that also takes
+        buffers of its own (a transformer block wrapped by `jax.checkpoint`) is inlined by XLA, its
+        operands fused into what it computes like any other value's."""
         if op.name == "stablehlo.custom_call":
             return True
         if op.name != "func.call":
             return False
         callee = op.attrs["callee"]
         if callee not in self._kernel_funcs:
-            self._kernel_funcs[callee] = contains_op(self.funcs, self.funcs[callee].body, "stablehlo.custom_call")
+            names = called_op_names(self.funcs, self.funcs[callee].body)
+            self._kernel_funcs[callee] = ("stablehlo.custom_call" in names
+                                          and not names & (BUFFER_OPS - {"stablehlo.custom_call"}))
         return self._kernel_funcs[callee]
 
-    def _written_operands(self, rb: _RegionBuffers, op: Op) -> float:
-        """Nothing fuses into an opaque kernel or an all-to-all: operands computed by fused ops (a
-        scale, a cast) are written out as buffers for the call's duration; views cost nothing. A
-        value computed from written region arguments alone is what they were written as (XLA
-        fuses across the shard_map boundary, in the kernel's form)."""
+    def _operands_to_write(self, rb: _RegionBuffers, op: Op) -> list[int]:
+        """The operands of an opaque kernel or an all-to-all computed by fused ops (nothing fuses
+        into them), in order. A value computed from written region arguments alone is what they
+        were written as (XLA fuses across the shard_map boundary, in the kernel's form)."""
         if not (self._is_kernel_call(op) or op.name in UNFUSED_COLLECTIVES):
-            return 0.0
-        return sum(rb.value_bytes.get(v, 0.0) for v in set(op.operands)
-                   if v in rb.computed and not (rb.backing.get(v) and set(rb.backing[v]) <= rb.owned))
+            return []
+        return [v for v in dict.fromkeys(op.operands)
+                if v in rb.computed and not (rb.backing.get(v) and set(rb.backing[v]) <= rb.owned)]
+
+    def _write_kernel_operands(self, rb: _RegionBuffers, running: _OpInProgress) -> None:
+        """Write a kernel's computed operands out before it runs (a pad to the kernel's blocks, a
+        scale, a cast; views cost nothing), one after the other, each in a buffer of its own until
+        the call ends. The buffers an operand is computed from die as it is written when nothing
+        after reads them: libtpu frees the gathered K as it writes K padded to the splash kernel's
+        `block_kv`, before it pads V (docs/notebook/memory-model.md, "Pad copies in front of the
+        splash kernel")."""
+        op, tl = running.op, self.timeline
+        pending = self._operands_to_write(rb, op)
+        if not pending:
+            return
+        size = {v: val.bytes for v, val in zip(op.operands, running.operands)}
+        read_directly = {b for v in op.operands if v not in pending for b in rb.backing.get(v, ())}
+        for k, v in enumerate(pending):
+            tl.tick()
+            running.written_handles.append(tl.open(size[v], label=f"{op.name} operand written out"))
+            still_read = read_directly.union(*(rb.backing.get(w, ()) for w in pending[k + 1:]))
+            for b in rb.backing.get(v, ()):
+                if b in rb.live and rb.free_at[b] <= rb.index and b not in still_read:
+                    rb.live.pop(b)
+                    for h in rb.handles.pop(b, ()):
+                        tl.close(h)
+        tl.tick()  # the call runs once its operands are written
 
     def _fetch_gathered_weights(self, rb: _RegionBuffers, op: Op) -> None:
         """A weight gathered by a constraint is live from `WEIGHT_PREFETCH_OPS` buffer-writing ops
@@ -364,6 +401,8 @@ class HbmModel:
         fusion ends, or are written out once when several fusions read them."""
         if op.name not in NON_COMPUTING or any(v in rb.computed for v in op.operands):
             rb.computed.update(op.results)
+        elif rb.current is not None:
+            rb.computed.update(r for r, c in zip(op.results, rb.current.returns_computed) if c)
         reads = tuple(sorted({b for v in op.operands for b in rb.backing.get(v, ()) if b in rb.live}))
         for r, t in zip(op.results, op.result_types):
             rb.backing[r] = reads

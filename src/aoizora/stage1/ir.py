@@ -600,6 +600,18 @@ def contains_op(funcs: Mapping[str, Func], region: Region, name: str) -> bool:
     return False
 
 
+def called_op_names(funcs: Mapping[str, Func], region: Region) -> set[str]:
+    """The names of the ops `region` runs, in nested regions and called functions too."""
+    names: set[str] = set()
+    for o in region.ops:
+        names.add(o.name)
+        if o.name == "func.call":
+            names |= called_op_names(funcs, funcs[o.attrs["callee"]].body)
+        for r in o.regions:
+            names |= called_op_names(funcs, r)
+    return names
+
+
 def dot_free_dims(op: Op) -> tuple[list[int], list[int]]:
     """The free (neither batch nor contracted) dimensions of a dot_general's lhs and rhs."""
     lt, rt = op.operand_types

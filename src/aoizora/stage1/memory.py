@@ -8,8 +8,10 @@ value events (`events.py`), packed into one allocation the way libtpu packs them
 order buffers are born; see `heap.py`), which takes more than their live peak. The buffers: results
 of contractions, reductions, kernels, collectives and loop carries; elementwise and layout ops are
 fused into the ops that consume them, which hold the fused inputs live until they run, except into
-an opaque kernel or an all-to-all, and except a reshape that moves elements across the 128 TPU lanes
-(a relayout copy); a fused value several such ops read is written out once (over an operand of its
+an opaque kernel or an all-to-all (their computed operands, such as keys padded to the kernel's
+blocks, are written out one after the other before the call, and what each is computed from dies
+as it is written), and except a reshape that moves elements across the 128 TPU lanes (a relayout
+copy); a fused value several such ops read is written out once (over an operand of its
 size that dies there), unless it is larger than what it is computed from (then each reader
 recomputes it); a view keeps its buffer live; a loop body counts once; a weight gathered by a
 sharding constraint is fetched a few ops ahead of its first use; an all-gather of an activation
@@ -36,7 +38,7 @@ compiler's out-of-HBM check does not count them (programs reported at up to 15.9
 under v5e's 15.75 GiB limit). So the estimate includes them and the fit leaves them out
 (docs/notebook/memory-model.md, "Async collective fusion buffers", "The compiler's temp allocation is a
 linear scan", "All-to-all scratch", "Kernel outputs, shard_map arguments and the scheduler's
-memory limit").
+memory limit", "Pad copies in front of the splash kernel").
 """
 
 from __future__ import annotations
