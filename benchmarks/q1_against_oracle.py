@@ -23,16 +23,9 @@ from pathlib import Path
 from scipy.stats import spearmanr
 
 
-def best_simulated(doc: dict) -> dict[str, float]:
-    """Each compiled strategy's fastest simulated placement, in seconds."""
-    best: dict[str, float] = {}
-    for p in doc["pairs"]:
-        best[p["strategy"]] = min(best.get(p["strategy"], float("inf")), p["sim_seconds"])
-    return best
-
-
 def check(doc: dict, top_k: int) -> dict:
     """Stage 1 now against the cell's record (see the module docstring)."""
+    from aoizora.bench.harness import best_simulated_seconds
     from aoizora.models.registry import wan_space
     from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology
@@ -42,7 +35,7 @@ def check(doc: dict, top_k: int) -> dict:
     space = wan_space(cell["model"], cell["resolution"], cell["frames"], generation=topo.generation)
     result = run_stage1(space, topo, top_k=top_k, progress=False)
     now = {e.key: (e.rank, e.q1.seconds) for e in result.entries if e.rank is not None}
-    best = best_simulated(doc)
+    best = best_simulated_seconds(doc["pairs"])
     oracle = doc["metrics"]["oracle"]["strategy"]
     recorded_q1 = doc["stage1"]["q1_seconds"]
     both = [k for k in best if k in now and k in recorded_q1]

@@ -489,6 +489,14 @@ def _oracle_pair(doc: dict[str, Any]) -> tuple[dict[str, Any] | None, float | No
     return best, _latency(doc, best["strategy"], best["placement"]) if best else None
 
 
+def best_simulated_seconds(pairs: list[dict[str, Any]]) -> dict[str, float]:
+    """Each compiled strategy's fastest simulated placement, in seconds."""
+    best: dict[str, float] = {}
+    for p in pairs:
+        best[p["strategy"]] = min(best.get(p["strategy"], math.inf), p["sim_seconds"])
+    return best
+
+
 def _rank_correlations(doc: dict[str, Any]) -> tuple[float | None, float | None]:
     """Spearman's rho of Q2 against the simulator over the pairs, and of Q1 against each strategy's
     best simulated pair (None with fewer than three, or when every value ties: JSON has no NaN)."""
@@ -499,9 +507,7 @@ def _rank_correlations(doc: dict[str, Any]) -> tuple[float | None, float | None]
     if len(pairs) >= 3:
         rho = float(spearmanr([p["q2_seconds"] for p in pairs], [p["sim_seconds"] for p in pairs]).statistic)
         rho = rho if math.isfinite(rho) else None
-    best_sim: dict[str, float] = {}
-    for p in pairs:
-        best_sim[p["strategy"]] = min(best_sim.get(p["strategy"], math.inf), p["sim_seconds"])
+    best_sim = best_simulated_seconds(pairs)
     q1, ranks = doc["stage1"]["q1_seconds"], doc["stage1"]["ranks"]
     common = [k for k in best_sim if k in q1 and k in ranks]
     rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None

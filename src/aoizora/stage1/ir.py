@@ -590,14 +590,7 @@ def same_shape(op: Op) -> bool:
 
 def contains_op(funcs: Mapping[str, Func], region: Region, name: str) -> bool:
     """Whether `region` runs an op called `name`, in nested regions or called functions too."""
-    for o in region.ops:
-        if o.name == name:
-            return True
-        if o.name == "func.call" and contains_op(funcs, funcs[o.attrs["callee"]].body, name):
-            return True
-        if any(contains_op(funcs, r, name) for r in o.regions):
-            return True
-    return False
+    return name in called_op_names(funcs, region)
 
 
 def called_op_names(funcs: Mapping[str, Func], region: Region) -> set[str]:
