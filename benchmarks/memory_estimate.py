@@ -17,11 +17,13 @@ import statistics
 from pathlib import Path
 
 from aoizora.models.registry import wan_space
+from aoizora.plan.planner import expert_entries
 from aoizora.stage2.search import OUT_OF_HBM
 from aoizora.stage1.dag import predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory
 from aoizora.workload import lowering_inputs_on
+from aoizora.toolchain import environment_flags
 from aoizora.topology import get_topology
 
 GIB = 2**30
@@ -39,6 +41,8 @@ def main() -> None:
         topo = get_topology(cell["topology"])
         space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]), generation=topo.generation)
         strategies = {c.key: c.strategy for c in space.candidates(topo.num_devices)}
+        # the expert deployments the cell compiled beside the searched space
+        strategies.update((e.key, e.deployment.strategy) for e in expert_entries(space, topo, environment_flags()))
         for key, compiled in doc["strategies"].items():
             refused = (compiled.get("dropped") or "").startswith(OUT_OF_HBM)
             if not compiled.get("memory_bytes") and not refused:
