@@ -94,6 +94,32 @@ def test_a_constraint_after_a_pad_shards_the_producer(topo_2x4):
     assert dot.flops == 2 * 1024 * 512 * 512 / 8
 
 
+def test_a_pad_to_a_multiple_of_the_shards_is_partitioned_in_place(topo_2x4):
+    """Wan pads its tokens to a multiple of the context shards (32,760 to 32,768 over 16 devices at
+    480p/81). The constraint after the pad reaches the projection before it although 8 does not
+    divide its 1,020 rows: libtpu pads the input, slices 128 rows per device and projects them, with
+    no collective, and Stage 1 predicts the same."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from micro import case
+
+    mesh = Mesh(np.array(topo_2x4.devices).reshape(8), ("a",))
+
+    def f(x, w):
+        y = jnp.pad(x @ w, ((0, 4), (0, 0)))
+        return jax.lax.with_sharding_constraint(y, NamedSharding(mesh, P("a", None)))
+
+    args = (jax.ShapeDtypeStruct((1020, 512), jnp.float32), jax.ShapeDtypeStruct((512, 512), jnp.float32))
+    c = case("uneven-pad", f, *args)
+    assert "f32[128,512]{1,0" in c.compiled.as_text()  # the compiler's per-device projection
+    dot = next(n for n in c.prediction.ops if n.op == "stablehlo.dot_general")
+    assert dot.flops == 2 * 128 * 512 * 512
+    assert c.predicted_collectives() == c.compiled_collectives() == {}
+
+
 def test_a_constraint_reaches_back_through_reshape_slices_and_concatenate():
     """A head-sharding constraint after q's normalization and a rotation written with slices and a
     concatenate (Wan's q path, where `weights=gathered` leaves the projection weight unsharded

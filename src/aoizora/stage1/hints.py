@@ -120,7 +120,9 @@ class BackwardHints:
     def preferred_dims(self, frame: int, value: int, t: TensorType | None, dims: list[tuple[str, ...]],
                        used: set[str]) -> list[tuple[str, ...]]:
         """`dims` with the axes the value's consumers prefer added to its unsharded dimensions
-        (where they divide and are not `used` elsewhere; `used` is updated)."""
+        (where the dimension has an element per shard and they are not `used` elsewhere; `used` is
+        updated). They need not divide it: the partitioner pads the last shards (32,760 tokens
+        sharded 16 ways are computed as 2,048 rows per device)."""
         want = self.preferences.get((frame, value))
         if want is None or t is None or len(want) != len(dims):
             return dims
@@ -128,7 +130,7 @@ class BackwardHints:
         for i, (d, w) in enumerate(zip(dims, want)):
             if d or not w or any(a in used for a in w):
                 continue
-            if t.shape[i] % self.sizes.n(w) == 0:
+            if t.shape[i] >= self.sizes.n(w):
                 out[i] = tuple(w)
                 used.update(w)
         return out

@@ -412,6 +412,9 @@ def _attrs(name: str, o: ir.Operation) -> dict[str, Any]:
         out["broadcast_dimensions"] = _i64_array(a["broadcast_dimensions"])
     elif name == "stablehlo.concatenate":
         out["dimension"] = _int(a["dimension"])
+    elif name == "stablehlo.pad":
+        out["edge_padding_low"] = _i64_array(a["edge_padding_low"])
+        out["interior_padding"] = _i64_array(a["interior_padding"])
     elif name == "stablehlo.constant":
         out["scalar"] = _scalar_constant(a["value"])
     elif name == "stablehlo.compare":

@@ -286,17 +286,31 @@ def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
 
 
 def _slice_like(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
-    """slice / dynamic_slice / pad / reverse: dimensions that change size lose their sharding."""
+    """slice / dynamic_slice / pad / reverse: dimensions that change size lose their sharding, but
+    for a pad that only appends to a dimension: the partitioner pads each shard in place."""
     src_t, dst_t = op.operand_types[0], op.result_types[0]
     s = w.resolve_partial(op.operands[0], src_t, ins[0], mult, "slice")
     if len(s.dims) != src_t.rank or src_t.rank != dst_t.rank:
         return [replicated(dst_t.rank)]
-    changed = [src_t.shape[i] != dst_t.shape[i] or op.name == "stablehlo.reverse" for i in range(src_t.rank)]
+    changed = [(src_t.shape[i] != dst_t.shape[i] and not _appended(op, i)) or op.name == "stablehlo.reverse"
+               for i in range(src_t.rank)]
     kept = with_dims(s, [() if c else d for c, d in zip(changed, s.dims)])
     w.reshard(op.operands[0], src_t, s, kept, mult, "slice")
     out = fit(kept, dst_t, w.sizes)
     cost_simple(w, op, [kept], [out], mult, 0.0)
     return [out]
+
+
+def _appended(op: Op, dim: int) -> bool:
+    """Whether `op` is a pad that only appends elements to `dim` (none before, none between).
+
+    A pad of a sharded dimension partitions in place: libtpu pads the operand's shards to the
+    result's shard boundaries, each device padding its own rows (v5e:4x4, 32,760 tokens padded to
+    32,768 and sharded 16 ways: the token projection computes 2,048 rows per device, no
+    collective; tests/stage1/test_dag.py).
+    """
+    return (op.name == "stablehlo.pad" and op.attrs["edge_padding_low"][dim] == 0
+            and op.attrs["interior_padding"][dim] == 0)
 
 
 def _dynamic_update_slice(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int,
