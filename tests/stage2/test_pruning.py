@@ -199,3 +199,31 @@ def test_compile_cache_hits_start_no_child_process(small, monkeypatch):
         outcomes = run_stage2(small.space, small.kept, small.topo, compile_cache=small.cache, verify_top=1,
                               lower_bounds=small.bounds, executor=two)[0]
     assert outcomes and all(o.compiled.from_cache for o in outcomes)
+
+
+def test_a_freed_worker_starts_the_next_strategy_while_the_finished_one_is_scored():
+    """The bench simulates every placement of a compiled strategy when its compile finishes (a
+    minute on a 4x4 slice): with two workers, the next compile starts before that scoring, so
+    both workers stay busy. The scoring of the first finished strategy here waits for the third
+    strategy's compile to start; a sweep that scores before refilling the freed worker never
+    starts it, and the wait times out."""
+    import threading
+
+    from aoizora.stage2.search import BoundedSweep
+
+    third_started = threading.Event()
+    started_during_scoring = []
+
+    def compile_one(key, _strategy):
+        if key == "c":
+            third_started.set()
+        return key
+
+    def finish(i, outcome):
+        if not started_during_scoring:
+            started_during_scoring.append(third_started.wait(timeout=10))
+
+    sweep = BoundedSweep([(k, None) for k in "abcd"], {}, (), 2, compile_one, finish, None)
+    sweep.run(abort=lambda: None)
+    assert started_during_scoring == [True]
+    assert sweep.summary.compiled == list("abcd")

@@ -304,8 +304,9 @@ class BoundedSweep:
     lower bound is compared with the best Q2 of the pairs scored so far; a strategy whose bound
     reaches it cannot beat that pair on any placement. The decision to prune is only taken when
     no compile is in flight, so it rests on every strategy started before it, as in a sequential
-    sweep: whatever is pruned, the sequential sweep prunes too. With several workers, a strategy started
-    while others were still compiling may be one the sequential sweep would have pruned; it is
+    sweep: whatever is pruned, the sequential sweep prunes too. With several workers, a freed worker
+    starts the next strategy before the finished ones are scored, and a strategy started while
+    others were still compiling or being scored may be one the sequential sweep would have pruned; it is
     scored all the same, and cannot change the minimum (its Q2 >= its bound >= the sequential
     best). The compiled set is thus the sequential one, or a superset that cannot change the
     minimum, whenever the bound holds.
@@ -383,11 +384,7 @@ class BoundedSweep:
 
     def _loop(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
         while True:
-            while self.pending and len(running) < self.workers and not self._prunable(self.pending[0]):
-                i = self.pending.pop(0)
-                key, strategy = self.entries[i]
-                self.summary.compiled.append(key)
-                running[pool.submit(self.compile_one, key, strategy)] = i
+            self._start(pool, running)
             if not running:
                 if not self.pending:
                     return
@@ -398,6 +395,7 @@ class BoundedSweep:
                     self.on_pruned(key)
                 continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
+            finished = []
             for fut in sorted(done, key=lambda f: running[f]):
                 i = running.pop(fut)
                 outcome = StrategyOutcome(*self.entries[i])
@@ -407,7 +405,22 @@ class BoundedSweep:
                     raise
                 except Exception as exc:
                     outcome.dropped = drop_reason(exc)
+                finished.append((i, outcome))
+            if self.workers > 1:
+                # the freed workers take the next strategies before the finished ones are scored
+                # (the bench simulates every placement there, a minute on a 4x4 slice): a start
+                # decided on the best so far may only add a compile the sequential sweep prunes
+                self._start(pool, running)
+            for i, outcome in finished:
                 self.finish(i, outcome)
+
+    def _start(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
+        """Start pending strategies while a worker is free and the next one cannot be pruned."""
+        while self.pending and len(running) < self.workers and not self._prunable(self.pending[0]):
+            i = self.pending.pop(0)
+            key, strategy = self.entries[i]
+            self.summary.compiled.append(key)
+            running[pool.submit(self.compile_one, key, strategy)] = i
 
 
 def run_stage2(
