@@ -57,12 +57,13 @@ def main() -> None:
     runs: dict[str, list[float]] = {"this source": []}
     if a.other_src:
         runs["other source"] = []
+        # the same sweep in a child that imports aoizora from the other tree
+        cmd = [sys.executable, __file__, "--once", "--strategies", str(a.strategies), "--workers", str(a.workers),
+               "--compile-seconds", str(a.compile_seconds), "--score-seconds", str(a.score_seconds)]
+        env = dict(os.environ, PYTHONPATH=a.other_src)
     for _ in range(a.repeat):
         runs["this source"].append(sweep_seconds(*args))
         if a.other_src:
-            cmd = [sys.executable, __file__, "--once", "--strategies", str(a.strategies), "--workers",
-                   str(a.workers), "--compile-seconds", str(a.compile_seconds), "--score-seconds", str(a.score_seconds)]
-            env = dict(os.environ, PYTHONPATH=a.other_src)
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
             runs["other source"].append(json.loads(out.strip().splitlines()[-1]))
     compile_bound = -(-a.strategies // a.workers) * a.compile_seconds
