@@ -40,7 +40,9 @@ def _config(name: str, attention: str, flags: str) -> Config:
     # the ring row is the flash row with ring attention (benchmark_dp2_cp4.sh changes only `attention`)
     documented = "allgather" if attention == "ring" else attention
     expert = next(e for e in WAN_EXPERTS if "tpu7x" in e.generations and e.attention == documented)
-    space = wan_space(MODEL, RESOLUTION, FRAMES, generation=None)  # the deployment names its own blocks
+    # the deployment names its own blocks; its attention forms RoPE partners by a (..., 64, 2)
+    # reshape (src/maxdiffusion/models/attention_flax.py, FlaxWanAttention._apply_rope, at COMMIT)
+    space = wan_space(MODEL, RESOLUTION, FRAMES, generation=None, rope_partner="reshape")
     strategy = dataclasses.replace(expert.strategy(8), attention=attention)
     mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
 

@@ -26,7 +26,9 @@ class WanConfig:
     tests); norms, modulation, RoPE and softmax are computed in float32 regardless, as the
     reference does. `vae_stride` is the (time, height, width) compression of the VAE whose
     latents the transformer takes (not a transformer argument: diffusers keeps it in the VAE's
-    config as `scale_factor_temporal` / `scale_factor_spatial`).
+    config as `scale_factor_temporal` / `scale_factor_spatial`). `rope_partner` is how the
+    rotary embedding forms each channel's pair partner (`aoizora.models.wan.rope`): the same
+    rotation, a different compiled program.
     """
 
     num_layers: int = 40
@@ -44,10 +46,17 @@ class WanConfig:
     added_kv_proj_dim: int | None = None
     rope_theta: float = 10000.0
     rope_max_seq_len: int = 1024
+    rope_partner: str = "matmul"
     text_len: int = 512
     image_len: int = 257
     vae_stride: tuple[int, int, int] = VAE_STRIDE
     dtype: Any = jnp.bfloat16
+
+    def __post_init__(self) -> None:
+        from aoizora.models.wan.rope import ROPE_PARTNERS
+
+        if self.rope_partner not in ROPE_PARTNERS:
+            raise ShapeError(f"unknown RoPE partner form {self.rope_partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
 
     @property
     def dim(self) -> int:
@@ -91,6 +100,7 @@ class WanConfig:
             kw["out_channels"] = kw.get("in_channels", cls.in_channels)
         kw.pop("dtype", None)
         kw.pop("vae_stride", None)
+        kw.pop("rope_partner", None)
         return cls(**kw, dtype=dtype, vae_stride=tuple(vae_stride))
 
     def to_diffusers(self) -> dict[str, Any]:

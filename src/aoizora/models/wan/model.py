@@ -129,7 +129,7 @@ def _block(config: WanConfig, setup: attn.AttentionSetup, sc: ShardingContext, v
     q = _heads(rms_norm(linear(h, a["q"]), a["norm_q"], eps), h_)
     k = _heads(rms_norm(linear(h, a["k"]), a["norm_k"], eps), h_)
     v = _heads(linear(h, a["v"]), h_)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, k = apply_rope(q, cos, sin, config.rope_partner), apply_rope(k, cos, sin, config.rope_partner)
     q, k, v = sc(q, qkv_axes), sc(k, qkv_axes), sc(v, qkv_axes)
     o = attn.self_attention(setup, q, k, v, valid_len)
     o = linear(o.reshape(*o.shape[:2], -1), a["o"])

@@ -5,6 +5,18 @@ part rotates consecutive channel pairs (2j, 2j+1) by `pos · theta^(-2j/d_part)`
 tables are computed in float64 on the host (as the reference does) and are tiny; the full
 (tokens, head_dim/2) table is assembled in the graph by broadcasting, so no large constant ends
 up in the compiled program.
+
+Two ways to find each channel's pair partner, the same rotation (`WanConfig.rope_partner`):
+
+* ``"matmul"`` (the model's own): the partner of every channel, sign included, is one matmul of
+  the head dim with a fixed signed permutation, so the head dim (128 channels) stays the minor
+  dimension of every array. The MXU does the swap; the products and sums are those of the
+  pair form, so the results agree to rounding.
+* ``"reshape"``: the head dim viewed as (64, 2) pairs, as diffusers' `WanAttnProcessor` and
+  MaxDiffusion's `FlaxWanAttention._apply_rope` write it. A minor dimension of 2 does not fit the
+  TPU's 128-lane vector layout: libtpu relayouts the pairs around the rotation, and its cost
+  estimates for these fusions run several times those of the matmul form
+  (`benchmarks/rope_forms.py`). Kept to compile the programs others measured as they ran them.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from aoizora.errors import ShapeError
 from aoizora.models.wan.config import WanConfig
 
 
@@ -27,19 +40,21 @@ def _axis_angles(n: int, d: int, theta: float) -> np.ndarray:
 
 
 def rope_tables(config: WanConfig, grid: tuple[int, int, int], padded_len: int) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """(cos, sin), each float32 of shape (padded_len, head_dim // 2), rows in token order t, h, w.
+    """(cos, sin), each float32 of shape (padded_len, width), rows in token order t, h, w: one
+    column per channel pair (width head_dim // 2) for the ``"reshape"`` form, one per channel (each
+    pair's angle twice, width head_dim) for the ``"matmul"`` form (`config.rope_partner`).
 
     Rows past the real token count (padding) hold angle 0 (cos 1, sin 0).
     """
     t, h, w = grid
     dt_, dh, dw = axis_dims(config.attention_head_dim)
     if max(grid) > config.rope_max_seq_len:
-        from aoizora.errors import ShapeError
-
         raise ShapeError(f"token grid {grid} exceeds rope_max_seq_len={config.rope_max_seq_len}")
     parts = []
     for n, d, shape in ((t, dt_, (t, 1, 1)), (h, dh, (1, h, 1)), (w, dw, (1, 1, w))):
         ang = _axis_angles(n, d, config.rope_theta)
+        if config.rope_partner == "matmul":
+            ang = np.repeat(ang, 2, axis=-1)
         parts.append((np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32), shape))
     cos = jnp.concatenate(
         [jnp.broadcast_to(jnp.asarray(c).reshape(*s, -1), (t, h, w, c.shape[-1])) for c, _, s in parts], axis=-1
@@ -54,11 +69,40 @@ def rope_tables(config: WanConfig, grid: tuple[int, int, int], padded_len: int) 
     return cos, sin
 
 
-def apply_rope(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
-    """Rotate x of shape (batch, length, heads, head_dim) by tables of shape (length, head_dim/2).
+#: How a channel's pair partner is formed (see the module docstring).
+ROPE_PARTNERS = ("matmul", "reshape")
+
+
+def apply_rope(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray, partner: str = "matmul") -> jnp.ndarray:
+    """Rotate x of shape (batch, length, heads, head_dim) by the tables `rope_tables` makes for
+    the same `partner` (one of `ROPE_PARTNERS`).
 
     Computed in float32 and cast back to x's dtype, as the reference does.
     """
+    if partner == "matmul":
+        return _rotate_by_partner_matmul(x, cos, sin)
+    if partner == "reshape":
+        return _rotate_pairs(x, cos, sin)
+    raise ShapeError(f"unknown RoPE partner form {partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
+
+
+def _partner_matrix(head_dim: int) -> np.ndarray:
+    """(head_dim, head_dim) signed permutation P with (x @ P)[2j] = -x[2j+1], (x @ P)[2j+1] = x[2j]."""
+    m = np.zeros((head_dim, head_dim), np.float32)
+    even = np.arange(0, head_dim, 2)
+    m[even + 1, even] = -1.0
+    m[even, even + 1] = 1.0
+    return m
+
+
+def _rotate_by_partner_matmul(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
+    # one nonzero (+-1) per column: each partner is exact in the float32 accumulator
+    partner = jnp.einsum("blhd,de->blhe", x, jnp.asarray(_partner_matrix(x.shape[-1]), x.dtype),
+                         preferred_element_type=jnp.float32)
+    return (x.astype(jnp.float32) * cos[None, :, None, :] + partner * sin[None, :, None, :]).astype(x.dtype)
+
+
+def _rotate_pairs(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
     xf = x.astype(jnp.float32).reshape(*x.shape[:-1], -1, 2)
     x1, x2 = xf[..., 0], xf[..., 1]
     c = cos[None, :, None, :]
