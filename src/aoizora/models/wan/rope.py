@@ -3,8 +3,8 @@
 The head dim (128) is split 44/42/42 into t/h/w parts (h = w = 2·(d // 6), t = the rest). Each
 part rotates consecutive channel pairs (2j, 2j+1) by `pos · theta^(-2j/d_part)`. The per-axis
 tables are computed in float64 on the host (as the reference does) and are tiny; the full
-(tokens, head_dim/2) table is assembled in the graph by broadcasting, so no large constant ends
-up in the compiled program.
+(tokens, width) tables are assembled in the graph by broadcasting, so no large constant ends up
+in the compiled program.
 
 Two ways to find each channel's pair partner, the same rotation (`WanConfig.rope_partner`):
 
@@ -96,7 +96,8 @@ def _partner_matrix(head_dim: int) -> np.ndarray:
 
 
 def _rotate_by_partner_matmul(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
-    # one nonzero (+-1) per column: each partner is exact in the float32 accumulator
+    # one nonzero (+-1) per column: with bf16 activations (the deployed dtype) each partner is
+    # exact in the float32 accumulator; float32 ones get the matmul precision of every other dot
     partner = jnp.einsum("blhd,de->blhe", x, jnp.asarray(_partner_matrix(x.shape[-1]), x.dtype),
                          preferred_element_type=jnp.float32)
     return (x.astype(jnp.float32) * cos[None, :, None, :] + partner * sin[None, :, None, :]).astype(x.dtype)
