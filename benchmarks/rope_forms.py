@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.hlo import build_program
-from aoizora.models.wan.rope import ROPE_PARTNERS, apply_rope
+from aoizora.models.wan.config import ROPE_PARTNERS
+from aoizora.models.wan.rope import apply_rope
 from aoizora.toolchain import compile_only_devices
 from aoizora.topology import hardware_profile
 

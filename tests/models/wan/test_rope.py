@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from aoizora.errors import ShapeError
-from aoizora.models.wan.config import WAN_T2V_14B
-from aoizora.models.wan.rope import ROPE_PARTNERS, apply_rope
+from aoizora.models.wan.config import ROPE_PARTNERS, WAN_T2V_14B
+from aoizora.models.wan.rope import apply_rope
 
 toolchain = pytest.importorskip("aoizora.toolchain")
 

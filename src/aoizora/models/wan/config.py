@@ -18,6 +18,16 @@ VAE22_STRIDE = (4, 16, 16)
 VAE22_Z_DIM = 48
 
 
+#: How the rotary embedding forms a channel's pair partner (`aoizora.models.wan.rope`).
+ROPE_PARTNERS = ("matmul", "reshape")
+
+
+def check_rope_partner(partner: str) -> None:
+    """Raise ShapeError unless `partner` is one of `ROPE_PARTNERS`."""
+    if partner not in ROPE_PARTNERS:
+        raise ShapeError(f"unknown RoPE partner form {partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class WanConfig:
     """Hyper-parameters of a Wan transformer, named as in diffusers' `WanTransformer3DModel`.
@@ -53,10 +63,7 @@ class WanConfig:
     dtype: Any = jnp.bfloat16
 
     def __post_init__(self) -> None:
-        from aoizora.models.wan.rope import ROPE_PARTNERS
-
-        if self.rope_partner not in ROPE_PARTNERS:
-            raise ShapeError(f"unknown RoPE partner form {self.rope_partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
+        check_rope_partner(self.rope_partner)
 
     @property
     def dim(self) -> int:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from aoizora.errors import ShapeError
-from aoizora.models.wan.config import WanConfig
+from aoizora.models.wan.config import WanConfig, check_rope_partner
 
 
 def axis_dims(head_dim: int) -> tuple[int, int, int]:
@@ -69,21 +69,14 @@ def rope_tables(config: WanConfig, grid: tuple[int, int, int], padded_len: int) 
     return cos, sin
 
 
-#: How a channel's pair partner is formed (see the module docstring).
-ROPE_PARTNERS = ("matmul", "reshape")
-
-
 def apply_rope(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray, partner: str = "matmul") -> jnp.ndarray:
     """Rotate x of shape (batch, length, heads, head_dim) by the tables `rope_tables` makes for
     the same `partner` (one of `ROPE_PARTNERS`).
 
     Computed in float32 and cast back to x's dtype, as the reference does.
     """
-    if partner == "matmul":
-        return _rotate_by_partner_matmul(x, cos, sin)
-    if partner == "reshape":
-        return _rotate_pairs(x, cos, sin)
-    raise ShapeError(f"unknown RoPE partner form {partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
+    check_rope_partner(partner)
+    return _rotate_by_partner_matmul(x, cos, sin) if partner == "matmul" else _rotate_pairs(x, cos, sin)
 
 
 def _partner_matrix(head_dim: int) -> np.ndarray:
