@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
+
+from assignment_watch import compile_until_assignment
 
 GIB = 2**30
 MODEL = "wan2.1-t2v-14b"
@@ -34,41 +32,24 @@ MODEL = "wan2.1-t2v-14b"
 
 def child(topology: str, resolution: str, frames: int, key: str) -> None:
     """Compile one strategy until libtpu has written its buffer assignment; print it as JSON."""
-    import jax
-
-    from aoizora.hlo.buffer_dump import dump_ready, read_buffer_assignment
+    from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.models.registry import wan_space
-    from aoizora.workload import lowering_inputs_on
     from aoizora.topology import get_topology
+    from aoizora.workload import lowering_inputs_on
 
     topo = get_topology(topology)
     space = wan_space(MODEL, resolution, frames, generation=topo.generation)
     strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
     lowered = lowering_inputs_on(space, strategy, topo).lower()
-    dump = tempfile.mkdtemp(prefix="aoizora-assign-")
     record = {"topology": topology, "resolution": resolution, "frames": frames, "key": key}
 
-    def report() -> None:
-        while not dump_ready(dump):
-            time.sleep(0.1)
-        time.sleep(0.3)  # the files are written one after the other; let the last one finish
+    def read(dump: str) -> None:
         a = read_buffer_assignment(dump)
         record.update(temp_bytes=a.temp_bytes, parameter_bytes=a.parameter_bytes, output_bytes=a.output_bytes)
         print("RESULT " + json.dumps(record), flush=True)
-        shutil.rmtree(dump, ignore_errors=True)
-        os._exit(0)  # the back end would run for another minute: the assignment is all we need
 
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True})
-    except Exception as e:  # noqa: BLE001 - reported, the parent decides
-        time.sleep(1.0)
-        if not dump_ready(dump):
-            record["error"] = str(e).splitlines()[0][:300]
-            print("RESULT " + json.dumps(record), flush=True)
-            shutil.rmtree(dump, ignore_errors=True)
-            os._exit(0)
-    time.sleep(30)  # compiled before the watcher fired (tiny programs): let it report
+    record["error"] = compile_until_assignment(lowered, read)
+    print("RESULT " + json.dumps(record), flush=True)
 
 
 def collect(jobs: list[tuple[str, str, int, str]], out: Path, parallel: int) -> None:

@@ -15,12 +15,9 @@ how tightly libtpu packs them. The strategy is compiled (splash blocks fitted to
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
-import threading
-import time
 from pathlib import Path
+
+from assignment_watch import compile_until_assignment
 
 GIB = 2**30
 MIB = 2**20
@@ -34,7 +31,7 @@ def live_peak(buffers) -> tuple[int, list]:
 
 
 def main() -> None:
-    from aoizora.hlo.buffer_dump import dump_ready, read_buffer_assignment
+    from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.models.registry import wan_space
     from aoizora.stage1.search import analyse
     from aoizora.topology import get_topology
@@ -59,13 +56,9 @@ def main() -> None:
           f"{est.temp_bytes / GIB:.3f} (in the assignment {(est.temp_bytes - est.outside_bytes) / GIB:.3f}, "
           f"outside it {est.outside_bytes / GIB:.3f}); total {est.total_bytes / GIB:.3f} GiB")
 
-    dump = tempfile.mkdtemp(prefix="aoizora-peak-")
     lowered = lowering_inputs_on(space, strategy, topo).lower()
 
-    def report() -> None:
-        while not dump_ready(dump):
-            time.sleep(0.1)
-        time.sleep(0.5)  # the files are written one after the other; let the last one finish
+    def read(dump: str) -> None:
         a = read_buffer_assignment(dump, with_buffers=True)
         at, live = live_peak(a.temp_buffers)
         print(f"libtpu's assignment: parameters {a.parameter_bytes / GIB:.3f} GiB, outputs {a.output_bytes / GIB:.3f}, "
@@ -76,16 +69,8 @@ def main() -> None:
         shapes = _shapes(dump, [v for b in live[:args.buffers] for v in b.values[:1]])
         for name, shape in shapes.items():
             print(f"  {name} = {shape}")
-        shutil.rmtree(dump, ignore_errors=True)
-        os._exit(0)  # the back end would run for another minute: the assignment is all this needs
 
-    threading.Thread(target=report, daemon=True).start()
-    try:
-        lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True})
-        time.sleep(60)  # compiled before the watcher fired (small programs): let it report
-    finally:
-        shutil.rmtree(dump, ignore_errors=True)
-    raise SystemExit("libtpu wrote no buffer assignment")
+    raise SystemExit(compile_until_assignment(lowered, read))
 
 
 def _shapes(dump: str, names: list[str]) -> dict[str, str]:
