@@ -145,3 +145,31 @@ def test_async_collectives_hide_behind_independent_compute(topo_2x4, collective,
         assert overlapped.seconds == pytest.approx(sync.seconds)
     # the bound still holds on the compiled program, for every placement
     _check(c, topo_2x4)
+
+
+def _ring_permute(topology):
+    """shard_map: every device sends its 8 MiB block to the next one along "y" (a ring of 4)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from micro import case, mesh_2x4, sds
+
+    mesh = mesh_2x4(topology)
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    fn = jax.shard_map(lambda x: jax.lax.ppermute(x, "y", ring), mesh=mesh, in_specs=P("y", None),
+                       out_specs=P("y", None), check_vma=False)
+    return case("ring-permute", fn, sds(mesh, (4 * 1024, 4096), P("y", None)))
+
+
+def test_a_permute_gets_one_link_wherever_it_is_placed(topo_2x4):
+    """Each device receives its block from one source along one route: Q1 charges it one link's
+    time (a ring all-gather over the same 4 devices would get two links), and stays below Q2 on
+    every placement of the compiled program."""
+    c = _ring_permute(topo_2x4)
+    [comm] = c.prediction.comms
+    assert comm.kind == "collective-permute" and comm.group_size == 4
+    assert comm.recv_bytes == 1024 * 4096 * 2
+    hw = topo_2x4.hardware
+    one_link = comm.recv_bytes / hw.link_bandwidth_Bps + hw.hop_latency_s
+    assert q1(c.prediction, topo_2x4, "none").comm_seconds == pytest.approx(one_link)
+    _check(c, topo_2x4)

@@ -13,7 +13,11 @@ placement. Q1 charges each strategy only what no placement can avoid:
   both directions: 2 links into each chip for N > 2, 1 link for N = 2, never more than the
   chip's ports; a group that fits on one chip (several cores per chip) moves its bytes over the
   cores' die-to-die link (TPU7x), or costs nothing where the cores share memory (v4). Plus one
-  hop of latency per algorithm step across chips.
+  hop of latency per algorithm step across chips. A collective permute is not a ring collective:
+  each device receives its block from one source (StableHLO allows one source per target), along
+  one dimension-order route, so on chips of one core it gets one link's bandwidth wherever the
+  group is placed (on chips of several cores a placement may put each source on its target's
+  chip, and the group's bound stands).
 
 How they combine is a switch, `overlap`:
 * `"async"` (default): collectives that move parameters (all-gathers of FSDP weights and
@@ -99,6 +103,8 @@ def best_group_bandwidth(topology: Topology, group_size: int) -> float:
 def comm_seconds(node: CommNode, topology: Topology) -> float:
     """Lower bound on one execution of a collective on any placement."""
     bw = best_group_bandwidth(topology, node.group_size)
+    if node.kind == "collective-permute" and topology.cores_per_chip == 1:
+        bw = min(bw, topology.hardware.link_bandwidth_Bps)
     if math.isinf(bw):
         return 0.0
     if fits_one_chip(topology, node.group_size):
