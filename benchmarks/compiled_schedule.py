@@ -15,29 +15,21 @@ from __future__ import annotations
 
 import argparse
 
+from strategy_args import add_cell_and_strategy, chosen_strategy
+
 
 def main() -> None:
     from aoizora.hlo.program import NodeKind
-    from aoizora.models.registry import wan_space
     from aoizora.placement import enumerate_placements
     from aoizora.stage2 import compile_strategy, default_compile_cache
-    from aoizora.topology import get_topology
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="wan2.1-t2v-14b")
-    ap.add_argument("--topology", required=True)
-    ap.add_argument("--resolution", required=True)
-    ap.add_argument("--frames", type=int, required=True)
-    ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    add_cell_and_strategy(ap)
     ap.add_argument("--min-ms", type=float, default=0.2, help="list compute instructions of at least this many ms")
     ap.add_argument("--rows", type=int, default=80, help="stop after this many rows")
     args = ap.parse_args()
 
-    topo = get_topology(args.topology)
-    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
-    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
-    if strategy is None:
-        raise SystemExit(f"no strategy {args.strategy!r} on {topo.name}")
+    topo, space, strategy = chosen_strategy(args)
     placement = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0]
     program = compile_strategy(space, strategy, args.strategy, topo, placement, None, default_compile_cache()).program
     blocks = max(n.multiplicity for n in program.nodes)  # the loop over the transformer blocks

@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from assignment_watch import compile_until_assignment
+from strategy_args import add_cell_and_strategy, chosen_strategy
 
 GIB = 2**30
 MIB = 2**20
@@ -32,25 +33,15 @@ def live_peak(buffers) -> tuple[int, list]:
 
 def main() -> None:
     from aoizora.hlo.buffer_dump import read_buffer_assignment
-    from aoizora.models.registry import wan_space
     from aoizora.stage1.search import analyse
-    from aoizora.topology import get_topology
     from aoizora.workload import lowering_inputs_on
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="wan2.1-t2v-14b")
-    ap.add_argument("--topology", required=True)
-    ap.add_argument("--resolution", required=True)
-    ap.add_argument("--frames", type=int, required=True)
-    ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    add_cell_and_strategy(ap)
     ap.add_argument("--buffers", type=int, default=12, metavar="N", help="temp buffers listed at the live peak")
     args = ap.parse_args()
 
-    topo = get_topology(args.topology)
-    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
-    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
-    if strategy is None:
-        raise SystemExit(f"no strategy {args.strategy!r} on {topo.name}")
+    topo, space, strategy = chosen_strategy(args)
     est = analyse(space, strategy, topo)[2]
     print(f"Stage 1: arguments {est.argument_bytes / GIB:.3f} GiB, outputs {est.output_bytes / GIB:.3f}, temp "
           f"{est.temp_bytes / GIB:.3f} (in the assignment {(est.temp_bytes - est.outside_bytes) / GIB:.3f}, "

@@ -1,0 +1,30 @@
+"""The command-line arguments that name one strategy of a Wan cell, shared by the benchmarks that
+study a single compiled strategy (`compiled_schedule.py`, `memory_peak.py`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_cell_and_strategy(ap: argparse.ArgumentParser) -> None:
+    """--model, --topology, --resolution, --frames and --strategy (a Stage 1 key)."""
+    ap.add_argument("--model", default="wan2.1-t2v-14b")
+    ap.add_argument("--topology", required=True)
+    ap.add_argument("--resolution", required=True)
+    ap.add_argument("--frames", type=int, required=True)
+    ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+
+
+def chosen_strategy(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(topology, space, strategy) the arguments name: the space `aoizora plan` searches, splash
+    blocks fitted to each strategy and the chip's VMEM. Exits with a message for an unknown key."""
+    from aoizora.models.registry import wan_space
+    from aoizora.topology import get_topology
+
+    topo = get_topology(args.topology)
+    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
+    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
+    if strategy is None:
+        raise SystemExit(f"no strategy {args.strategy!r} on {topo.name}")
+    return topo, space, strategy
