@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import collections
 
+from strategy_args import strategy_named
+
 
 def main() -> None:
     from aoizora.models.registry import wan_space
@@ -116,10 +118,7 @@ def _chosen(space, topo, strategy_key: str | None, expert_name: str | None):
             names = ", ".join(e.deployment.name for e in entries) or "none"
             raise SystemExit(f"no expert deployment {expert_name!r} on {topo.name} (there: {names})")
         return entry.key, entry.deployment.strategy, entry.flags
-    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == strategy_key), None)
-    if strategy is None:
-        raise SystemExit(f"no strategy {strategy_key!r} on {topo.name}")
-    return strategy_key, strategy, None
+    return strategy_key, strategy_named(space, topo, strategy_key), None
 
 
 if __name__ == "__main__":

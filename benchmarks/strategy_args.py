@@ -1,5 +1,5 @@
 """The command-line arguments that name one strategy of a Wan cell, shared by the benchmarks that
-study a single compiled strategy (`compiled_schedule.py`, `memory_peak.py`)."""
+study a single compiled strategy (`compiled_schedule.py`, `memory_peak.py`, `q1_compute_gap.py`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,12 @@ def chosen_strategy(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
     topo = get_topology(args.topology)
     space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
-    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == args.strategy), None)
+    return topo, space, strategy_named(space, topo, args.strategy)
+
+
+def strategy_named(space: Any, topo: Any, key: str) -> Any:
+    """The strategy of `space` on `topo` whose Stage 1 key is `key`; exits with a message if none."""
+    strategy = next((c.strategy for c in space.candidates(topo.num_devices) if c.key == key), None)
     if strategy is None:
-        raise SystemExit(f"no strategy {args.strategy!r} on {topo.name}")
-    return topo, space, strategy
+        raise SystemExit(f"no strategy {key!r} on {topo.name}")
+    return strategy
