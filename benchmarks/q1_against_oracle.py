@@ -7,8 +7,9 @@ A bench cell holds the simulated latency of every placement of each strategy it 
 and the Stage 1 ranks and Q1 bounds of the source that ran it. This reruns Stage 1 (lowering
 only, no compile) on each cell's space and prints, beside what the cell recorded: the Stage 1
 rank of the oracle's strategy (top-1 recall at K needs K >= it), the Spearman correlation of Q1
-with each compiled strategy's best simulated latency, and the strategies whose Q1 exceeds that
-latency (Q1 must be a lower bound: there must be none). A cell without the full oracle is read
+with each compiled strategy's best simulated latency, the strategies whose Stage 1 rank differs from
+the recorded one (a change that moves no rank leaves the cell's choices as they were), and the
+strategies whose Q1 exceeds that latency (Q1 must be a lower bound: there must be none). A cell without the full oracle is read
 the same way over the strategies it compiled (its Top-K and the baselines): the rank is then that
 of the best strategy it compiled, and no recall is claimed. The simulated latencies are the cell's:
 a change to Stage 1 that leaves the lowered programs alone leaves them valid.
@@ -38,12 +39,15 @@ def check(doc: dict, top_k: int) -> dict:
     best = best_simulated_seconds(doc["pairs"])
     oracle = doc["metrics"]["oracle"]["strategy"]
     recorded_q1 = doc["stage1"]["q1_seconds"]
+    recorded_ranks = doc["stage1"]["ranks"]
     both = [k for k in best if k in now and k in recorded_q1]
     rho = lambda q1: float(spearmanr([q1[k] for k in both], [best[k] for k in both])[0])  # noqa: E731
     return {
         "cell": f"{cell['topology']} {cell['resolution']}/{cell['frames']} {cell['model']}",
         "oracle": oracle,
-        "rank_recorded": doc["stage1"]["ranks"].get(oracle),
+        "rank_recorded": recorded_ranks.get(oracle),
+        "ranks_moved": sorted(k for k in set(now) | set(recorded_ranks)
+                              if now.get(k, (None, None))[0] != recorded_ranks.get(k)),
         "rank_now": now.get(oracle, (None, None))[0],
         "ranked_now": len(now),
         "rho_recorded": rho(recorded_q1),
@@ -68,6 +72,9 @@ def main() -> None:
         recall = f"; top-1 recall at K = {args.top_k}: {r['rank_now'] is not None and r['rank_now'] <= args.top_k}"
         print(f"  Stage 1 rank of {best.split(' (')[0]}: recorded {r['rank_recorded']}, now {r['rank_now']} "
               f"(of {r['ranked_now']} ranked{recall if complete else ''})")
+        moved = r["ranks_moved"]
+        print(f"  Stage 1 ranks that differ from the recorded ones: {len(moved)}"
+              + (f" ({', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''})" if moved else ""))
         print(f"  rho(Q1, best simulated) over {r['strategies']} compiled strategies: recorded "
               f"{r['rho_recorded']:.3f}, now {r['rho_now']:.3f}")
         print(f"  Q1 above the best simulated latency: recorded {len(r['violations_recorded'])}, "
