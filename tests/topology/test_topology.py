@@ -143,3 +143,52 @@ def test_usable_hbm_is_what_the_compiler_allows(topology):
     assert f"{hw.hbm_usable_bytes / 2**30:.2f}" == available
     if not topology.startswith("v5p"):  # Cloud's v5p figure (95 GiB per chip) is below libtpu's 95.74 GiB limit
         assert hw.hbm_usable_bytes < hw.hbm_bytes
+
+
+def _all_gather_of_a_computed_activation(topology: str, compiler_options: dict | None = None) -> str:
+    """Compiled HLO of an all-gather of an activation each device computes (as K and V of
+    all-gather attention), beside independent compute it could overlap."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = compile_only_devices(topology)
+    mesh = Mesh(np.array(devices), ("x",))
+    sharded, replicated = NamedSharding(mesh, PartitionSpec("x", None)), NamedSharding(mesh, PartitionSpec())
+
+    def step(a, w, b):
+        k = jax.lax.with_sharding_constraint(jnp.tanh(a @ w), replicated)
+        return (jnp.tanh(b @ w) @ k.T).astype(jnp.bfloat16)
+
+    n = len(devices) * 1024
+    args = (jax.ShapeDtypeStruct((n, 1024), jnp.bfloat16, sharding=sharded),
+            jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16, sharding=replicated),
+            jax.ShapeDtypeStruct((n, 1024), jnp.bfloat16, sharding=sharded))
+    lowered = jax.jit(step, out_shardings=sharded).lower(*args)
+    return lowered.compile(compiler_options=compiler_options or {}).as_text()
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2", "v4:2x2x1", "v5p:2x2x1", "tpu7x:2x2x1"])
+def test_async_collective_fusion_is_what_the_compiler_does(topology):
+    """`async_collective_fusion` says whether libtpu, with its default flags, runs an all-gather of
+    a computed activation as an async collective fusion (the second, outside copy Stage 1's memory
+    estimate adds) or as a synchronous all-gather."""
+    import re
+
+    text = _all_gather_of_a_computed_activation(topology)
+    fused = bool(re.search(r"%async-collective-start[.0-9]* = ", text))
+    assert fused == get_topology(topology).hardware.async_collective_fusion
+    assert fused or re.search(r"%all-gather[.0-9]* = ", text)
+
+
+def test_async_collective_fusion_is_libtpus_flag_on_v5e_and_absent_on_v6e():
+    """The mechanism is libtpu's async collective fusion: off by its flag on v5e, and not turned on
+    by MaxDiffusion's README flags on v6e."""
+    from aoizora.models.wan.experts import README_LIBTPU_ARGS
+    from aoizora.toolchain import CompilerFlags
+
+    off = _all_gather_of_a_computed_activation("v5e:2x2", {"xla_tpu_enable_async_collective_fusion": False})
+    assert "async-collective-start" not in off
+    readme = CompilerFlags.parse(" ".join(README_LIBTPU_ARGS)).compiler_options()
+    assert "async-collective-start" not in _all_gather_of_a_computed_activation("v6e:2x2", readme)

@@ -167,17 +167,19 @@ def prediction_of(propagation: Propagation, hbm: HbmReport) -> Prediction:
                       hbm.outside_bytes, hbm.live_peak_temp_bytes, hbm.hoisted_permutes)
 
 
-def predict(module: IRModule, kernel_cost: KernelCostHook | None = None, hoist_permutes: bool = True) -> Prediction:
+def predict(module: IRModule, kernel_cost: KernelCostHook | None = None, hoist_permutes: bool = True,
+            async_collective_fusion: bool = True) -> Prediction:
     """Build the prediction DAG of a lowered program (see `propagate.py` and `hbm.py` for the rules).
 
     `hoist_permutes=False` issues each collective permute where it is written instead of as soon as
     its operand exists: what libtpu's scheduler does when hoisting would not fit in HBM
-    (`stage1.memory.predict_within_hbm`).
+    (`stage1.memory.predict_within_hbm`). `async_collective_fusion`: whether libtpu holds a second
+    copy of an all-gathered activation (`HardwareProfile.async_collective_fusion`; `hbm.HbmModel`).
     """
     # imported here: the propagator builds this module's nodes, so it imports
     # this module; the HBM model does not, but stays beside it
     from aoizora.stage1.hbm import HbmModel
     from aoizora.stage1.propagate import ShardingPropagator
 
-    hbm = HbmModel(module.funcs, hoist_permutes)
+    hbm = HbmModel(module.funcs, hoist_permutes, async_collective_fusion)
     return prediction_of(ShardingPropagator(module, kernel_cost, hbm.feed).run(), hbm.report())

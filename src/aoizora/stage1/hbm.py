@@ -19,7 +19,9 @@ docs/notebook/memory-model.md):
   a reshape across lanes is a relayout copy (`fusion.relayout`);
 * a weight gathered by a sharding constraint is fetched `WEIGHT_PREFETCH_OPS` ops ahead of its
   first use; an all-gather of an activation written in the program holds a second, outside copy
-  (libtpu's async collective fusion); all-reduce and all-to-all scratch is outside too;
+  where libtpu runs it as an async collective fusion (`HardwareProfile.async_collective_fusion`:
+  v5e; elsewhere it is a synchronous all-gather with no second copy); all-reduce and all-to-all
+  scratch is outside too;
 * a collective permute's result is live from its operand's definition (`hoist_permutes`);
 * a loop's state owns buffers for the whole loop; a shard_map's computed operand is written out
   as an argument its body owns; a kernel's output is a buffer its caller holds.
@@ -129,11 +131,16 @@ class HbmModel:
     `hoist_permutes=False` issues each collective permute where it is written instead of as soon
     as its operand exists: what libtpu's scheduler does when hoisting would not fit in HBM
     (`stage1.memory.predict_within_hbm`).
+    `async_collective_fusion`: libtpu runs an all-gather of a computed activation as an async
+    collective fusion, holding a second buffer of its result outside the assignment
+    (`HardwareProfile.async_collective_fusion`; flags that turn it off are not seen here, which
+    leaves the estimate high).
     """
 
-    def __init__(self, funcs: Mapping[str, Func], hoist_permutes: bool = True):
+    def __init__(self, funcs: Mapping[str, Func], hoist_permutes: bool = True, async_collective_fusion: bool = True):
         self.funcs = funcs
         self.hoist_permutes = hoist_permutes
+        self.async_collective_fusion = async_collective_fusion
         self.timeline = Timeline()
         self.hoisted_permutes = 0
         self._regions: list[_RegionBuffers] = []
@@ -370,8 +377,8 @@ class HbmModel:
     def _open_results(self, rb: _RegionBuffers, running: _OpInProgress, results: tuple[Value, ...]) -> float:
         """Buffers for a materialized op's results; returns the bytes opened now."""
         tl, op = self.timeline, running.op
-        async_copy = (op.name in COLLECTIVE_OPS and op.attrs["collective"].kind == "all-gather"
-                      and not running.operands[0].prefetchable)
+        async_copy = (self.async_collective_fusion and op.name in COLLECTIVE_OPS
+                      and op.attrs["collective"].kind == "all-gather" and not running.operands[0].prefetchable)
         opened = 0.0
         if running.walked:
             tl.tick()  # the callee's buffers for these results end with it: hand them over

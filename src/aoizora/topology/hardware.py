@@ -57,6 +57,10 @@ class HardwareProfile:
     #: issue and wait, loop control), paid on top of the iteration's work
     pallas_grid_step_s: float = 0.0
     tensorcores_per_chip: int = 1
+    #: whether libtpu compiles an all-gather of an activation the program computes as an
+    #: asynchronous collective fusion, which holds a second buffer of the result outside its
+    #: buffer assignment (with its default flags); otherwise the all-gather is synchronous
+    async_collective_fusion: bool = False
     #: local batch -> the largest splash block_q whose VMEM working set the compiler accepts on one
     #: device (2048-key blocks computed 1024 at a time, head_dim 128); empty: not measured
     splash_max_block_q: dict[int, int] = field(default_factory=dict, compare=False)
@@ -142,6 +146,7 @@ class HardwareProfile:
             "collective_launch_s": self.collective_launch_s,
             "pallas_grid_step_s": self.pallas_grid_step_s,
             "tensorcores_per_chip": self.tensorcores_per_chip,
+            "async_collective_fusion": self.async_collective_fusion,
             "splash_max_block_q": {str(b): q for b, q in self.splash_max_block_q.items()},
             "sources": dict(self.sources),
         }
