@@ -20,8 +20,9 @@ from aoizora.bench.report import COLUMNS, markdown, row
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results.md"
 RAW_DATA_LINK = re.compile(r"\(data/bench/([\w.-]+)/\)")
-# the recall column is reworded in the document (bold "no", "2 (K 2)" for a partial oracle)
-SKIPPED_COLUMNS = {"recall"}
+# the recall column is reworded in the document (bold "no", "2 (K 2)" for a partial oracle):
+# only its numbers (the Stage 1 rank and K) must be the report's
+REWORDED_COLUMNS = {"recall"}
 
 
 def _sections() -> dict[str, str]:
@@ -70,8 +71,9 @@ def test_the_published_rows_are_what_the_committed_cells_give(directory):
     assert docs and set(published) == set(computed), (sorted(published), sorted(computed))
     for cell, cols in published.items():
         for (key, header), shown, recomputed in zip(COLUMNS, cols, computed[cell]):
-            if key not in SKIPPED_COLUMNS:
-                assert shown == recomputed, f"{directory} {cell} {header}: published {shown}, data {recomputed}"
+            if key in REWORDED_COLUMNS:
+                shown, recomputed = re.findall(r"\d+", shown), re.findall(r"\d+", recomputed)
+            assert shown == recomputed, f"{directory} {cell} {header}: published {shown}, data {recomputed}"
 
 
 @pytest.mark.parametrize("directory", sorted(SECTIONS))
