@@ -7,11 +7,11 @@ A bench cell holds the simulated latency of every placement of each strategy it 
 and the Stage 1 ranks and Q1 bounds of the source that ran it. This reruns Stage 1 (lowering
 only, no compile) on each cell's space and prints, beside what the cell recorded: the Stage 1
 rank of the oracle's strategy (top-1 recall at K needs K >= it), the Spearman correlation of Q1
-with each compiled strategy's best simulated latency, the strategies whose Stage 1 rank differs from
-the recorded one (a change that moves no rank leaves the cell's choices as they were), and the
-strategies whose Q1 exceeds that latency (Q1 must be a lower bound: there must be none). A cell without the full oracle is read
-the same way over the strategies it compiled (its Top-K and the baselines): the rank is then that
-of the best strategy it compiled, and no recall is claimed. The simulated latencies are the cell's:
+with each compiled strategy's best simulated latency, the strategies whose Stage 1 rank differs
+from the recorded one (a change that moves no rank leaves the cell's choices as they were), and
+the strategies whose Q1 exceeds that latency (Q1 must be a lower bound: there must be none). A
+cell without the full oracle is read the same way over the strategies it compiled (its Top-K and
+the baselines): the rank is then that of the best strategy it compiled, and no recall is claimed. The simulated latencies are the cell's:
 a change to Stage 1 that leaves the lowered programs alone leaves them valid.
 """
 
