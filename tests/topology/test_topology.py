@@ -192,3 +192,44 @@ def test_async_collective_fusion_is_libtpus_flag_on_v5e_and_absent_on_v6e():
     assert "async-collective-start" not in off
     readme = CompilerFlags.parse(" ".join(README_LIBTPU_ARGS)).compiler_options()
     assert "async-collective-start" not in _all_gather_of_a_computed_activation("v6e:2x2", readme)
+
+
+def _scanned_weight_stack(topology: str, tile: tuple[int, int] | None) -> tuple[str, int, int]:
+    """Compiled HLO, temp bytes and stack bytes of a bf16 weight stack scanned into matmuls (as
+    the model's layer loop uses its stacked weights) on one device, the stack handed over in
+    `tile` (an input `Format`) or, with None, as the runtime puts an array on a device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(compile_only_devices(topology)[:1]), ("x",))
+    sharding = NamedSharding(mesh, PartitionSpec())
+
+    def layers(stack, x):
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, stack)[0]
+
+    stack = jax.ShapeDtypeStruct((16, 2048, 2048), jnp.bfloat16, sharding=sharding)
+    x = jax.ShapeDtypeStruct((512, 2048), jnp.bfloat16, sharding=sharding)
+    handed = sharding if tile is None else Format(Layout(major_to_minor=(0, 1, 2), tiling=(tile, (2, 1))), sharding)
+    compiled = jax.jit(layers, in_shardings=(handed, sharding)).lower(stack, x).compile()
+    return compiled.as_text(), compiled.memory_analysis().temp_size_in_bytes, 16 * 2048 * 2048 * 2
+
+
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2", "v4:2x2x1", "v5p:2x2x1", "tpu7x:2x2x1"])
+def test_tile_16bit_is_what_the_compiler_wants(topology):
+    """`tile_16bit` is the tile libtpu's matmuls want a 16-bit weight stack in: handed over in the
+    runtime's tile (`RUNTIME_TILE_16BIT`), the stack is copied into a second HBM buffer exactly
+    where the two differ (TPU7x); handed over in `tile_16bit`, never."""
+    import re
+
+    from aoizora.topology import RUNTIME_TILE_16BIT
+
+    wanted = get_topology(topology).hardware.tile_16bit
+    text, temp_default, stack_bytes = _scanned_weight_stack(topology, None)
+    runtime = re.search(r"bf16\[16,2048,2048\]\{2,1,0:T\((\d+),(\d+)\)\(2,1\)\} parameter\(0\)", text)
+    assert tuple(int(g) for g in runtime.groups()) == RUNTIME_TILE_16BIT
+    assert (temp_default >= stack_bytes) == (wanted != RUNTIME_TILE_16BIT)
+    _, temp_wanted, _ = _scanned_weight_stack(topology, wanted)
+    assert temp_wanted < stack_bytes

@@ -1,6 +1,7 @@
 """TPU slices: chips, directed ICI and die-to-die links, wraparound, hardware profiles and routing."""
 
 from aoizora.topology.hardware import (
+    RUNTIME_TILE_16BIT,
     HardwareProfile,
     KernelWork,
     canonical_generation,
@@ -29,6 +30,7 @@ __all__ = [
     "HardwareProfile",
     "KernelWork",
     "Link",
+    "RUNTIME_TILE_16BIT",
     "Topology",
     "canonical_generation",
     "generation_aliases",

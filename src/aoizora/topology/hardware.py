@@ -11,6 +11,11 @@ from typing import Any
 
 from aoizora.errors import TopologyError
 
+#: The tile JAX's runtime lays a 16-bit array out in when it is put on a TPU device without a
+#: `Format` (and so the tile of every such program argument), on every generation; checked against
+#: the compiler by tests/topology/test_topology.py::test_tile_16bit_is_what_the_compiler_wants.
+RUNTIME_TILE_16BIT: tuple[int, int] = (8, 128)
+
 
 @dataclass(frozen=True)
 class KernelWork:
@@ -61,6 +66,10 @@ class HardwareProfile:
     #: asynchronous collective fusion, which holds a second buffer of the result outside its
     #: buffer assignment (with its default flags); otherwise the all-gather is synchronous
     async_collective_fusion: bool = False
+    #: (second-minor, minor) tile libtpu lays a 16-bit array out in where it picks the layout (a
+    #: matmul operand); a program argument the runtime hands over in `RUNTIME_TILE_16BIT` is
+    #: copied into it before use when the two differ (a stacked weight inside the layer loop)
+    tile_16bit: tuple[int, int] = (8, 128)
     #: local batch -> the largest splash block_q whose VMEM working set the compiler accepts on one
     #: device (2048-key blocks computed 1024 at a time, head_dim 128); empty: not measured
     splash_max_block_q: dict[int, int] = field(default_factory=dict, compare=False)
@@ -147,6 +156,7 @@ class HardwareProfile:
             "pallas_grid_step_s": self.pallas_grid_step_s,
             "tensorcores_per_chip": self.tensorcores_per_chip,
             "async_collective_fusion": self.async_collective_fusion,
+            "tile_16bit": list(self.tile_16bit),
             "splash_max_block_q": {str(b): q for b, q in self.splash_max_block_q.items()},
             "sources": dict(self.sources),
         }
@@ -180,6 +190,8 @@ def hardware_profile(generation: str) -> HardwareProfile:
     raw = dict(_table()["generations"][gen])
     raw["device_kinds"] = tuple(raw["device_kinds"])
     raw.setdefault("d2d_bandwidth_Bps", None)
+    if "tile_16bit" in raw:
+        raw["tile_16bit"] = tuple(int(n) for n in raw["tile_16bit"])
     raw["splash_max_block_q"] = {int(b): int(q) for b, q in raw.get("splash_max_block_q", {}).items()}
     return HardwareProfile(generation=gen, **raw)
 

@@ -1,5 +1,13 @@
 """Shardings of parameters and inputs for a strategy on a mesh, and abstract (weightless)
-`ShapeDtypeStruct` inputs for lowering/compiling at full size."""
+`ShapeDtypeStruct` inputs for lowering/compiling at full size.
+
+A parameter is handed to the program with its sharding, and, when the strategy has a
+`weight_tile`, the stacked 16-bit layer matrices also in that tile (a `Format`): libtpu lays an
+argument out as the runtime hands it over, and where its matmuls want another tile (TPU7x's
+(16,128) against the runtime's (8,128)) it copies each whole stack before the layer loop, a second
+HBM buffer of every stacked weight (`HardwareProfile.tile_16bit`). `device_put`, `jax.jit`'s
+`in_shardings` and `ShapeDtypeStruct` all take the `Format`, so the plan runs in the standard stack.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +15,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.layout import Format, Layout
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.params import param_dtype, param_table, _set
+from aoizora.models.wan.params import ParamSpec, param_dtype, param_table, _set
 from aoizora.models.wan.strategy import Strategy, check_mesh, logical_rules, logical_to_spec
 
 
@@ -24,20 +33,40 @@ def param_specs(config: WanConfig, strategy: Strategy) -> dict:
 
 
 def param_shardings(config: WanConfig, strategy: Strategy, mesh: Mesh) -> dict:
-    """Pytree of NamedShardings for the parameters (pass to `load_params(shardings=...)`)."""
+    """Pytree of how each parameter is handed to the program: a NamedSharding, or a `Format` (that
+    sharding in the strategy's weight tile) for a stacked 16-bit layer matrix. Pass it to
+    `load_params(shardings=...)` or `jax.device_put`."""
     check_mesh(strategy, mesh)
-    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(config, strategy),
-                        is_leaf=lambda x: isinstance(x, P))
+    tree: dict = {}
+    for s, handed in _handovers(config, strategy, mesh):
+        _set(tree, s.path, handed)
+    return tree
 
 
 def abstract_params(config: WanConfig, strategy: Strategy, mesh: Mesh) -> dict:
     """Pytree of sharded `jax.ShapeDtypeStruct`s: the parameters without materialising them."""
-    rules = logical_rules(strategy)
     tree: dict = {}
-    for s in param_table(config):
-        sh = NamedSharding(mesh, logical_to_spec(s.axes, rules))
-        _set(tree, s.path, jax.ShapeDtypeStruct(s.shape, param_dtype(s, config), sharding=sh))
+    for s, handed in _handovers(config, strategy, mesh):
+        _set(tree, s.path, jax.ShapeDtypeStruct(s.shape, param_dtype(s, config), sharding=handed))
     return tree
+
+
+def _handovers(config: WanConfig, strategy: Strategy, mesh: Mesh) -> list[tuple[ParamSpec, Any]]:
+    rules = logical_rules(strategy)
+    return [(s, _handover(s, config, strategy, NamedSharding(mesh, logical_to_spec(s.axes, rules))))
+            for s in param_table(config)]
+
+
+def _handover(spec: ParamSpec, config: WanConfig, strategy: Strategy, sharding: NamedSharding) -> Any:
+    """The parameter's sharding, in the strategy's weight tile when it is a stacked 16-bit matrix
+    (the layer loop's matmul weights, the arrays libtpu would otherwise copy into its tile)."""
+    tile = strategy.weight_tile
+    if tile is None or not (spec.stacked and spec.kind == "linear" and len(spec.shape) == 3):
+        return sharding
+    if jnp.dtype(param_dtype(spec, config)).itemsize != 2:
+        return sharding
+    # (2, 1): two 16-bit values packed per 32-bit word, as libtpu tiles every 16-bit array
+    return Format(Layout(major_to_minor=(0, 1, 2), tiling=(tuple(tile), (2, 1))), sharding)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

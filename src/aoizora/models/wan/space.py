@@ -8,6 +8,9 @@ U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 o
 chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly. Given the
 slice's generation, every strategy runs splash blocks fitted to its local lengths and to that
 generation's VMEM (`aoizora.models.wan.blocks`); without one, each call takes the kernel's own pick.
+On a generation whose matmuls want 16-bit weights in another tile than the runtime's (TPU7x), every
+strategy hands its stacked weights over in that tile (`Strategy.weight_tile`), so libtpu does not
+copy them; the expert deployments keep the runtime's layout, as deployed.
 Legality is the model's own `check_strategy`; on top, variants that the model runs identically
 are rejected as duplicates (with context = 1 every attention variant is plain local attention,
 see `attention.self_attention`). Lowering is one
@@ -22,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax.numpy as jnp
+
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks
@@ -31,10 +36,10 @@ from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import (
     ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy, check_strategy,
-    context_splits,
+    context_splits, describe_tile,
 )
 from aoizora.placement import MeshSpec
-from aoizora.topology import KernelWork, hardware_profile
+from aoizora.topology import RUNTIME_TILE_16BIT, KernelWork, hardware_profile
 from aoizora.workload import KernelCall
 from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.models.wan.experts import legal_expert_strategies
@@ -47,6 +52,8 @@ def strategy_key(st: Strategy) -> str:
         key += f" | chunks={st.ulysses_chunks}"
     if st.splash_blocks is not None:
         key += f" | blocks={st.splash_blocks.describe()}"
+    if st.weight_tile is not None:
+        key += f" | weight_tile={describe_tile(st.weight_tile)}"
     return key
 
 
@@ -64,6 +71,8 @@ class WanSpace(StrategySpace):
         # without a generation, or one whose limit was not measured, each call takes the kernel's pick.
         self.generation = generation
         self.splash_max_block_q = hardware_profile(generation).splash_max_block_q if generation else {}
+        tile = hardware_profile(generation).tile_16bit if generation else RUNTIME_TILE_16BIT
+        self.weight_tile = tile if tile != RUNTIME_TILE_16BIT and jnp.dtype(config.dtype).itemsize == 2 else None
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -86,7 +95,8 @@ class WanSpace(StrategySpace):
                         for weights in self.weights:
                             st = self._with_blocks(Strategy(
                                 **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
-                                kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks))
+                                kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
+                                weight_tile=self.weight_tile))
                             out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
         return out
 
@@ -159,6 +169,8 @@ class WanSpace(StrategySpace):
             out["ulysses_chunks"] = strategy.ulysses_chunks
         if strategy.splash_blocks is not None:
             out["splash_blocks"] = dataclasses.asdict(strategy.splash_blocks)
+        if strategy.weight_tile is not None:
+            out["weight_tile"] = list(strategy.weight_tile)
         return out
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:

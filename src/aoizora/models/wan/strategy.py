@@ -26,7 +26,10 @@ TensorCores of one TPU7x chip) and the ring across chips, or the other way. Its 
 Ulysses chunking (``ulysses_chunks``, ``ulysses`` and ``ulysses_ring``) splits each device's heads
 into that many groups, each with its own all-to-alls and attention, so one group's communication
 can overlap another's compute. ``splash_blocks`` fixes the splash kernel's block sizes (by default
-the kernel's blocks are chosen per call from the local lengths).
+the kernel's blocks are chosen per call from the local lengths). ``weight_tile`` hands the stacked
+16-bit layer matrices to the program in that (second-minor, minor) tile instead of the runtime's
+default one (on TPU7x the compiler's matmuls want (16,128) tiles and otherwise copy every stack
+before the layer loop; see `aoizora.models.wan.sharding`).
 
 Every parameter and activation dimension has a *logical* name (``batch``, ``length``,
 ``kv_length``, ``heads``, ``head_dim``, ``embed``, ``mlp``, ``layers``, …); `logical_rules`
@@ -39,6 +42,7 @@ import dataclasses
 import math
 from typing import Any, Literal, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
@@ -110,6 +114,8 @@ class Strategy:
     ulysses_chunks: int = 1
     #: Splash kernel block sizes; None: chosen per call from the local lengths.
     splash_blocks: SplashBlocks | None = None
+    #: Tile of the stacked 16-bit layer matrices as handed to the program; None: the runtime's.
+    weight_tile: tuple[int, int] | None = None
 
     @property
     def two_d_context(self) -> bool:
@@ -162,13 +168,14 @@ class Strategy:
     @classmethod
     def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> "Strategy":
         """The strategy a plan describes (`plan.strategy`: mesh, attention, weights, and the Ulysses
-        chunks and splash blocks when set), to run the plan with."""
+        chunks, splash blocks and weight tile when set), to run the plan with."""
         try:
-            blocks = description.get("splash_blocks")
+            blocks, tile = description.get("splash_blocks"), description.get("weight_tile")
             return cls.from_axis_sizes(description["mesh"], attention=description["attention"],
                                        weights=description["weights"], kernel=kernel,
                                        ulysses_chunks=int(description.get("ulysses_chunks", 1)),
-                                       splash_blocks=SplashBlocks(**blocks) if blocks else None)
+                                       splash_blocks=SplashBlocks(**blocks) if blocks else None,
+                                       weight_tile=(int(tile[0]), int(tile[1])) if tile else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
@@ -199,7 +206,13 @@ class Strategy:
             text += f" chunks={self.ulysses_chunks}"
         if self.splash_blocks is not None:
             text += f" blocks={self.splash_blocks.describe()}"
+        if self.weight_tile is not None:
+            text += f" weight_tile={describe_tile(self.weight_tile)}"
         return text
+
+
+def describe_tile(tile: tuple[int, int]) -> str:
+    return f"{tile[0]}x{tile[1]}"
 
 
 def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:
@@ -332,6 +345,12 @@ def _kernel_and_weight_reasons(strategy: Strategy, config: WanConfig) -> list[st
         reasons.extend(strategy.splash_blocks.reasons())
         if strategy.kernel == "xla":
             reasons.append("splash block sizes are given but kernel='xla' does not use splash")
+    if strategy.weight_tile is not None:
+        tile = strategy.weight_tile
+        if len(tile) != 2 or any(not isinstance(n, int) or n < 1 for n in tile):
+            reasons.append(f"weight_tile {tile!r} must be two positive integers (second-minor, minor)")
+        elif jnp.dtype(config.dtype).itemsize != 2:
+            reasons.append(f"weight_tile is for 16-bit weights; this model's are {jnp.dtype(config.dtype).name}")
     if strategy.shards_heads:
         if strategy.tensor == 1:
             reasons.append(f"weights={strategy.weights!r} shards heads/mlp over tensor, but tensor=1")
