@@ -22,11 +22,12 @@ from aoizora.topology import hardware_profile
 
 
 @pytest.mark.parametrize("generation, tile", [("tpu7x", (16, 128)), ("v5e", None), ("v6e", None), (None, None)])
-def test_the_space_hands_weights_over_in_the_generations_tile(generation, tile):
+def test_the_space_hands_replicated_weights_over_in_the_generations_tile(generation, tile):
     space = wan_space("wan2.1-t2v-14b", "720p", 81, generation=generation)
-    tiles = {c.strategy.weight_tile for c in space.candidates(8)}
-    assert tiles == {tile}
-    assert all(("weight_tile=" in c.key) == (tile is not None) for c in space.candidates(8))
+    candidates = space.candidates(8)
+    assert {c.strategy.weight_tile for c in candidates if c.strategy.weights == "replicated"} == {tile}
+    assert {c.strategy.weight_tile for c in candidates if c.strategy.weights != "replicated"} == {None}
+    assert all(("weight_tile=" in c.key) == (c.strategy.weight_tile is not None) for c in candidates)
     if generation is not None:
         assert (tile or (8, 128)) == hardware_profile(generation).tile_16bit
 
@@ -41,7 +42,7 @@ def test_expert_deployments_keep_the_runtimes_layout():
 def test_a_plans_description_keeps_the_tile():
     """Through the plan's JSON, the runner reads back the strategy with its tile."""
     space = wan_space("wan2.1-t2v-14b", "720p", 81, generation="tpu7x")
-    strategy = next(c.strategy for c in space.candidates(8) if not c.reasons)
+    strategy = next(c.strategy for c in space.candidates(8) if not c.reasons and c.strategy.weight_tile)
     described = json.loads(json.dumps(space.describe(strategy)))
     assert described["weight_tile"] == [16, 128]
     assert Strategy.from_description(described) == strategy
@@ -54,24 +55,46 @@ def test_a_tile_is_two_positive_integers_for_16_bit_weights():
     assert check_strategy(Strategy(weights="replicated", weight_tile=(16, 128)), WAN_T2V_1_3B) == []
 
 
-def _compiled_on_tpu7x(tile):
-    """A two-layer Wan 1.3B step, weights replicated, for tpu7x:2x2x1: its temp bytes and HLO."""
+def _compiled_on_tpu7x(tile, weights="replicated"):
+    """A two-layer Wan 1.3B step for tpu7x:2x2x1: its temp bytes, compiled HLO and lowered module."""
     config = WAN_T2V_1_3B.replace(num_layers=2)
-    strategy = Strategy(data=2, context=4, attention="allgather", weights="replicated", kernel="xla", weight_tile=tile)
+    strategy = Strategy(data=2, context=4, attention="allgather", weights=weights, kernel="xla", weight_tile=tile)
     mesh = Mesh(np.array(compile_only_devices("tpu7x:2x2x1")).reshape(strategy.mesh_shape), strategy.mesh_axes)
     video = VideoShape(frames=1, height=128, width=128)
-    compiled = lower_denoise_step(config, video, strategy, mesh, UniPCScheduler(num_steps=50, shift=3.0)).compile()
-    return config, compiled.memory_analysis().temp_size_in_bytes, compiled.as_text()
+    lowered = lower_denoise_step(config, video, strategy, mesh, UniPCScheduler(num_steps=50, shift=3.0))
+    compiled = lowered.compile()
+    return config, compiled.memory_analysis().temp_size_in_bytes, compiled.as_text(), lowered.as_text()
 
 
 def test_the_tile_removes_libtpus_copy_of_every_stacked_weight_on_tpu7x():
     """Handed over in the runtime's tile, every stacked matrix is copied into (16,128) tiles: temp
     holds at least all of them. Handed over in TPU7x's `tile_16bit`, none is copied."""
-    config, temp_runtime, _ = _compiled_on_tpu7x(None)
-    _, temp_tiled, text = _compiled_on_tpu7x(hardware_profile("tpu7x").tile_16bit)
+    config, temp_runtime, _, _ = _compiled_on_tpu7x(None)
+    _, temp_tiled, text, _ = _compiled_on_tpu7x(hardware_profile("tpu7x").tile_16bit)
     stacked = sum(int(np.prod(s.shape)) * jnp.dtype(param_dtype(s, config)).itemsize
                   for s in param_table(config) if s.stacked and s.kind == "linear" and not s.fp32)
     assert temp_runtime >= stacked
     assert temp_tiled < stacked / 10
     handed = re.findall(r"= bf16\[2,\d+,\d+\]\{2,1,0:T\((\d+),(\d+)\)\(2,1\)\} parameter\(", text)
     assert handed and {(int(a), int(b)) for a, b in handed} == {(16, 128)}
+
+
+def test_sharded_stacks_keep_the_runtimes_tile():
+    """libtpu lays a sharded parameter out in (8,128) tiles whatever tile it is handed in (jax then
+    refuses the program: "Unexpected XLA layout override"), so sharded stacks are handed over as
+    the runtime lays them out: the program is the one without a tile."""
+    import jax
+    from jax.experimental.layout import Format, Layout
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(compile_only_devices("tpu7x:2x2x1")), ("x",))
+    sharded = NamedSharding(mesh, PartitionSpec(None, None, "x"))
+    stack = jax.ShapeDtypeStruct((4, 1024, 1024), jnp.bfloat16,
+                                 sharding=Format(Layout((0, 1, 2), tiling=((16, 128), (2, 1))), sharded))
+    x = jax.ShapeDtypeStruct((256, 1024), jnp.bfloat16, sharding=NamedSharding(mesh, PartitionSpec()))
+    layers = jax.jit(lambda s, h: jax.lax.scan(lambda h, w: (jnp.tanh(h @ w) @ w.T, None), h, s)[0])
+    with pytest.raises(Exception, match="layout override"):
+        layers.lower(stack, x).compile()
+    _, temp_runtime, _, untiled = _compiled_on_tpu7x(None, weights="gathered")
+    _, temp_tiled, _, tiled = _compiled_on_tpu7x((16, 128), weights="gathered")
+    assert temp_tiled == temp_runtime and tiled == untiled

@@ -2,10 +2,11 @@
 `ShapeDtypeStruct` inputs for lowering/compiling at full size.
 
 A parameter is handed to the program with its sharding, and, when the strategy has a
-`weight_tile`, the stacked 16-bit layer matrices also in that tile (a `Format`): libtpu lays an
-argument out as the runtime hands it over, and where its matmuls want another tile (TPU7x's
+`weight_tile`, the replicated stacked 16-bit layer matrices also in that tile (a `Format`): libtpu
+lays an argument out as the runtime hands it over, and where its matmuls want another tile (TPU7x's
 (16,128) against the runtime's (8,128)) it copies each whole stack before the layer loop, a second
-HBM buffer of every stacked weight (`HardwareProfile.tile_16bit`). `device_put`, `jax.jit`'s
+HBM buffer of every stacked weight (`HardwareProfile.tile_16bit`). A sharded stack cannot be
+handed over so (libtpu overrides its tile) and keeps its copy. `device_put`, `jax.jit`'s
 `in_shardings` and `ShapeDtypeStruct` all take the `Format`, so the plan runs in the standard stack.
 """
 
@@ -58,12 +59,14 @@ def _handovers(config: WanConfig, strategy: Strategy, mesh: Mesh) -> list[tuple[
 
 
 def _handover(spec: ParamSpec, config: WanConfig, strategy: Strategy, sharding: NamedSharding) -> Any:
-    """The parameter's sharding, in the strategy's weight tile when it is a stacked 16-bit matrix
-    (the layer loop's matmul weights, the arrays libtpu would otherwise copy into its tile)."""
+    """The parameter's sharding, in the strategy's weight tile when it is a replicated stacked
+    16-bit matrix (the layer loop's matmul weights, which libtpu would otherwise copy into its
+    tile). libtpu 0.0.42.1 lays a sharded parameter out in (8,128) tiles whatever tile it is handed
+    in (jax then refuses the program), so a sharded stack keeps the runtime's tile and its copy."""
     tile = strategy.weight_tile
     if tile is None or not (spec.stacked and spec.kind == "linear" and len(spec.shape) == 3):
         return sharding
-    if jnp.dtype(param_dtype(spec, config)).itemsize != 2:
+    if jnp.dtype(param_dtype(spec, config)).itemsize != 2 or not sharding.is_fully_replicated:
         return sharding
     # (2, 1): two 16-bit values packed per 32-bit word, as libtpu tiles every 16-bit array
     return Format(Layout(major_to_minor=(0, 1, 2), tiling=(tuple(tile), (2, 1))), sharding)

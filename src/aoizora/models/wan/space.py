@@ -9,8 +9,9 @@ chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide e
 slice's generation, every strategy runs splash blocks fitted to its local lengths and to that
 generation's VMEM (`aoizora.models.wan.blocks`); without one, each call takes the kernel's own pick.
 On a generation whose matmuls want 16-bit weights in another tile than the runtime's (TPU7x), every
-strategy hands its stacked weights over in that tile (`Strategy.weight_tile`), so libtpu does not
-copy them; the expert deployments keep the runtime's layout, as deployed.
+strategy with replicated weights hands its stacked weights over in that tile (`Strategy.weight_tile`),
+so libtpu does not copy them (sharded stacks cannot be handed over so: libtpu overrides their tile);
+the expert deployments keep the runtime's layout, as deployed.
 Legality is the model's own `check_strategy`; on top, variants that the model runs identically
 are rejected as duplicates (with context = 1 every attention variant is plain local attention,
 see `attention.self_attention`). Lowering is one
@@ -96,7 +97,7 @@ class WanSpace(StrategySpace):
                             st = self._with_blocks(Strategy(
                                 **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
                                 kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
-                                weight_tile=self.weight_tile))
+                                weight_tile=self.weight_tile if weights == "replicated" else None))
                             out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
         return out
 

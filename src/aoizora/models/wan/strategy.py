@@ -26,10 +26,10 @@ TensorCores of one TPU7x chip) and the ring across chips, or the other way. Its 
 Ulysses chunking (``ulysses_chunks``, ``ulysses`` and ``ulysses_ring``) splits each device's heads
 into that many groups, each with its own all-to-alls and attention, so one group's communication
 can overlap another's compute. ``splash_blocks`` fixes the splash kernel's block sizes (by default
-the kernel's blocks are chosen per call from the local lengths). ``weight_tile`` hands the stacked
-16-bit layer matrices to the program in that (second-minor, minor) tile instead of the runtime's
-default one (on TPU7x the compiler's matmuls want (16,128) tiles and otherwise copy every stack
-before the layer loop; see `aoizora.models.wan.sharding`).
+the kernel's blocks are chosen per call from the local lengths). ``weight_tile`` hands the replicated
+stacked 16-bit layer matrices to the program in that (second-minor, minor) tile instead of the
+runtime's default one (on TPU7x the compiler's matmuls want (16,128) tiles and otherwise copy every
+stack before the layer loop; see `aoizora.models.wan.sharding`).
 
 Every parameter and activation dimension has a *logical* name (``batch``, ``length``,
 ``kv_length``, ``heads``, ``head_dim``, ``embed``, ``mlp``, ``layers``, …); `logical_rules`
@@ -114,7 +114,7 @@ class Strategy:
     ulysses_chunks: int = 1
     #: Splash kernel block sizes; None: chosen per call from the local lengths.
     splash_blocks: SplashBlocks | None = None
-    #: Tile of the stacked 16-bit layer matrices as handed to the program; None: the runtime's.
+    #: Tile of the replicated stacked 16-bit layer matrices as handed to the program; None: the runtime's.
     weight_tile: tuple[int, int] | None = None
 
     @property
