@@ -46,6 +46,18 @@ def test_run_check_on_cpu_devices(wan_plan):
     assert "not of a TPU" in out.stdout and "(ok)" in out.stdout
 
 
+def test_run_on_cpu_devices_leaves_the_weight_tile_to_the_tpu(wan_plan, tmp_path):
+    """A plan whose strategy hands its weights over in a TPU tile (as TPU7x plans do) runs its
+    sharding on the CPU stand-in, whose small float32 model has no 16-bit weights to tile."""
+    _, path = wan_plan
+    doc = json.loads(path.read_text())
+    doc["strategy"]["weight_tile"] = [16, 128]
+    tiled = tmp_path / "plan.json"
+    tiled.write_text(json.dumps(doc))
+    out = _cli("run", "--plan", str(tiled), "--steps", "1")
+    assert out.returncode == 0, out.stderr
+
+
 def test_explain_writes_html_with_images(wan_plan, tmp_path):
     _, path = wan_plan
     out = _cli("explain", str(path), "--out", str(tmp_path / "report"))
