@@ -27,6 +27,8 @@ import re
 import subprocess
 import sys
 
+from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
+
 HEADS, HEAD_DIM, TOKENS = 10, 128, 18944
 
 
@@ -42,7 +44,8 @@ def _program(topology: str, batch: int, block_q: int, merged: bool):
     sharding = NamedSharding(Mesh(np.array(compile_only_devices(topology)[:1]), ("x",)), PartitionSpec())
 
     def call(q, k, v):
-        return splash_attention(q, k, v, None, residuals=True, block_q=block_q, block_kv=2048, block_kv_compute=1024)
+        return splash_attention(q, k, v, None, residuals=True, block_q=block_q, block_kv=LARGE_BLOCK_KV,
+                                block_kv_compute=LARGE_BLOCK_KV_COMPUTE)
 
     def merge(q, k, v):
         o1, l1 = call(q, k, v)
@@ -65,11 +68,11 @@ def _refusal(exc: Exception) -> str:
 
 def _segment_id_placements(hlo: str) -> list[str]:
     """For each splash call of a compiled program, where its two segment-id operands live."""
-    shapes = {}
+    definitions = {}
     for line in hlo.splitlines():
-        m = re.match(r"\s*(?:ROOT )?(%\S+) = (\S+?)\{[^}]*\}", line)
+        m = re.match(r"\s*(?:ROOT )?(%\S+) = ", line)
         if m:
-            shapes[m.group(1)] = line
+            definitions[m.group(1)] = line
     out = []
     for line in hlo.splitlines():
         if "tpu_custom_call" not in line or " = " not in line:
@@ -79,33 +82,33 @@ def _segment_id_placements(hlo: str) -> list[str]:
         operands = [o.strip() for o in re.sub(r"/\*index=\d+\*/", "", operands).split(",")]
         placed = []
         for which, operand in (("queries'", operands[5]), ("keys'", operands[6])):
-            definition = shapes.get(operand, "")
+            definition = definitions.get(operand, "")
             space = "VMEM" if re.search(r"^\s*\S+ = \S+?\{[^}]*S\(1\)\}", definition) else "HBM"
             placed.append(f"{which} segment ids {operand} in {space}")
         out.append(f"{name}: " + "; ".join(placed))
     return out
 
 
-def _run(step: str, topology: str, batch: int, block_q: int) -> None:
-    """One step in this process (the scoped VMEM limit is a process-wide libtpu flag)."""
-    if step == "placements-alone":
-        hlo = _program(topology, batch, block_q, merged=False).compile().as_text()
-        print(f"1. the call alone, {block_q}-row Q blocks: compiles; " + " | ".join(_segment_id_placements(hlo)))
-    elif step == "alone":
-        try:
-            _program(topology, batch, block_q, merged=False).compile()
-            print(f"2. the call alone, {block_q}-row Q blocks, limit lowered by 2 MiB: compiles")
-        except Exception as exc:  # libtpu's refusal
-            print(f"2. the call alone, {block_q}-row Q blocks, limit lowered by 2 MiB: {_refusal(exc)}")
-    elif step == "merged":
-        try:
-            _program(topology, batch, block_q, merged=True).compile()
-            print(f"3. two calls merged, {block_q}-row Q blocks: compiles")
-        except Exception as exc:
-            print(f"3. two calls merged, {block_q}-row Q blocks: {_refusal(exc)}")
-    else:
-        hlo = _program(topology, batch, block_q, merged=True).compile().as_text()
-        print(f"4. two calls merged, {block_q}-row Q blocks: compiles; " + " | ".join(_segment_id_placements(hlo)))
+#: the four steps of the module docstring: (what is compiled, two calls merged, scoped VMEM limit
+#: lowered by 2 MiB, Q block rows below --block-q)
+STEPS = {
+    1: ("the call alone", False, False, 0),
+    2: ("the call alone", False, True, 0),
+    3: ("two calls merged", True, False, 0),
+    4: ("two calls merged", True, False, 256),
+}
+
+
+def _run(step: int, topology: str, batch: int, block_q: int) -> None:
+    """One step, in this process (the scoped VMEM limit is a process-wide libtpu flag)."""
+    what, merged, lowered, _ = STEPS[step]
+    label = f"{step}. {what}, {block_q}-row Q blocks" + (", limit lowered by 2 MiB" if lowered else "")
+    try:
+        hlo = _program(topology, batch, block_q, merged).compile().as_text()
+    except Exception as exc:  # libtpu's refusal
+        print(f"{label}: {_refusal(exc)}")
+        return
+    print(f"{label}: compiles; " + " | ".join(_segment_id_placements(hlo)))
 
 
 def main() -> None:
@@ -114,7 +117,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--block-q", type=int, help="default: the generation's splash_max_block_q at --batch")
     ap.add_argument("--default-limit-mib", type=int, default=32, help="the generation's default scoped VMEM limit")
-    ap.add_argument("--step", choices=("placements-alone", "alone", "merged", "placements"), help=argparse.SUPPRESS)
+    ap.add_argument("--step", type=int, choices=tuple(STEPS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.block_q is None:
         from aoizora.topology import get_topology
@@ -123,13 +126,12 @@ def main() -> None:
         _run(args.step, args.topology, args.batch, args.block_q)
         return
     print(f"{args.topology}, local batch {args.batch}, {HEADS} heads of {HEAD_DIM}, {TOKENS} queries and keys", flush=True)
-    lowered = f"--xla_tpu_scoped_vmem_limit_kib={(args.default_limit_mib - 2) * 1024}"
-    for step, block_q, flags in (("placements-alone", args.block_q, ""), ("alone", args.block_q, lowered),
-                                 ("merged", args.block_q, ""),
-                                 ("placements", args.block_q - 256, "")):
+    for step, (_, _, lowered, fewer_rows) in STEPS.items():
+        flags = f"--xla_tpu_scoped_vmem_limit_kib={(args.default_limit_mib - 2) * 1024}" if lowered else ""
         env = {**os.environ, "LIBTPU_INIT_ARGS": f"{os.environ.get('LIBTPU_INIT_ARGS', '')} {flags}".strip()}
         child = subprocess.run([sys.executable, __file__, "--topology", args.topology, "--batch", str(args.batch),
-                                "--block-q", str(block_q), "--step", step], env=env, capture_output=True, text=True)
+                                "--block-q", str(args.block_q - fewer_rows), "--step", str(step)],
+                               env=env, capture_output=True, text=True)
         if child.returncode:
             raise SystemExit(child.stderr.strip().splitlines()[-1])
         print(child.stdout.strip(), flush=True)
