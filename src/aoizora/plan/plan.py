@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import PlanFormatError, PlanMismatchError
+from aoizora.placement import DeviceMismatch, arrange_devices
 from aoizora.plan.schema import validate_plan_json
 from aoizora.toolchain import CompilerFlags
 
@@ -78,39 +79,12 @@ class Plan:
 
         devices = list(jax.devices() if devices is None else devices)
         topo = self.data["topology"]
-        kinds = {str(getattr(d, "device_kind", "?")) for d in devices}
-        if not kinds <= set(topo["device_kinds"]):
-            raise PlanMismatchError(
-                f"the plan is for {topo['name']} ({', '.join(topo['device_kinds'])}) but the devices are "
-                f"{', '.join(sorted(kinds))}; run on the planned slice or re-plan for these devices"
-            )
-        expected = math.prod(topo["shape"]) * self.cores_per_chip
-        if len(devices) != expected:
-            raise PlanMismatchError(
-                f"the plan is for {expected} devices of {topo['name']} but {len(devices)} are present; "
-                "run on the planned slice or re-plan for this one"
-            )
-        dims = len(topo["shape"])
-        by_coords: dict[tuple[int, ...], Any] = {}
-        for d in devices:
-            coords = getattr(d, "coords", None)
-            if coords is None:
-                raise PlanMismatchError(f"device {d} has no TPU coordinates; pass TPU devices of {topo['name']}")
-            key = tuple(int(c) for c in coords[:dims]) + ((int(getattr(d, "core_on_chip", 0)),) if self.cores_per_chip > 1 else ())
-            by_coords[key] = d
-        extent = tuple(max(k[i] for k in by_coords) + 1 for i in range(dims))
-        if list(extent) != list(topo["shape"]):
-            raise PlanMismatchError(
-                f"the plan is for a {'x'.join(map(str, topo['shape']))} slice but the devices form "
-                f"{'x'.join(map(str, extent))}; run on the planned slice or re-plan for this one"
-            )
-        coords = self.device_coords
-        arr = np.empty(self.axis_sizes, dtype=object)
-        for idx in np.ndindex(*self.axis_sizes):
-            key = tuple(int(v) for v in coords[idx])
-            if key not in by_coords:
-                raise PlanMismatchError(f"no device at planned coordinates {key}; run on the planned slice")
-            arr[idx] = by_coords[key]
+        try:
+            arr = arrange_devices(devices, slice_name=topo["name"], device_kinds=topo["device_kinds"],
+                                  shape=topo["shape"], cores_per_chip=self.cores_per_chip,
+                                  device_coords=self.device_coords)
+        except DeviceMismatch as exc:
+            raise PlanMismatchError(str(exc)) from None
         return Mesh(arr, self.axis_names)
 
     # --- files ----------------------------------------------------------------------------------
