@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"stage1", "cost", "sim"},
     {"stage2", "validation"},
     {"plan"},
-    {"report", "runtime"},
+    {"report", "runtime", "export"},
     {"bench"},
     {"cli"},
 ]

@@ -201,13 +201,15 @@ def placements(topology_name: str, mesh_text: str, as_json: bool, max_candidates
 @click.option("--out", "out_dir", default="demo-out", show_default=True, type=click.Path(file_okay=False))
 @click.pass_context
 def demo(ctx: click.Context, out_dir: str) -> None:
-    """The main job on its embedded default: plan Wan 2.1 14B, 720p, 81 frames on v5e:2x4."""
+    """The main job on its embedded default: plan Wan 2.1 14B, 720p, 81 frames on v5e:2x4, and
+    export the plan to run with MaxDiffusion."""
     import os
 
     # Top-3 keeps the demo to a few 14B compiles (each takes minutes on a 2-core host);
     # `aoizora plan` itself defaults to the Top-K the recall study chose.
     ctx.invoke(
-        plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, top_k=3,
+        plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, maxdiffusion_command=None,
+        export_to=("maxdiffusion", os.path.join(out_dir, "maxdiffusion")), top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
         workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None, libtpu_args=None,
@@ -381,11 +383,18 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 
 
 @cli.command()
-@click.option("--model", required=True, metavar="MODEL",
-              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b, wan2.1-i2v-14b, wan2.2-t2v-a14b, wan2.2-i2v-a14b or wan2.2-ti2v-5b.")
+@click.option("--model", default=None, metavar="MODEL",
+              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b, wan2.1-i2v-14b, wan2.2-t2v-a14b, wan2.2-i2v-a14b or wan2.2-ti2v-5b "
+                   "(required unless --from-maxdiffusion names its config).")
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
-@click.option("--resolution", default="720p", show_default=True, help="480p, 720p or WIDTHxHEIGHT.")
-@click.option("--frames", type=int, default=81, show_default=True, help="Video frames (4n+1).")
+@click.option("--resolution", default=None, help="480p, 720p or WIDTHxHEIGHT.  [default: 720p]")
+@click.option("--frames", type=int, default=None, help="Video frames (4n+1).  [default: 81]")
+@click.option("--from-maxdiffusion", "maxdiffusion_command", metavar="COMMAND", default=None,
+              help="A MaxDiffusion generate_wan.py command line you run today (with its LIBTPU_INIT_ARGS=...): "
+                   "plan its model and video, and compare the plan with it.")
+@click.option("--export", "export_to", type=(click.Choice(["maxdiffusion"]), click.Path(file_okay=False)),
+              default=None, metavar="FRAMEWORK DIR", help="Also export the plan to run with FRAMEWORK into DIR "
+              "(as `aoizora export`).")
 @click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
               help="Strategies Stage 1 passes to Stage 2.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan here.")
@@ -404,7 +413,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
               help="Two-expert models (Wan 2.2 A14B): both experts in HBM, or one with the other "
                    "copied in from host memory at the boundary.")
 @_ring_options
-def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: int, out_path: str | None,
+def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
+         maxdiffusion_command: str | None, export_to: tuple[str, str] | None, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
          verify_top: int, workers: int, executor: str, ray_cpus_per_compile: float | None, libtpu_args: str | None,
          expert_residency: str, ring_order: str, ring_direction: str) -> None:
@@ -419,12 +429,16 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
     from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.topology import get_topology
 
-    if stage1_only and (out_path or report_dir):
-        raise click.UsageError("--stage1-only makes no plan to write; drop --out and --report, or drop --stage1-only")
+    if stage1_only and (out_path or report_dir or export_to):
+        raise click.UsageError("--stage1-only makes no plan to write; drop --out, --report and --export, "
+                               "or drop --stage1-only")
     _check_output_file(out_path, "--out")
     _check_output_dir(report_dir, "--report")
+    _check_output_dir(export_to[1] if export_to else None, "--export")
     topo = get_topology(topology_name)
-    space = wan_space(model, resolution, frames, expert_residency=expert_residency, generation=topo.generation)
+    request = _plan_request(model, resolution, frames, maxdiffusion_command, topo)
+    space = wan_space(request.pop("model"), request.pop("resolution"), request.pop("frames"),
+                      expert_residency=expert_residency, generation=topo.generation, **request)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
@@ -446,12 +460,65 @@ def plan(model: str, topology_name: str, resolution: str, frames: int, top_k: in
         from aoizora.report.html import write_report
 
         write_report(outcome.plan, report_dir)
+    if export_to:
+        from aoizora.export import write_maxdiffusion_export
+
+        write_maxdiffusion_export(outcome.plan, export_to[1])
     if as_json:
         print_json(outcome.plan.data)
     else:
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
+        _user_deployment_line(outcome.plan.data)
+        if export_to:
+            click.echo(f"  exported for MaxDiffusion into {export_to[1]} (run {export_to[1].rstrip('/')}/command.sh "
+                       "from MaxDiffusion's checkout)")
         if "experts" in outcome.plan.data:
             console.print(_experts_line(outcome.plan.data["experts"]))
+
+
+def _user_deployment_line(plan: dict) -> None:
+    """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion."""
+    rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == "your-maxdiffusion-command"]
+    for row in rows:
+        click.echo(f"  your MaxDiffusion command ({row['strategy']}): predicted {row['step_seconds'] * 1e3:.2f} ms/step; "
+                   f"the plan is {row['speedup_of_plan']:.3f}x faster")
+
+
+def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
+                  topo: Any) -> dict[str, Any]:
+    """wan_space's arguments: the options', or a MaxDiffusion command's (options that disagree refused)."""
+    if command is None:
+        if model is None:
+            raise click.UsageError("Missing option '--model' (or give --from-maxdiffusion)")
+        return {"model": model, "resolution": "720p" if resolution is None else resolution,
+                "frames": 81 if frames is None else frames}
+    from aoizora.export import read_command
+    from aoizora.models.wan.strategy import validate_strategy
+    from aoizora.models.registry import model_config, video_shape
+    from aoizora.workload import ExpertDeployment
+
+    cmd = read_command(command)
+    width, height, cmd_frames = cmd.video()
+    given = {"--model": (model, cmd.model), "--frames": (frames, cmd_frames),
+             "--resolution": (resolution and "x".join(map(str, _resolution(resolution, cmd.model))), f"{width}x{height}")}
+    for option, (mine, theirs) in given.items():
+        if mine is not None and str(mine) != str(theirs):
+            raise click.UsageError(f"{option} {mine} disagrees with the MaxDiffusion command's {theirs}; drop {option}")
+    batch = 2 * cmd.videos(topo.num_devices)
+    strategy = cmd.strategy(topo.num_devices)
+    config = model_config(cmd.model)
+    validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch, topo.num_devices)
+    deployment = ExpertDeployment("your-maxdiffusion-command", strategy, tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
+                                  source="the MaxDiffusion command given with --from-maxdiffusion",
+                                  documented=f"attention={cmd.attention_name} (compiled and costed with JAX's splash kernel)")
+    return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
+            "user_deployment": deployment}
+
+
+def _resolution(text: str, model: str) -> tuple[int, int]:
+    from aoizora.models.registry import model_config, parse_resolution
+
+    return parse_resolution(text, model_config(model))
 
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:
@@ -610,6 +677,33 @@ def explain(plan_path: str, out_dir: str) -> None:
     _check_output_dir(out_dir, "--out")
     path = write_report(load_plan(plan_path), out_dir)
     click.echo(f"wrote {path}")
+
+
+@cli.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--to", "framework", type=click.Choice(["maxdiffusion"]), required=True, help="The framework to run it with.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory for the launcher, its device module, the run's JSON and command.sh.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was exported as JSON.")
+def export(plan_path: str, framework: str, out_dir: str, as_json: bool) -> None:
+    """Export a plan to run with MaxDiffusion: its generate_wan.py overrides, LIBTPU_INIT_ARGS, and a
+    launcher that puts the plan's device order into MaxDiffusion's mesh."""
+    from aoizora.export import exported_files, write_maxdiffusion_export
+    from aoizora.plan import load_plan
+
+    _check_output_dir(out_dir, "--out")
+    plan = load_plan(plan_path)
+    if Path(plan_path).resolve() in {p.resolve() for p in exported_files(out_dir)}:
+        raise OutputPathError(f"--out {out_dir} would overwrite the plan {plan_path}; pass another directory")
+    run = write_maxdiffusion_export(plan, out_dir)
+    if as_json:
+        print_json({**run.to_json(), "generate_wan": run.generate_wan_line(),
+                    "launcher": run.launcher_line(out_dir.rstrip("/") or ".")})
+        return
+    click.echo(f"wrote {out_dir.rstrip('/')}/command.sh (MaxDiffusion {run.to_json()['maxdiffusion']['commit'][:8]})")
+    click.echo(run.launcher_line(out_dir.rstrip("/") or "."))
+    for note in run.differences:
+        click.echo(f"note: {note}", err=True)
 
 
 def _read_text(path: str) -> str:

@@ -88,3 +88,7 @@ class CostModelOptionError(AoizoraError):
 class ExecutorError(AoizoraError):
     """A compile executor (e.g. a Ray cluster) that cannot be reached, is not installed, or whose
     workers would compile differently from this process."""
+
+
+class ExportError(AoizoraError):
+    """A plan another framework cannot run as planned, or its command that aoizora cannot read."""

@@ -64,7 +64,8 @@ class WanSpace(StrategySpace):
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
-                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None):
+                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
+                 user_deployment: ExpertDeployment | None = None):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
@@ -78,6 +79,8 @@ class WanSpace(StrategySpace):
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
         self.guidance_scale = guidance_scale
+        # a deployment the user runs (`aoizora plan --from-maxdiffusion`), compared like the documented ones
+        self.user_deployment = user_deployment
         self._meshes: dict[Strategy, Any] = {}
         self._kernel_costs: dict[Strategy, list] = {}
 
@@ -209,7 +212,8 @@ class WanSpace(StrategySpace):
         """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`)."""
         rows = legal_expert_strategies(self.config, self.video, topology.generation, topology.num_devices,
                                        self.batch, self.kernel)
-        return [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
+        out = [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
+        return out + ([self.user_deployment] if self.user_deployment is not None else [])
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)
@@ -228,6 +232,8 @@ class WanSpace(StrategySpace):
             "kernel": self.kernel,
             # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
             "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q else "the kernel's pick per call"),
+            **({"user_deployment": {**self.user_deployment.to_json(), "strategy": strategy_key(self.user_deployment.strategy)}}
+               if self.user_deployment is not None else {}),
         }
 
 

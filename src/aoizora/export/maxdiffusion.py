@@ -1,0 +1,266 @@
+"""A plan as a MaxDiffusion Wan run, and a MaxDiffusion Wan command as an aoizora strategy.
+
+MaxDiffusion (github.com/AI-Hypercomputer/maxdiffusion) runs Wan with
+``python src/maxdiffusion/generate_wan.py CONFIG key=value ...`` under ``LIBTPU_INIT_ARGS``. What a
+plan decides maps onto that command as follows; every MaxDiffusion name used here is checked
+against the facts `tools/maxdiffusion_facts.py` records from its source (`data/maxdiffusion.json`,
+with the commit they were read at):
+
+* the mesh: ``ici_data/fsdp/context/tensor_parallelism`` in ``mesh_axes`` order. 2D context
+  (``ulysses_ring``) is one public ``context`` axis that MaxDiffusion splits itself into ring ×
+  Ulysses, ring outer (``_create_internal_ulysses_ring_mesh``), as aoizora's ``context_ring`` ×
+  ``context_ulysses``: merging the two keeps every device where the plan put it;
+* the attention variant: ``allgather`` → ``flash``, ``ulysses`` → ``ulysses``, ``ring`` →
+  ``tokamax_ring``, ``ulysses_ring`` → ``ulysses_ring`` with ``ulysses_shards`` = U; Ulysses chunks
+  → ``ulysses_attention_chunks``;
+* the splash blocks: ``flash_block_sizes`` (MaxDiffusion's tokamax kernels read their forward
+  block_q from ``block_q_dkv``, so it carries block_q too);
+* the weight sharding: MaxDiffusion's ``logical_axis_rules`` shard a weight's ``embed`` over
+  context and fsdp and ``heads``/``mlp`` over tensor; a plan that shards them otherwise gets its
+  own rules for those three names (a list override ``pyconfig`` parses);
+* the batch: ``per_device_batch_size`` = videos / devices (the CFG pair is one video);
+* the compiler flags: ``LIBTPU_INIT_ARGS``;
+* the device order: no key holds it (``max_utils.create_device_mesh`` builds the mesh from
+  ``jax.devices()``), so the export writes a launcher, `run_with_plan.py`, that replaces that
+  function with one returning the plan's devices.
+
+What MaxDiffusion cannot express is refused (`ExportError`, naming the field); where it differs
+only by a setting it lacks, the export says what the user loses (`MaxDiffusionRun.differences`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from aoizora.errors import ExportError
+from aoizora.models.wan.strategy import SplashBlocks, Strategy, logical_rules
+
+#: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
+MODEL_CONFIGS: dict[str, str] = {
+    "wan2.1-t2v-1.3b": "src/maxdiffusion/configs/base_wan_1_3b.yml",
+    "wan2.1-t2v-14b": "src/maxdiffusion/configs/base_wan_14b.yml",
+    "wan2.1-i2v-14b": "src/maxdiffusion/configs/base_wan_i2v_14b.yml",
+    "wan2.2-t2v-a14b": "src/maxdiffusion/configs/base_wan_27b.yml",
+    "wan2.2-i2v-a14b": "src/maxdiffusion/configs/base_wan_i2v_27b.yml",
+}
+#: aoizora's self-attention variant -> MaxDiffusion's attention name, with JAX's splash kernel or
+#: the nearest MaxDiffusion has (it registers no ring attention on JAX's splash)
+ATTENTION_NAMES: dict[str, str] = {"allgather": "flash", "ulysses": "ulysses", "ring": "tokamax_ring",
+                                   "ulysses_ring": "ulysses_ring"}
+#: MaxDiffusion attention name -> aoizora's variant (the names aoizora can read back)
+VARIANTS: dict[str, str] = {
+    "flash": "allgather", "tokamax_flash": "allgather", "ulysses": "ulysses", "ulysses_custom": "ulysses",
+    "ulysses_custom_fixed_m": "ulysses", "tokamax_ring": "ring", "ulysses_ring": "ulysses_ring",
+    "ulysses_ring_custom": "ulysses_ring", "ulysses_ring_custom_fixed_m": "ulysses_ring",
+}
+#: the logical names of weight dimensions whose rules decide aoizora's weight mode
+WEIGHT_NAMES: tuple[str, ...] = ("embed", "heads", "mlp")
+#: the keys the export sets; a launcher's extra overrides may not change them
+MESH_KEYS: tuple[str, ...] = ("ici_data_parallelism", "ici_fsdp_parallelism", "ici_context_parallelism",
+                              "ici_tensor_parallelism")
+LAUNCHER = "run_with_plan.py"
+DEVICES_MODULE = "plan_devices.py"
+SPEC_FILE = "maxdiffusion_plan.json"
+
+
+@functools.lru_cache(maxsize=1)
+def facts() -> dict[str, Any]:
+    """The MaxDiffusion facts the export is checked against (`tools/maxdiffusion_facts.py`)."""
+    return json.loads(resources.files("aoizora").joinpath("data/maxdiffusion.json").read_text())
+
+
+def maxdiffusion_source() -> str:
+    f = facts()
+    return f"{f['repository']} @ {f['commit']}"
+
+
+@dataclass(frozen=True)
+class MaxDiffusionRun:
+    """A plan as MaxDiffusion runs it: config, overrides, flags and the plan's device order."""
+
+    config: str
+    overrides: tuple[tuple[str, str], ...]
+    libtpu_args: str
+    mesh_axes: tuple[str, ...]
+    device_coords: list[Any]  # per MaxDiffusion mesh position, in `mesh_axes` order
+    slice: dict[str, Any]
+    differences: tuple[str, ...] = ()
+    plan_summary: dict[str, Any] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """generate_wan.py's arguments: the config, then key=value overrides."""
+        return [self.config, *(f"{k}={v}" for k, v in self.overrides)]
+
+    def generate_wan_line(self) -> str:
+        """The command a MaxDiffusion user types (without the plan's device order)."""
+        env = f"LIBTPU_INIT_ARGS={shlex.quote(self.libtpu_args)} " if self.libtpu_args else ""
+        return env + "python src/maxdiffusion/generate_wan.py " + " ".join(shlex.quote(a) for a in self.argv())
+
+    def launcher_line(self, directory: str) -> str:
+        """The command that runs it with the plan's device order from MaxDiffusion's checkout;
+        `directory` (where the export was written) is written as given, already shell-quoted."""
+        env = f"LIBTPU_INIT_ARGS={shlex.quote(self.libtpu_args)} " if self.libtpu_args else ""
+        return env + f"python {directory}/{LAUNCHER}"
+
+    def to_json(self) -> dict[str, Any]:
+        f = facts()
+        return {
+            "maxdiffusion": {"repository": f["repository"], "commit": f["commit"], "config": self.config,
+                             "entry": f["generate_wan_main"]["source"]},
+            "argv": self.argv(),
+            "plan_keys": [k for k, _ in self.overrides],
+            "libtpu_init_args": self.libtpu_args,
+            "mesh_axes": list(self.mesh_axes),
+            "ici_parallelism": {k: int(v) for k, v in self.overrides if k in MESH_KEYS},
+            "slice": self.slice,
+            "device_coords": self.device_coords,
+            "differences": list(self.differences),
+            "plan": self.plan_summary,
+        }
+
+
+def export_plan(plan: Any) -> MaxDiffusionRun:
+    """The MaxDiffusion run of a Wan plan (`aoizora.plan.Plan`); ExportError for what it cannot express."""
+    data = plan.data
+    model = data.get("workload", {}).get("name", "")
+    config = MODEL_CONFIGS.get(model)
+    if config is None:
+        raise ExportError(f"workload.name: MaxDiffusion ships no config for {model!r} (it has "
+                          f"{', '.join(MODEL_CONFIGS)}); plan one of those to export it")
+    strategy = Strategy.from_description(plan.strategy, kernel=plan.strategy.get("kernel", "auto"))
+    defaults = facts()["configs"][config]["values"]
+    overrides: list[tuple[str, str]] = []
+    differences: list[str] = []
+    sizes = {"data": strategy.data, "fsdp": strategy.fsdp, "context": strategy.context, "tensor": strategy.tensor}
+    mesh_axes = tuple(defaults["mesh_axes"])
+    for axis in mesh_axes:
+        overrides.append((f"ici_{axis}_parallelism", str(sizes[axis])))
+    overrides += _attention_overrides(strategy, differences)
+    overrides.append(("flash_block_sizes", _block_json(strategy.splash_blocks, differences)))
+    rules = _weight_rules(strategy, defaults["logical_axis_rules"])
+    if rules is not None:
+        overrides.append(("logical_axis_rules", repr(rules)))
+    overrides += _shape_overrides(data, strategy)
+    if strategy.weight_tile is not None:
+        differences.append(
+            f"strategy.weight_tile: the plan hands the replicated 16-bit layer weights to the program in "
+            f"{strategy.weight_tile[0]}x{strategy.weight_tile[1]} tiles; MaxDiffusion has no setting for an "
+            "argument's layout, so libtpu copies each such weight into that tile (more HBM per device)")
+    topo = data["topology"]
+    return MaxDiffusionRun(
+        config=config, overrides=tuple(overrides), libtpu_args=str(plan.compiler_flags), mesh_axes=mesh_axes,
+        device_coords=_maxdiffusion_order(plan, strategy, mesh_axes).tolist(),
+        slice={"name": topo["name"], "device_kinds": list(topo["device_kinds"]), "shape": list(topo["shape"]),
+               "cores_per_chip": int(topo["cores_per_chip"])},
+        differences=tuple(differences),
+        plan_summary={"strategy": data["strategy"].get("key", ""), "placement": data["placement"].get("name", ""),
+                      "predicted_step_seconds": plan.predicted_step_seconds, "model": model},
+    )
+
+
+def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tuple[str, str]]:
+    names = facts()["attentions"]
+    if strategy.kernel == "xla":
+        if strategy.context > 1:
+            raise ExportError("strategy.kernel: 'xla' attention across context devices has no MaxDiffusion "
+                              "counterpart (its dot_product attention is not sequence-parallel); plan with splash")
+        return [("attention", "dot_product")]
+    name = ATTENTION_NAMES[strategy.attention] if strategy.context > 1 else "flash"
+    if name not in names["registered"]:
+        raise ExportError(f"strategy.attention: MaxDiffusion at {facts()['commit'][:8]} registers no {name!r} "
+                          f"attention for aoizora's {strategy.attention!r}")
+    out = [("attention", name)]
+    if name in facts()["flash_block_sizes"]["tokamax_attentions"] and strategy.context > 1:
+        differences.append(
+            f"strategy.attention: MaxDiffusion's {name!r} runs tokamax's splash kernels where the plan was "
+            "compiled and costed with JAX's splash kernel (same blocks; kernel times may differ)")
+    if strategy.two_d_context:
+        if name not in names["ulysses_ring"]:
+            raise ExportError(f"strategy.attention: MaxDiffusion does not split context for {name!r}")
+        out.append(("ulysses_shards", str(strategy.context_ulysses)))
+    if strategy.ulysses_axis is not None:
+        out.append(("ulysses_attention_chunks", str(strategy.ulysses_chunks)))
+    return out
+
+
+def _block_json(blocks: SplashBlocks | None, differences: list[str]) -> str:
+    if blocks is None:
+        differences.append("strategy.splash_blocks: the plan lets the splash kernel pick blocks per call; "
+                           "MaxDiffusion's pick (flash_block_sizes={}) is its own rule, not the kernel's")
+        return "{}"
+    b = {"block_q": blocks.block_q, "block_kv": blocks.block_kv, "block_kv_compute": blocks.block_kv_compute}
+    tokamax_key = facts()["flash_block_sizes"]["tokamax_block_q_from"]["key"]
+    b.update({tokamax_key: blocks.block_q, "block_kv_dkv": blocks.block_kv,
+              "block_kv_dkv_compute": blocks.block_kv_compute})
+    return json.dumps(b, separators=(",", ":"))
+
+
+def _effective(axes: Any, sizes: dict[str, int]) -> tuple[str, ...]:
+    """The mesh axes of size > 1 a rule shards over (a rule's axes: one name, a list or None)."""
+    if axes is None:
+        return ()
+    names = [axes] if isinstance(axes, str) else list(axes)
+    return tuple(a for a in names if sizes.get(a, 1) > 1)
+
+
+def _plan_weight_axes(strategy: Strategy) -> dict[str, tuple[str, ...]]:
+    """aoizora's weight rules on MaxDiffusion's mesh (context_ring/context_ulysses are its context)."""
+    rules = logical_rules(strategy)
+    out = {}
+    for name in WEIGHT_NAMES:
+        axes = [("context" if a.startswith("context") else a) for a in (rules[name] or ())]
+        out[name] = tuple(dict.fromkeys(axes))
+    return out
+
+
+def _weight_rules(strategy: Strategy, default_rules: list[Any]) -> list[Any] | None:
+    """The config's logical_axis_rules with the weight names' rules made the plan's, or None when
+    the config's rules already shard the weights as the plan does."""
+    sizes = {"data": strategy.data, "fsdp": strategy.fsdp, "context": strategy.context, "tensor": strategy.tensor}
+    want = _plan_weight_axes(strategy)
+    have = {name: () for name in WEIGHT_NAMES}
+    for name, axes in default_rules:
+        if name in have:
+            have[name] = _effective(axes, sizes)
+    if have == want:
+        return None
+    rules = [list(r) for r in default_rules if r[0] not in WEIGHT_NAMES]
+    rules += [[name, list(want[name])] for name in WEIGHT_NAMES if want[name]]
+    return rules
+
+
+def _shape_overrides(data: dict[str, Any], strategy: Strategy) -> list[tuple[str, str]]:
+    shapes = data["workload"]["shapes"]
+    videos = int(shapes.get("cfg_batch", 2)) // 2
+    if videos < 1:
+        raise ExportError("workload.shapes.cfg_batch: MaxDiffusion's Wan runs classifier-free guidance, a CFG "
+                          "batch of 2 per video; plan with the CFG batch")
+    out = [("per_device_batch_size", repr(videos / strategy.num_devices)),
+           ("height", str(shapes["height"])), ("width", str(shapes["width"])),
+           ("num_frames", str(shapes["frames"]))]
+    steps = data["workload"].get("scheduler", {}).get("steps")
+    if steps is not None:
+        out.append(("num_inference_steps", str(int(steps))))
+    return out
+
+
+def _maxdiffusion_order(plan: Any, strategy: Strategy, mesh_axes: tuple[str, ...]) -> np.ndarray:
+    """The plan's device coordinates per MaxDiffusion mesh position: aoizora's axes transposed into
+    `mesh_axes` order, 2D context's ring and Ulysses merged into context in the order MaxDiffusion
+    splits it (outer first, from the facts)."""
+    coords = plan.device_coords
+    names = list(plan.axis_names)
+    split = ["context_" + s for s in facts()["context_split"]["outer_first"]]
+    groups = [split if (a == "context" and strategy.two_d_context) else [a] for a in mesh_axes]
+    order = [names.index(n) for g in groups for n in g]
+    arranged = np.transpose(coords, order + [coords.ndim - 1])
+    shape = [math.prod(plan.axis_sizes[names.index(n)] for n in g) for g in groups]
+    return arranged.reshape(shape + [coords.shape[-1]])

@@ -1,0 +1,184 @@
+"""A MaxDiffusion Wan command read back as an aoizora strategy (`aoizora plan --from-maxdiffusion`).
+
+The command is what a user runs today, e.g. ``LIBTPU_INIT_ARGS="..." python
+src/maxdiffusion/generate_wan.py src/maxdiffusion/configs/base_wan_27b.yml attention=ulysses_ring
+ulysses_shards=2 ici_data_parallelism=2 ...``. Values the command does not set are the config's
+(recorded in `data/maxdiffusion.json`), and each override is typed as MaxDiffusion's ``pyconfig``
+types it (by the config value's type). The mapping is the inverse of `aoizora.export.maxdiffusion`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.errors import ExportError
+from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _effective, facts
+from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.toolchain import CompilerFlags
+
+_WEIGHT_MODES = {(False, False): "replicated", (True, False): "gathered", (False, True): "tensor",
+                 (True, True): "gathered+tensor"}
+
+
+@dataclass(frozen=True)
+class MaxDiffusionCommand:
+    """A parsed generate_wan.py command: its config, overrides (typed) and LIBTPU_INIT_ARGS."""
+
+    config: str
+    overrides: dict[str, Any]
+    libtpu_args: CompilerFlags
+
+    def value(self, key: str) -> Any:
+        """The command's value of `key`, else the config's."""
+        if key in self.overrides:
+            return self.overrides[key]
+        return facts()["configs"][self.config]["values"].get(key)
+
+    @property
+    def model(self) -> str:
+        return next(m for m, c in MODEL_CONFIGS.items() if c == self.config)
+
+    @property
+    def attention_name(self) -> str:
+        return str(self.value("attention"))
+
+    def videos(self, num_devices: int) -> int:
+        """Videos per batch: per_device_batch_size × devices, as generate_wan.py counts prompts."""
+        videos = int(float(self.value("per_device_batch_size")) * num_devices)
+        if videos < 1:
+            raise ExportError(f"per_device_batch_size={self.value('per_device_batch_size')} on {num_devices} "
+                              "devices is less than one video")
+        return videos
+
+    def mesh_sizes(self, num_devices: int) -> dict[str, int]:
+        """ici_*_parallelism with MaxDiffusion's one -1 filled from the device count."""
+        axes = facts()["configs"][self.config]["values"]["mesh_axes"]
+        sizes = {a: int(self.value(f"ici_{a}_parallelism")) for a in axes}
+        unknown = [a for a, n in sizes.items() if n == -1]
+        known = math.prod(n for n in sizes.values() if n != -1)
+        if len(unknown) > 1 or any(n < 1 and n != -1 for n in sizes.values()):
+            raise ExportError(f"ici_*_parallelism {sizes}: at most one axis may be -1 and the others positive")
+        if unknown:
+            if num_devices % known:
+                raise ExportError(f"ici_*_parallelism {sizes} cannot fill {num_devices} devices")
+            sizes[unknown[0]] = num_devices // known
+        if math.prod(sizes.values()) != num_devices:
+            raise ExportError(f"ici_*_parallelism {sizes} uses {math.prod(sizes.values())} devices, "
+                              f"the slice has {num_devices}")
+        return sizes
+
+    def strategy(self, num_devices: int) -> Strategy:
+        """The aoizora strategy this command deploys on `num_devices` devices."""
+        sizes = self.mesh_sizes(num_devices)
+        name = self.attention_name
+        if name == "dot_product":
+            if sizes["context"] > 1:
+                raise ExportError("attention: dot_product across context devices has no aoizora strategy")
+            variant, kernel = "allgather", "xla"
+        elif name in VARIANTS:
+            variant, kernel = VARIANTS[name], "auto"
+        else:
+            raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {name!r}; it reads "
+                              f"{', '.join(sorted(VARIANTS))} and dot_product")
+        if sizes["context"] == 1:
+            variant = "allgather"
+        fields: dict[str, Any] = {"attention": variant, "kernel": kernel, "weights": self._weights(sizes)}
+        if variant == "ulysses_ring":
+            fields["context_ulysses"] = int(self.value("ulysses_shards"))
+        if variant in ("ulysses", "ulysses_ring"):
+            fields["ulysses_chunks"] = int(self.value("ulysses_attention_chunks"))
+        if kernel != "xla":
+            fields["splash_blocks"] = self._blocks()
+        return Strategy(**sizes, **fields)
+
+    def _weights(self, sizes: dict[str, int]) -> str:
+        rules = {name: axes for name, axes in self.value("logical_axis_rules")}
+        sharded = {name: _effective(rules.get(name), sizes) for name in WEIGHT_NAMES}
+        if bool(sharded["heads"]) != bool(sharded["mlp"]):
+            raise ExportError("logical_axis_rules: heads and mlp are sharded differently; aoizora's weight modes "
+                              "shard both over tensor or neither")
+        return _WEIGHT_MODES[(bool(sharded["embed"]), bool(sharded["heads"]))]
+
+    def _blocks(self) -> SplashBlocks | None:
+        given = self.value("flash_block_sizes") or {}
+        if not given:
+            return None
+        fb = facts()["flash_block_sizes"]
+        key = "block_q"
+        if self.attention_name in fb["tokamax_attentions"]:
+            src = fb["tokamax_block_q_from"]
+            key = src["key"] if src["key"] in given else src["default_key"]
+        try:
+            return SplashBlocks(int(given[key]), int(given["block_kv"]), int(given["block_kv_compute"]))
+        except KeyError as exc:
+            raise ExportError(f"flash_block_sizes has no {exc.args[0]}; give block_q, block_kv and "
+                              "block_kv_compute") from None
+
+    def video(self) -> tuple[int, int, int]:
+        """(width, height, frames)."""
+        return int(self.value("width")), int(self.value("height")), int(self.value("num_frames"))
+
+
+def read_command(text: str) -> MaxDiffusionCommand:
+    """Parse a generate_wan.py command line (see the module docstring); ExportError names what is wrong."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ExportError(f"cannot split the MaxDiffusion command: {exc}") from None
+    env: dict[str, str] = {}
+    while tokens and "=" in tokens[0] and not tokens[0].split("=", 1)[0].startswith("-") \
+            and tokens[0].split("=", 1)[0].isupper():
+        name, value = tokens.pop(0).split("=", 1)
+        env[name] = value
+    while tokens and (tokens[0].startswith("python") or tokens[0].endswith(".py")):
+        tokens.pop(0)
+    configs = [t for t in tokens if t.endswith((".yml", ".yaml"))]
+    if len(configs) != 1:
+        raise ExportError("the MaxDiffusion command must name one Wan config (e.g. "
+                          f"{MODEL_CONFIGS['wan2.1-t2v-14b']}); found {len(configs)}")
+    config = _known_config(configs[0])
+    types = facts()["configs"][config]["types"]
+    overrides: dict[str, Any] = {}
+    for token in tokens:
+        if token == configs[0]:
+            continue
+        if "=" not in token:
+            raise ExportError(f"MaxDiffusion override {token!r} is not key=value")
+        key, raw = token.split("=", 1)
+        if key not in types:
+            raise ExportError(f"{key}: not a key of {config} at MaxDiffusion {facts()['commit'][:8]}")
+        overrides[key] = _typed(key, raw, types[key])
+    return MaxDiffusionCommand(config, overrides, CompilerFlags.parse(env.get("LIBTPU_INIT_ARGS", "")))
+
+
+def _known_config(path: str) -> str:
+    for config in MODEL_CONFIGS.values():
+        if path == config or path.endswith("/" + config.rsplit("/", 1)[1]) or path == config.rsplit("/", 1)[1]:
+            return config
+    raise ExportError(f"config {path!r}: aoizora reads the Wan configs {', '.join(MODEL_CONFIGS.values())}")
+
+
+def _typed(key: str, raw: str, kind: str) -> Any:
+    """An override typed as pyconfig types it: by the config value's type (bools from true/false,
+    lists by literal_eval, dicts from JSON)."""
+    try:
+        if kind == "bool":
+            if raw.lower() not in ("true", "false"):
+                raise ValueError(raw)
+            return raw.lower() == "true"
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "list":
+            return ast.literal_eval(raw)
+        if kind == "dict":
+            return json.loads(raw)
+        return raw
+    except (ValueError, SyntaxError) as exc:
+        raise ExportError(f"{key}={raw!r}: not a {kind} as MaxDiffusion's config has it ({exc})") from None
