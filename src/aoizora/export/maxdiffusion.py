@@ -147,7 +147,9 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
     overrides.append(("flash_block_sizes", _block_json(strategy.splash_blocks, differences)))
     rules = _weight_rules(strategy, defaults["logical_axis_rules"])
     if rules is not None:
-        overrides.append(("logical_axis_rules", repr(rules)))
+        # pyconfig reads a list override with ast.literal_eval: JSON's lists of strings are such literals
+        text = json.dumps(rules, separators=(",", ":"))
+        overrides.append(("logical_axis_rules", text if "null" not in text else repr(rules)))
     overrides += _shape_overrides(data, strategy)
     if strategy.weight_tile is not None:
         differences.append(
