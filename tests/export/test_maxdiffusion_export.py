@@ -17,7 +17,7 @@ from aoizora.export.maxdiffusion import ATTENTION_NAMES, MODEL_CONFIGS, VARIANTS
 from aoizora.export.maxdiffusion_command import _typed
 from aoizora.export.run_with_plan import generate_wan_argv, plan_device_array, planned_create_device_mesh, LaunchError
 from aoizora.models.registry import model_config, video_shape
-from aoizora.models.wan.experts import WAN_EXPERTS
+from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
 from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
 from aoizora.plan import Plan, load_plan
@@ -196,34 +196,14 @@ def test_weight_modes_maxdiffusion_rules_do_not_produce_get_their_own_rules():
     assert "embed" not in rules and '"mlp"' not in rules
 
 
-# The expert rows' commands as their sources give them (override lines, CFG on data=2).
-EXPERT_COMMANDS = {
-    "maxdiffusion-2d-context": "src/maxdiffusion/configs/base_wan_27b.yml attention=ulysses_ring ulysses_shards=2 "
-                               "ici_data_parallelism=2 ici_context_parallelism=4 per_device_batch_size=0.125 "
-                               "flash_block_sizes='{\"block_q\":2048,\"block_kv\":2048,\"block_kv_compute\":1024,"
-                               "\"block_q_dkv\":2048}'",
-    "maxdiffusion-flash": "src/maxdiffusion/configs/base_wan_27b.yml attention=flash ici_data_parallelism=2 "
-                          "ici_context_parallelism=4 per_device_batch_size=0.125 flash_block_sizes='{\"block_q\":2048,"
-                          "\"block_kv\":2048,\"block_kv_compute\":1024}'",
-    "maxdiffusion-readme": "src/maxdiffusion/configs/base_wan_14b.yml attention=flash ici_data_parallelism=2 "
-                           "ici_context_parallelism=4 per_device_batch_size=0.125 flash_block_sizes='{\"block_q\":3024,"
-                           "\"block_kv\":2048,\"block_kv_compute\":1024}'",
-    "maxdiffusion-readme-default-blocks": "src/maxdiffusion/configs/base_wan_14b.yml attention=flash "
-                                          "ici_data_parallelism=2 ici_context_parallelism=-1 "
-                                          "per_device_batch_size=0.125",
-}
-
-
-@pytest.mark.parametrize("row", WAN_EXPERTS, ids=lambda r: r.name)
+@pytest.mark.parametrize("row", TODAYS_WAN_EXPERTS, ids=lambda r: r.name)
 def test_expert_commands_read_back_to_the_expert_strategies(row):
-    cmd = read_command(EXPERT_COMMANDS[row.name])
-    strategy = cmd.strategy(8)
-    expected = row.strategy(8)
-    if row.name == "maxdiffusion-readme-default-blocks":  # the config's default 512 blocks
-        expected = Strategy(**{**vars(expected), "splash_blocks": SplashBlocks(512, 512, 512)})
-    assert strategy == expected
+    cmd = read_command(row.command)
+    devices, _ = row.meshes[0]
+    assert cmd.strategy(devices) == row.strategy(devices)
+    assert cmd.attention_name == row.maxdiffusion_attention
     config = model_config(cmd.model)
-    assert not check_strategy(strategy, config, video_shape(config, "1280x720", 81), 2, 8)
+    assert not check_strategy(cmd.strategy(devices), config, video_shape(config, "1280x720", 81), 2, devices)
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -4,7 +4,12 @@ from types import SimpleNamespace
 
 from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
-from aoizora.models.wan.experts import MAXDIFFUSION, MAXDIFFUSION_COMMIT, WAN_EXPERTS, experts_for
+import re
+
+from aoizora.models.wan.experts import (
+    MAXDIFFUSION, MAXDIFFUSION_COMMIT, TODAYS_WAN_EXPERTS, TPU_RECIPES, WAN_EXPERTS, experts_for, newest_documented,
+)
+from aoizora.toolchain import CompilerFlags
 from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.topology import get_topology
 
@@ -55,3 +60,27 @@ def test_generations_without_a_row_fall_back_to_the_readme_and_illegal_ones_are_
     space = WanSpace(PRESETS["t2v-1.3b"], VideoShape(5, 480, 832))
     deps = space.expert_deployments(SimpleNamespace(generation="tpu7x", num_devices=3))
     assert [d.name for d in deps] == ["maxdiffusion-flash"] and deps[0].strategy.data == 1
+
+
+def test_todays_rows_are_sourced_dated_and_carry_kernel_tiles_and_vmem():
+    for e in TODAYS_WAN_EXPERTS:
+        assert (MAXDIFFUSION in e.source or TPU_RECIPES in e.source) and re.search(r"\b[0-9a-f]{40}\b", e.source), e.name
+        assert re.fullmatch(r"2026-\d\d-\d\d", e.date) and e.date > "2026-04-25", e.name
+        assert e.kernel_profile.startswith("maxdiffusion-custom") and not e.splash_blocks.reasons()
+        assert CompilerFlags.parse(" ".join(e.libtpu_args)), e.name
+        assert e.meshes and all(d * c == n for n, (d, c) in e.meshes)
+    by_name = {e.name: e for e in TODAYS_WAN_EXPERTS}
+    assert by_name["maxdiffusion-fast-v7-fixed-m"].scoped_vmem_limit_kib == 65536
+    assert by_name["tpu-recipes-trillium-wan22"].scoped_vmem_limit_kib == 32768
+    assert by_name["tpu-recipes-ironwood-wan22"].scoped_vmem_limit_kib is None
+    assert by_name["maxdiffusion-27b-cp8"].strategy(8) == Strategy(
+        context=8, attention="ulysses_ring", context_ulysses=4, weights="gathered",
+        splash_blocks=SplashBlocks(9472, 1024, 1024))
+
+
+def test_the_newest_documented_row_per_generation_is_todays():
+    assert newest_documented("tpu7x").date == max(e.date for e in TODAYS_WAN_EXPERTS if "tpu7x" in e.generations)
+    assert newest_documented("v6e").name == "tpu-recipes-trillium-wan22"
+    assert newest_documented("v5e") is None
+    # today's rows run kernels aoizora does not cost yet: never Stage 2 candidates
+    assert not set(experts_for("tpu7x")) & set(TODAYS_WAN_EXPERTS)
