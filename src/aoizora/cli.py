@@ -209,6 +209,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
     # `aoizora plan` itself defaults to the Top-K the recall study chose.
     ctx.invoke(
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, maxdiffusion_command=None,
+        kernel_profile=None,
         export_to=("maxdiffusion", os.path.join(out_dir, "maxdiffusion")), top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
@@ -392,6 +393,12 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
 @click.option("--from-maxdiffusion", "maxdiffusion_command", metavar="COMMAND", default=None,
               help="A MaxDiffusion generate_wan.py command line you run today (with its LIBTPU_INIT_ARGS=...): "
                    "plan its model and video, and compare the plan with it.")
+@click.option("--kernel", "kernel_profile", type=click.Choice(["jax-splash", "tokamax-splash", "maxdiffusion-custom",
+                                                               "maxdiffusion-custom-fixed-m"]),
+              default=None, help="The attention kernel the deployment runs, which costs every candidate's attention "
+              "(programs compile with JAX's splash): JAX's splash, tokamax's, or MaxDiffusion's own kernels (plain or "
+              "fixed-m softmax). Documented deployments of that kernel are compared.  [default: jax-splash, or the "
+              "kernel of --from-maxdiffusion]")
 @click.option("--export", "export_to", type=(click.Choice(["maxdiffusion"]), click.Path(file_okay=False)),
               default=None, metavar="FRAMEWORK DIR", help="Also export the plan to run with FRAMEWORK into DIR "
               "(as `aoizora export`).")
@@ -414,7 +421,8 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
                    "copied in from host memory at the boundary.")
 @_ring_options
 def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
-         maxdiffusion_command: str | None, export_to: tuple[str, str] | None, top_k: int, out_path: str | None,
+         maxdiffusion_command: str | None, kernel_profile: str | None, export_to: tuple[str, str] | None, top_k: int,
+         out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
          verify_top: int, workers: int, executor: str, ray_cpus_per_compile: float | None, libtpu_args: str | None,
          expert_residency: str, ring_order: str, ring_direction: str) -> None:
@@ -436,7 +444,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     _check_output_dir(report_dir, "--report")
     _check_output_dir(export_to[1] if export_to else None, "--export")
     topo = get_topology(topology_name)
-    request = _plan_request(model, resolution, frames, maxdiffusion_command, topo)
+    request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo)
     space = wan_space(request.pop("model"), request.pop("resolution"), request.pop("frames"),
                       expert_residency=expert_residency, generation=topo.generation, **request)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
@@ -485,13 +493,13 @@ def _user_deployment_line(plan: dict) -> None:
 
 
 def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
-                  topo: Any) -> dict[str, Any]:
+                  kernel_profile: str | None, topo: Any) -> dict[str, Any]:
     """wan_space's arguments: the options', or a MaxDiffusion command's (options that disagree refused)."""
     if command is None:
         if model is None:
             raise click.UsageError("Missing option '--model' (or give --from-maxdiffusion)")
         return {"model": model, "resolution": "720p" if resolution is None else resolution,
-                "frames": 81 if frames is None else frames}
+                "frames": 81 if frames is None else frames, "kernel_profile": kernel_profile or "jax-splash"}
     from aoizora.export import read_command
     from aoizora.models.wan.strategy import validate_strategy
     from aoizora.models.registry import model_config, video_shape
@@ -499,20 +507,22 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
 
     cmd = read_command(command)
     width, height, cmd_frames = cmd.video()
+    strategy = cmd.strategy(topo.num_devices)
     given = {"--model": (model, cmd.model), "--frames": (frames, cmd_frames),
+             "--kernel": (kernel_profile, strategy.kernel_profile),
              "--resolution": (resolution and "x".join(map(str, _resolution(resolution, cmd.model))), f"{width}x{height}")}
     for option, (mine, theirs) in given.items():
         if mine is not None and str(mine) != str(theirs):
             raise click.UsageError(f"{option} {mine} disagrees with the MaxDiffusion command's {theirs}; drop {option}")
     batch = 2 * cmd.videos(topo.num_devices)
-    strategy = cmd.strategy(topo.num_devices)
     config = model_config(cmd.model)
     validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch, topo.num_devices)
     deployment = ExpertDeployment("your-maxdiffusion-command", strategy, tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
                                   source="the MaxDiffusion command given with --from-maxdiffusion",
-                                  documented=f"attention={cmd.attention_name} (compiled and costed with JAX's splash kernel)")
+                                  documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "
+                                             f"costed as {strategy.kernel_profile})")
     return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
-            "user_deployment": deployment}
+            "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
 
 
 def _resolution(text: str, model: str) -> tuple[int, int]:

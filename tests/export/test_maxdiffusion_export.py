@@ -39,6 +39,8 @@ def plan_with(base: Path, strategy: Strategy, *, model: str | None = None, order
         desc["ulysses_chunks"] = strategy.ulysses_chunks
     if strategy.splash_blocks is not None:
         desc["splash_blocks"] = vars(strategy.splash_blocks)
+    if strategy.kernel_profile != "jax-splash":
+        desc["kernel_profile"] = strategy.kernel_profile
     doc["strategy"] = desc
     coords = np.asarray(doc["placement"]["device_coords"]).reshape(-1, 4)
     coords = coords[np.random.default_rng(order_seed).permutation(len(coords))]
@@ -60,8 +62,23 @@ STRATEGIES = [
              splash_blocks=SplashBlocks(2944, 2048, 1024)),
     Strategy(context=8, attention="ulysses_ring", context_ulysses=4, weights="gathered", ulysses_chunks=2,
              splash_blocks=SplashBlocks(9472, 1024, 1024)),
-    Strategy(data=2, fsdp=2, context=2, attention="ulysses_ring" if False else "ring", weights="gathered"),
+    Strategy(data=2, fsdp=2, context=2, attention="ring", weights="gathered"),
+    Strategy(data=2, context=4, attention="ulysses", weights="gathered", kernel_profile="maxdiffusion-custom",
+             splash_blocks=SplashBlocks(4864, 1024, 1024)),
+    Strategy(data=2, context=4, attention="ulysses_ring", context_ulysses=2, weights="gathered",
+             kernel_profile="maxdiffusion-custom-fixed-m", splash_blocks=SplashBlocks(6400, 2048, 2048)),
+    Strategy(data=2, context=4, attention="allgather", weights="gathered", kernel_profile="tokamax-splash",
+             splash_blocks=SplashBlocks(2048, 2048, 1024)),
 ]
+
+
+def _as_run(strategy: Strategy, run) -> Strategy:
+    """The strategy the exported command runs: MaxDiffusion's kernel for it (JAX's splash has no
+    ring attention there), which the export names as a difference."""
+    profile = VARIANTS[dict(run.overrides)["attention"]][1]
+    if profile != strategy.kernel_profile:
+        assert any("tokamax" in d for d in run.differences)
+    return Strategy(**{**vars(strategy), "kernel_profile": profile})
 
 
 def _round_trip(plan: Plan) -> tuple[Strategy, list]:
@@ -75,6 +92,8 @@ def test_facts_name_their_source_commit_and_configs():
     assert f["repository"] == "github.com/AI-Hypercomputer/maxdiffusion" and len(f["commit"]) == 40
     assert set(MODEL_CONFIGS.values()) <= set(f["configs"])
     assert set(ATTENTION_NAMES.values()) | set(VARIANTS) <= set(f["attentions"]["registered"])
+    # the names aoizora reads back as tokamax's kernels are those MaxDiffusion runs on tokamax
+    assert {n for n, (_, p) in VARIANTS.items() if p == "tokamax-splash"} <= set(f["flash_block_sizes"]["tokamax_attentions"])
     assert f["context_split"]["outer_first"] == ["ring", "ulysses"]
     # the launcher's replacement takes effect only where MaxDiffusion looks the function up at call time
     assert f["mesh_call_sites"] and all(site["looked_up_at_call"] for site in f["mesh_call_sites"])
@@ -97,7 +116,7 @@ def test_every_key_and_value_the_export_writes_exists_with_its_type(strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_key)
 def test_exported_command_parses_back_to_the_plans_strategy(strategy):
     back, run = _round_trip(plan_with(TPU7X_PLAN, strategy))
-    assert back == strategy
+    assert back == _as_run(strategy, run)
 
 
 @pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
@@ -108,7 +127,7 @@ def test_committed_plans_round_trip(path):
     # the one setting MaxDiffusion lacks is named, not silently dropped
     if planned.weight_tile is not None:
         assert any(d.startswith("strategy.weight_tile") for d in run.differences)
-    assert back == Strategy(**{**vars(planned), "weight_tile": None})
+    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None}), run)
 
 
 def _maxdiffusion_internal_mesh(device_array: np.ndarray, ulysses: int) -> np.ndarray:
@@ -185,7 +204,11 @@ def test_export_writes_nothing_for_what_maxdiffusion_cannot_express(tmp_path):
     xla = Strategy(data=2, context=4, attention="allgather", weights="gathered", kernel="xla")
     with pytest.raises(ExportError, match=r"^strategy.kernel"):
         write_maxdiffusion_export(plan_with(TPU7X_PLAN, xla), tmp_path / "b")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    custom_flash = Strategy(data=2, context=4, attention="allgather", weights="gathered",
+                            kernel_profile="maxdiffusion-custom")
+    with pytest.raises(ExportError, match=r"^strategy.kernel_profile: .*no maxdiffusion-custom kernel"):
+        write_maxdiffusion_export(plan_with(TPU7X_PLAN, custom_flash), tmp_path / "c")
+    assert not any((tmp_path / d).exists() for d in "abc")
 
 
 def test_weight_modes_maxdiffusion_rules_do_not_produce_get_their_own_rules():
@@ -200,7 +223,7 @@ def test_weight_modes_maxdiffusion_rules_do_not_produce_get_their_own_rules():
 def test_expert_commands_read_back_to_the_expert_strategies(row):
     cmd = read_command(row.command)
     devices, _ = row.meshes[0]
-    assert cmd.strategy(devices) == row.strategy(devices)
+    assert cmd.strategy(devices) == Strategy(**{**vars(row.strategy(devices)), "kernel_profile": row.kernel_profile})
     assert cmd.attention_name == row.maxdiffusion_attention
     config = model_config(cmd.model)
     assert not check_strategy(cmd.strategy(devices), config, video_shape(config, "1280x720", 81), 2, devices)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import ExportError
-from aoizora.models.wan.strategy import SplashBlocks, Strategy, logical_rules
+from aoizora.models.wan.strategy import Strategy, logical_rules
 
 #: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
 MODEL_CONFIGS: dict[str, str] = {
@@ -51,16 +51,32 @@ MODEL_CONFIGS: dict[str, str] = {
     "wan2.2-t2v-a14b": "src/maxdiffusion/configs/base_wan_27b.yml",
     "wan2.2-i2v-a14b": "src/maxdiffusion/configs/base_wan_i2v_27b.yml",
 }
-#: aoizora's self-attention variant -> MaxDiffusion's attention name, with JAX's splash kernel or
-#: the nearest MaxDiffusion has (it registers no ring attention on JAX's splash)
-ATTENTION_NAMES: dict[str, str] = {"allgather": "flash", "ulysses": "ulysses", "ring": "tokamax_ring",
-                                   "ulysses_ring": "ulysses_ring"}
-#: MaxDiffusion attention name -> aoizora's variant (the names aoizora can read back)
-VARIANTS: dict[str, str] = {
-    "flash": "allgather", "tokamax_flash": "allgather", "ulysses": "ulysses", "ulysses_custom": "ulysses",
-    "ulysses_custom_fixed_m": "ulysses", "tokamax_ring": "ring", "ulysses_ring": "ulysses_ring",
-    "ulysses_ring_custom": "ulysses_ring", "ulysses_ring_custom_fixed_m": "ulysses_ring",
+#: (kernel profile, aoizora's self-attention variant) -> MaxDiffusion's attention name. JAX's splash
+#: has no ring attention in MaxDiffusion (it registers tokamax's), and its `ulysses_ring` runs
+#: tokamax's kernels at 7cfb8801: the nearest names, with a note (`MaxDiffusionRun.differences`).
+ATTENTION_NAMES: dict[tuple[str, str], str] = {
+    ("jax-splash", "allgather"): "flash", ("jax-splash", "ulysses"): "ulysses",
+    ("jax-splash", "ring"): "tokamax_ring", ("jax-splash", "ulysses_ring"): "ulysses_ring",
+    ("tokamax-splash", "allgather"): "tokamax_flash", ("tokamax-splash", "ring"): "tokamax_ring",
+    ("tokamax-splash", "ulysses_ring"): "ulysses_ring",
+    ("maxdiffusion-custom", "ulysses"): "ulysses_custom", ("maxdiffusion-custom", "ulysses_ring"): "ulysses_ring_custom",
+    ("maxdiffusion-custom-fixed-m", "ulysses"): "ulysses_custom_fixed_m",
+    ("maxdiffusion-custom-fixed-m", "ulysses_ring"): "ulysses_ring_custom_fixed_m",
 }
+#: MaxDiffusion attention name -> (aoizora's variant, kernel profile): the names aoizora reads back
+VARIANTS: dict[str, tuple[str, str]] = {
+    "flash": ("allgather", "jax-splash"), "ulysses": ("ulysses", "jax-splash"),
+    "tokamax_flash": ("allgather", "tokamax-splash"), "tokamax_ring": ("ring", "tokamax-splash"),
+    "ulysses_ring": ("ulysses_ring", "tokamax-splash"),
+    "ulysses_custom": ("ulysses", "maxdiffusion-custom"), "ulysses_ring_custom": ("ulysses_ring", "maxdiffusion-custom"),
+    "ulysses_custom_fixed_m": ("ulysses", "maxdiffusion-custom-fixed-m"),
+    "ulysses_ring_custom_fixed_m": ("ulysses_ring", "maxdiffusion-custom-fixed-m"),
+}
+#: flash_block_sizes keys MaxDiffusion's custom kernels read besides the three blocks: the inner
+#: K/V compute block, no larger than 1,024 (its recipes pair 2,048 with 1,024, and 1,024 or 256
+#: with themselves: end_to_end/tpu/run_wan_fast_inference.sh @ 7cfb8801, tpu-recipes
+#: inference/*/MaxDiffusion/Wan2.x/*/run_recipe.sh), and one head per tile (the only one they take)
+CUSTOM_INNER_BLOCK = 1024
 #: the logical names of weight dimensions whose rules decide aoizora's weight mode
 WEIGHT_NAMES: tuple[str, ...] = ("embed", "heads", "mlp")
 #: the keys the export sets; a launcher's extra overrides may not change them
@@ -144,7 +160,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
     for axis in mesh_axes:
         overrides.append((f"ici_{axis}_parallelism", str(sizes[axis])))
     overrides += _attention_overrides(strategy, differences)
-    overrides.append(("flash_block_sizes", _block_json(strategy.splash_blocks, differences)))
+    overrides.append(("flash_block_sizes", _block_json(strategy, differences)))
     rules = _weight_rules(strategy, defaults["logical_axis_rules"])
     if rules is not None:
         # pyconfig reads a list override with ast.literal_eval: JSON's lists of strings are such literals
@@ -175,12 +191,17 @@ def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tup
             raise ExportError("strategy.kernel: 'xla' attention across context devices has no MaxDiffusion "
                               "counterpart (its dot_product attention is not sequence-parallel); plan with splash")
         return [("attention", "dot_product")]
-    name = ATTENTION_NAMES[strategy.attention] if strategy.context > 1 else "flash"
+    profile = strategy.kernel_profile
+    variant = strategy.attention if strategy.context > 1 else ("ulysses" if profile.startswith("maxdiffusion")
+                                                               else "allgather")
+    name = ATTENTION_NAMES.get((profile, variant))
+    if name is None:
+        raise ExportError(f"strategy.kernel_profile: MaxDiffusion has no {profile} kernel for {variant!r} attention")
     if name not in names["registered"]:
         raise ExportError(f"strategy.attention: MaxDiffusion at {facts()['commit'][:8]} registers no {name!r} "
                           f"attention for aoizora's {strategy.attention!r}")
     out = [("attention", name)]
-    if name in facts()["flash_block_sizes"]["tokamax_attentions"] and strategy.context > 1:
+    if profile == "jax-splash" and name in facts()["flash_block_sizes"]["tokamax_attentions"] and strategy.context > 1:
         differences.append(
             f"strategy.attention: MaxDiffusion's {name!r} runs tokamax's splash kernels where the plan was "
             "compiled and costed with JAX's splash kernel (same blocks; kernel times may differ)")
@@ -193,7 +214,8 @@ def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tup
     return out
 
 
-def _block_json(blocks: SplashBlocks | None, differences: list[str]) -> str:
+def _block_json(strategy: Strategy, differences: list[str]) -> str:
+    blocks = strategy.splash_blocks
     if blocks is None:
         differences.append("strategy.splash_blocks: the plan lets the splash kernel pick blocks per call; "
                            "MaxDiffusion's pick (flash_block_sizes={}) is its own rule, not the kernel's")
@@ -202,6 +224,11 @@ def _block_json(blocks: SplashBlocks | None, differences: list[str]) -> str:
     tokamax_key = facts()["flash_block_sizes"]["tokamax_block_q_from"]["key"]
     b.update({tokamax_key: blocks.block_q, "block_kv_dkv": blocks.block_kv,
               "block_kv_dkv_compute": blocks.block_kv_compute})
+    if strategy.kernel_profile.startswith("maxdiffusion-custom"):
+        b.update({"block_kv_compute_in": min(blocks.block_kv_compute, CUSTOM_INNER_BLOCK), "heads_per_tile": 1})
+        differences.append(
+            f"strategy.splash_blocks: {blocks.describe()} are blocks JAX's splash accepts; the {strategy.kernel_profile} "
+            "profile does not depend on the tile, so the custom kernel's own best tile is not planned")
     return json.dumps(b, separators=(",", ":"))
 
 

@@ -76,18 +76,20 @@ class MaxDiffusionCommand:
         """The aoizora strategy this command deploys on `num_devices` devices."""
         sizes = self.mesh_sizes(num_devices)
         name = self.attention_name
+        profile = "jax-splash"
         if name == "dot_product":
             if sizes["context"] > 1:
                 raise ExportError("attention: dot_product across context devices has no aoizora strategy")
             variant, kernel = "allgather", "xla"
         elif name in VARIANTS:
-            variant, kernel = VARIANTS[name], "auto"
+            (variant, profile), kernel = VARIANTS[name], "auto"
         else:
             raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {name!r}; it reads "
                               f"{', '.join(sorted(VARIANTS))} and dot_product")
         if sizes["context"] == 1:
             variant = "allgather"
-        fields: dict[str, Any] = {"attention": variant, "kernel": kernel, "weights": self._weights(sizes)}
+        fields: dict[str, Any] = {"attention": variant, "kernel": kernel, "weights": self._weights(sizes),
+                                  "kernel_profile": profile}
         if variant == "ulysses_ring":
             fields["context_ulysses"] = int(self.value("ulysses_shards"))
         if variant in ("ulysses", "ulysses_ring"):

@@ -25,11 +25,16 @@ class KernelWork:
     part of the MXU empty when below the systolic array's side. `score_elements`: for an attention
     kernel, the elements of the score matrix it computes, each costing the softmax's vector work.
     `grid_steps`: the iterations of the kernel's Pallas grid, each paying a fixed cost.
+    `narrow_fraction`: the share of its FLOPs in matmuls whose contraction is `matmul_dim` (the
+    rest run at the full array); `mxu_efficiency`: the fraction of that MXU roofline the kernel
+    reaches, where a measurement of the kernel says so (1: the roofline itself).
     """
 
     matmul_dim: int | None = None
     score_elements: float | None = None
     grid_steps: int | None = None
+    narrow_fraction: float = 1.0
+    mxu_efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ class HardwareProfile:
 
         The slowest of three units: the MXU at peak, derated when the kernel's narrowest matmul
         dimension (`kernel.matmul_dim`, an attention kernel's head_dim) is below the systolic
-        array's side so part of it stays empty; HBM at its bandwidth; and, for an attention kernel,
+        array's side so part of it stays empty (for `kernel.narrow_fraction` of the FLOPs, at
+        `kernel.mxu_efficiency` of that roofline); HBM at its bandwidth; and, for an attention kernel,
         its per-element vector work (`kernel.score_elements` at `attention_score_elements_per_s`).
         A Pallas kernel also pays `pallas_grid_step_s` per iteration of its grid
         (`kernel.grid_steps`) on top: small blocks mean many short iterations.
@@ -114,7 +120,11 @@ class HardwareProfile:
         """
         kernel = kernel or KernelWork()
         fill = min(1.0, kernel.matmul_dim / self.mxu_dim) if kernel.matmul_dim else 1.0
-        seconds = max(flops / (self.peak_bf16_flops * fill), hbm_bytes / self.hbm_bandwidth_Bps)
+        if kernel.narrow_fraction == 1.0:
+            mxu = flops / (self.peak_bf16_flops * fill)
+        else:
+            mxu = flops * (kernel.narrow_fraction / fill + 1.0 - kernel.narrow_fraction) / self.peak_bf16_flops
+        seconds = max(mxu / kernel.mxu_efficiency, hbm_bytes / self.hbm_bandwidth_Bps)
         if kernel.score_elements and self.attention_score_elements_per_s:
             seconds = max(seconds, kernel.score_elements / self.attention_score_elements_per_s)
         return seconds + (kernel.grid_steps or 0) * self.grid_step_seconds

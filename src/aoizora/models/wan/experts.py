@@ -19,6 +19,7 @@ a deployment on another device count keeps that rule, and 2D context keeps its U
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from aoizora.models.wan.config import VideoShape, WanConfig
@@ -358,11 +359,18 @@ def experts_for(generation: str, table: tuple[WanExpert, ...] = WAN_EXPERTS) -> 
 
 
 def legal_expert_strategies(config: WanConfig, video: VideoShape, generation: str, num_devices: int,
-                            batch: int = 2, kernel: str = "auto") -> list[tuple[WanExpert, Strategy]]:
-    """(row, strategy) for every documented deployment of `generation` that is legal here."""
+                            batch: int = 2, kernel: str = "auto",
+                            kernel_profile: str = "jax-splash") -> list[tuple[WanExpert, Strategy]]:
+    """(row, strategy) for every documented deployment of `generation` that runs `kernel_profile`
+    and is legal here: `experts_for` for JAX's splash, else the rows of that kernel (dated and today's)."""
+    if kernel_profile == "jax-splash":
+        rows = experts_for(generation)
+    else:
+        rows = [e for e in (*WAN_EXPERTS, *TODAYS_WAN_EXPERTS)
+                if generation in e.generations and e.kernel_profile == kernel_profile]
     out = []
-    for e in experts_for(generation):
-        st = e.strategy(num_devices, batch, kernel)
+    for e in rows:
+        st = dataclasses.replace(e.strategy(num_devices, batch, kernel), kernel_profile=kernel_profile)
         if not check_strategy(st, config, video, batch, num_devices):
             out.append((e, st))
     return out

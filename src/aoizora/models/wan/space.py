@@ -28,10 +28,12 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from aoizora.errors import StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
@@ -40,7 +42,7 @@ from aoizora.models.wan.strategy import (
     context_splits, describe_tile,
 )
 from aoizora.placement import MeshSpec
-from aoizora.topology import RUNTIME_TILE_16BIT, KernelWork, hardware_profile
+from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
 from aoizora.workload import KernelCall
 from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.models.wan.experts import legal_expert_strategies
@@ -55,6 +57,8 @@ def strategy_key(st: Strategy) -> str:
         key += f" | blocks={st.splash_blocks.describe()}"
     if st.weight_tile is not None:
         key += f" | weight_tile={describe_tile(st.weight_tile)}"
+    if st.kernel_profile != DEFAULT_KERNEL_PROFILE:
+        key += f" | kernel={st.kernel_profile}"
     return key
 
 
@@ -65,7 +69,7 @@ class WanSpace(StrategySpace):
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
-                 user_deployment: ExpertDeployment | None = None):
+                 user_deployment: ExpertDeployment | None = None, kernel_profile: str = DEFAULT_KERNEL_PROFILE):
         self.config, self.video, self.batch = config, video, batch
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
@@ -81,6 +85,11 @@ class WanSpace(StrategySpace):
         self.guidance_scale = guidance_scale
         # a deployment the user runs (`aoizora plan --from-maxdiffusion`), compared like the documented ones
         self.user_deployment = user_deployment
+        # the attention kernel every candidate is costed with (`kernel_profiles`); the documented
+        # deployments compared are those that run it
+        if kernel_profile not in KERNEL_PROFILES:
+            raise StrategyError(f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
+        self.kernel_profile = kernel_profile
         self._meshes: dict[Strategy, Any] = {}
         self._kernel_costs: dict[Strategy, list] = {}
 
@@ -100,7 +109,8 @@ class WanSpace(StrategySpace):
                             st = self._with_blocks(Strategy(
                                 **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
                                 kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
-                                weight_tile=self.weight_tile if weights == "replicated" else None))
+                                weight_tile=self.weight_tile if weights == "replicated" else None,
+                                kernel_profile=self.kernel_profile))
                             out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
         return out
 
@@ -164,7 +174,8 @@ class WanSpace(StrategySpace):
         block_q, block_kv = (blocks.block_q, blocks.block_kv) if blocks is not None else (None, None)
         batch_heads = q.elements // (lq * d)
         flops, hbm = splash_cost(batch_heads, lq, lk, d, q.bytes // q.elements, residuals, block_q)
-        return _splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv))
+        return _splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv),
+                                   strategy.kernel_profile)
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
         out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
@@ -175,6 +186,8 @@ class WanSpace(StrategySpace):
             out["splash_blocks"] = dataclasses.asdict(strategy.splash_blocks)
         if strategy.weight_tile is not None:
             out["weight_tile"] = list(strategy.weight_tile)
+        if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
+            out["kernel_profile"] = strategy.kernel_profile
         return out
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
@@ -198,7 +211,8 @@ class WanSpace(StrategySpace):
                 matches = shaped
         if matches:
             kc = matches[0]
-            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps)
+            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps,
+                                       strategy.kernel_profile)
         return None
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
@@ -211,9 +225,23 @@ class WanSpace(StrategySpace):
     def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
         """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`)."""
         rows = legal_expert_strategies(self.config, self.video, topology.generation, topology.num_devices,
-                                       self.batch, self.kernel)
-        out = [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
-        return out + ([self.user_deployment] if self.user_deployment is not None else [])
+                                       self.batch, self.kernel, self.kernel_profile)
+        deployments = [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
+        if self.user_deployment is not None:
+            deployments.append(self.user_deployment)
+        return [self._as_compiled(d) for d in deployments]
+
+    def _as_compiled(self, deployment: ExpertDeployment) -> ExpertDeployment:
+        """A deployment of another kernel than JAX's splash as aoizora compiles it: its kernel is
+        costed by its profile, which does not depend on the tile, and the program is compiled with
+        JAX's splash at blocks that kernel accepts (its own tile may need the other kernel)."""
+        st = deployment.strategy
+        if st.kernel_profile == DEFAULT_KERNEL_PROFILE or st.splash_blocks is None:
+            return deployment
+        fitted = self._with_blocks(dataclasses.replace(st, splash_blocks=None))
+        note = (f"; runs {st.kernel_profile} at {st.splash_blocks.describe()}, compiled here with JAX's splash at "
+                f"{fitted.splash_blocks.describe() if fitted.splash_blocks else 'its own blocks'}")
+        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note)
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)
@@ -232,14 +260,17 @@ class WanSpace(StrategySpace):
             "kernel": self.kernel,
             # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
             "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q else "the kernel's pick per call"),
+            **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
             **({"user_deployment": {**self.user_deployment.to_json(), "strategy": strategy_key(self.user_deployment.strategy)}}
                if self.user_deployment is not None else {}),
         }
 
 
-def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int) -> OpaqueCost:
+def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int,
+                        profile: str = DEFAULT_KERNEL_PROFILE) -> OpaqueCost:
     """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
-    bytes, its score-matrix elements (the softmax's vector work per element), its head dim (the
-    narrowest dimension of both matmuls) and its grid iterations, for the hardware roofline."""
-    work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim), grid_steps=grid_steps)
+    bytes, and what bounds it besides, per the kernel the deployment runs (`kernel_profiles`):
+    for JAX's splash its score-matrix elements (the softmax's vector work per element), its head
+    dim (the narrowest dimension of both matmuls) and its grid iterations."""
+    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps)
     return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), kernel=work)

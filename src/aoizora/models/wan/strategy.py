@@ -48,6 +48,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from aoizora.errors import StrategyError
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 
 MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
 #: The mesh of a 2D context (``ulysses_ring``) strategy: ``context`` split into ring (outer) × Ulysses (inner).
@@ -116,6 +117,9 @@ class Strategy:
     splash_blocks: SplashBlocks | None = None
     #: Tile of the replicated stacked 16-bit layer matrices as handed to the program; None: the runtime's.
     weight_tile: tuple[int, int] | None = None
+    #: The attention kernel the deployment runs, which costs its splash calls
+    #: (`aoizora.models.wan.kernel_profiles`); the program is compiled with JAX's splash whatever it is.
+    kernel_profile: str = DEFAULT_KERNEL_PROFILE
 
     @property
     def two_d_context(self) -> bool:
@@ -175,7 +179,8 @@ class Strategy:
                                        weights=description["weights"], kernel=kernel,
                                        ulysses_chunks=int(description.get("ulysses_chunks", 1)),
                                        splash_blocks=SplashBlocks(**blocks) if blocks else None,
-                                       weight_tile=(int(tile[0]), int(tile[1])) if tile else None)
+                                       weight_tile=(int(tile[0]), int(tile[1])) if tile else None,
+                                       kernel_profile=description.get("kernel_profile", DEFAULT_KERNEL_PROFILE))
         except (KeyError, TypeError, ValueError) as exc:
             raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
@@ -208,6 +213,8 @@ class Strategy:
             text += f" blocks={self.splash_blocks.describe()}"
         if self.weight_tile is not None:
             text += f" weight_tile={describe_tile(self.weight_tile)}"
+        if self.kernel_profile != DEFAULT_KERNEL_PROFILE:
+            text += f" kernel_profile={self.kernel_profile}"
         return text
 
 
@@ -289,6 +296,8 @@ def _choice_reasons(strategy: Strategy) -> list[str]:
         reasons.append(f"unknown weight mode {strategy.weights!r}; choose one of {WEIGHT_MODES}")
     if strategy.kernel not in KERNELS:
         reasons.append(f"unknown attention kernel {strategy.kernel!r}; choose one of {KERNELS}")
+    if strategy.kernel_profile not in KERNEL_PROFILES:
+        reasons.append(f"unknown kernel profile {strategy.kernel_profile!r}; choose one of {tuple(KERNEL_PROFILES)}")
     return reasons
 
 
