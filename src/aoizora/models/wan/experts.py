@@ -250,6 +250,20 @@ _CP_COMMENT = (f"{MAXDIFFUSION} src/maxdiffusion/configs/base_wan_27b.yml (comme
                f"commit {MAXDIFFUSION_HEAD}")
 
 
+def _cp_comment_row(context: int, ulysses: int, slice_name: str) -> WanExpert:
+    """One line of base_wan_27b.yml's comment: pure context parallelism over the slice (data 1)."""
+    return WanExpert(
+        name=f"maxdiffusion-27b-cp{context}", generations=("tpu7x",), attention="ulysses_ring",
+        context_ulysses=ulysses, splash_blocks=SplashBlocks(9472, 1024, 1024), libtpu_args=FAST_V7_LIBTPU_ARGS,
+        source=_CP_COMMENT, documented=f"CP{context} ({slice_name}): ulysses_shards={ulysses} "
+                                       f"(R={context // ulysses}), BQ=9472 (no timing given)",
+        maxdiffusion_attention="ulysses_ring_custom", date="2026-08-21", meshes=((context, (1, context)),),
+        command=f"{_MD}base_wan_27b.yml attention=ulysses_ring_custom ulysses_shards={ulysses} ici_data_parallelism=1 "
+                f"ici_context_parallelism={context} per_device_batch_size={1 / context} {_SHAPE} "
+                "flash_block_sizes='{\"block_q\":9472,\"block_kv\":1024,\"block_kv_compute\":1024}'",
+    )
+
+
 def _recipe(path: str, commit: str) -> str:
     return f"{TPU_RECIPES} {path} (its 8- and 16-device meshes, flash_block_sizes and XLA_FLAGS), commit {commit}"
 
@@ -257,6 +271,10 @@ def _recipe(path: str, commit: str) -> str:
 _MD = "src/maxdiffusion/configs/"
 _SHAPE = "height=720 width=1280 num_frames=81"
 _CUSTOM_4864 = (("block_kv_compute_in", 1024), ("heads_per_tile", 1))
+#: the flash_block_sizes override both Ironwood recipes pass
+_IRONWOOD_BLOCKS = ("flash_block_sizes='{\"block_kv\":1024,\"block_kv_compute\":1024,\"block_kv_compute_in\":1024,"
+                    "\"block_kv_dkv\":1024,\"block_kv_dkv_compute\":1024,\"block_q\":4864,\"block_q_dkv\":4864,"
+                    "\"block_q_dq\":4864,\"heads_per_tile\":1}'")
 
 #: Today's documented MaxDiffusion Wan deployments (June to August 2026). They run MaxDiffusion's own
 #: attention kernels (`kernel_profile`), which aoizora neither compiles nor costs yet, so they are
@@ -283,24 +301,8 @@ TODAYS_WAN_EXPERTS: tuple[WanExpert, ...] = (
                 f"ici_fsdp_parallelism=1 ici_context_parallelism=4 ici_tensor_parallelism=1 per_device_batch_size=0.125 "
                 f"{_SHAPE} flash_block_sizes='{{\"block_q\":9472,\"block_kv\":1024,\"block_kv_compute\":1024}}'",
     ),
-    WanExpert(
-        name="maxdiffusion-27b-cp8", generations=("tpu7x",), attention="ulysses_ring", context_ulysses=4,
-        splash_blocks=SplashBlocks(9472, 1024, 1024), libtpu_args=FAST_V7_LIBTPU_ARGS, source=_CP_COMMENT,
-        documented="CP8 (v7x-8): ulysses_shards=4 (R=2), BQ=9472 (no timing given)",
-        maxdiffusion_attention="ulysses_ring_custom", date="2026-08-21", meshes=((8, (1, 8)),),
-        command=f"{_MD}base_wan_27b.yml attention=ulysses_ring_custom ulysses_shards=4 ici_data_parallelism=1 "
-                f"ici_context_parallelism=8 per_device_batch_size=0.125 {_SHAPE} "
-                "flash_block_sizes='{\"block_q\":9472,\"block_kv\":1024,\"block_kv_compute\":1024}'",
-    ),
-    WanExpert(
-        name="maxdiffusion-27b-cp16", generations=("tpu7x",), attention="ulysses_ring", context_ulysses=8,
-        splash_blocks=SplashBlocks(9472, 1024, 1024), libtpu_args=FAST_V7_LIBTPU_ARGS, source=_CP_COMMENT,
-        documented="CP16 (v7x-16): ulysses_shards=8 (R=2), BQ=9472 (no timing given)",
-        maxdiffusion_attention="ulysses_ring_custom", date="2026-08-21", meshes=((16, (1, 16)),),
-        command=f"{_MD}base_wan_27b.yml attention=ulysses_ring_custom ulysses_shards=8 ici_data_parallelism=1 "
-                f"ici_context_parallelism=16 per_device_batch_size=0.0625 {_SHAPE} "
-                "flash_block_sizes='{\"block_q\":9472,\"block_kv\":1024,\"block_kv_compute\":1024}'",
-    ),
+    _cp_comment_row(context=8, ulysses=4, slice_name="v7x-8"),
+    _cp_comment_row(context=16, ulysses=8, slice_name="v7x-16"),
     WanExpert(
         name="tpu-recipes-trillium-wan22", generations=("v6e",), attention="ulysses", context_ulysses=1,
         splash_blocks=SplashBlocks(3328, 2816, 256), libtpu_args=TRILLIUM_RECIPE_LIBTPU_ARGS,
@@ -324,10 +326,7 @@ TODAYS_WAN_EXPERTS: tuple[WanExpert, ...] = (
         maxdiffusion_attention="ulysses_custom", date="2026-06-08", meshes=((8, (2, 4)), (16, (2, 8))),
         kernel_options=_CUSTOM_4864,
         command=f"{_MD}base_wan_27b.yml attention=ulysses_custom num_frames=81 height=720 per_device_batch_size=0.125 "
-                "ici_data_parallelism=2 ici_context_parallelism=4 flash_block_sizes='{\"block_kv\":1024,"
-                "\"block_kv_compute\":1024,\"block_kv_compute_in\":1024,\"block_kv_dkv\":1024,"
-                "\"block_kv_dkv_compute\":1024,\"block_q\":4864,\"block_q_dkv\":4864,\"block_q_dq\":4864,"
-                "\"heads_per_tile\":1}'",
+                "ici_data_parallelism=2 ici_context_parallelism=4 " + _IRONWOOD_BLOCKS,
     ),
     WanExpert(
         name="tpu-recipes-ironwood-wan21", generations=("tpu7x",), attention="ulysses_ring", context_ulysses=2,
@@ -338,10 +337,7 @@ TODAYS_WAN_EXPERTS: tuple[WanExpert, ...] = (
         maxdiffusion_attention="ulysses_ring_custom", date="2026-08-03", meshes=((8, (2, 4)), (16, (2, 8))),
         kernel_options=_CUSTOM_4864,
         command=f"{_MD}base_wan_14b.yml attention=ulysses_ring_custom ulysses_shards=2 num_frames=81 height=720 "
-                "per_device_batch_size=0.125 ici_data_parallelism=2 ici_context_parallelism=4 "
-                "flash_block_sizes='{\"block_kv\":1024,\"block_kv_compute\":1024,\"block_kv_compute_in\":1024,"
-                "\"block_kv_dkv\":1024,\"block_kv_dkv_compute\":1024,\"block_q\":4864,\"block_q_dkv\":4864,"
-                "\"block_q_dq\":4864,\"heads_per_tile\":1}'",
+                "per_device_batch_size=0.125 ici_data_parallelism=2 ici_context_parallelism=4 " + _IRONWOOD_BLOCKS,
     ),
 )
 
