@@ -445,6 +445,11 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     _check_output_dir(export_to[1] if export_to else None, "--export")
     topo = get_topology(topology_name)
     request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo)
+    if export_to:
+        from aoizora.export import maxdiffusion_config
+        from aoizora.models.registry import model_key
+
+        maxdiffusion_config(model_key(request["model"]), field="--model")  # refused before any long work
     space = wan_space(request.pop("model"), request.pop("resolution"), request.pop("frames"),
                       expert_residency=expert_residency, generation=topo.generation, **request)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)

@@ -81,6 +81,8 @@ def test_export_refuses_to_overwrite_its_plan(readme_run, tmp_path):
     (("plan", "--topology", "v5e:2x2", "--model", "wan2.1-t2v-14b", "--from-maxdiffusion",
       "base_wan_1_3b.yml ici_context_parallelism=4"), "--model wan2.1-t2v-14b disagrees"),
     (("plan", "--topology", "v5e:2x2"), "--model"),
+    (("plan", "--model", "wan2.2-ti2v-5b", "--topology", "v5e:2x2", "--export", "maxdiffusion", "x"),
+     "--model: MaxDiffusion ships no config for 'wan2.2-ti2v-5b'"),
 ])
 def test_bad_export_input_is_one_line(tmp_path, args, fragment):
     r = _cli(*args, cwd=tmp_path)

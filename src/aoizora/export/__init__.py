@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.export.maxdiffusion import (
-    DEVICES_MODULE, LAUNCHER, SPEC_FILE, MaxDiffusionRun, export_plan, maxdiffusion_source,
+    DEVICES_MODULE, LAUNCHER, SPEC_FILE, MaxDiffusionRun, export_plan, maxdiffusion_config, maxdiffusion_source,
 )
 from aoizora.export.maxdiffusion_command import MaxDiffusionCommand, read_command
 
-__all__ = ["MaxDiffusionCommand", "MaxDiffusionRun", "export_plan", "exported_files", "maxdiffusion_source",
-           "read_command", "write_maxdiffusion_export"]
+__all__ = ["MaxDiffusionCommand", "MaxDiffusionRun", "export_plan", "exported_files", "maxdiffusion_config",
+           "maxdiffusion_source", "read_command", "write_maxdiffusion_export"]
 
 COMMAND_SCRIPT = "command.sh"
 

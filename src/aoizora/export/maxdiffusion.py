@@ -143,14 +143,20 @@ class MaxDiffusionRun:
         }
 
 
+def maxdiffusion_config(model: str, field: str = "workload.name") -> str:
+    """The MaxDiffusion config of an aoizora model name; ExportError (naming `field`) when MaxDiffusion ships none."""
+    config = MODEL_CONFIGS.get(model)
+    if config is None:
+        raise ExportError(f"{field}: MaxDiffusion ships no config for {model!r} (it has "
+                          f"{', '.join(MODEL_CONFIGS)}); plan one of those to export it")
+    return config
+
+
 def export_plan(plan: Any) -> MaxDiffusionRun:
     """The MaxDiffusion run of a Wan plan (`aoizora.plan.Plan`); ExportError for what it cannot express."""
     data = plan.data
     model = data.get("workload", {}).get("name", "")
-    config = MODEL_CONFIGS.get(model)
-    if config is None:
-        raise ExportError(f"workload.name: MaxDiffusion ships no config for {model!r} (it has "
-                          f"{', '.join(MODEL_CONFIGS)}); plan one of those to export it")
+    config = maxdiffusion_config(model)
     strategy = Strategy.from_description(plan.strategy, kernel=plan.strategy.get("kernel", "auto"))
     defaults = facts()["configs"][config]["values"]
     overrides: list[tuple[str, str]] = []

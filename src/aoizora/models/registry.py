@@ -30,7 +30,8 @@ RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 72
 RESOLUTIONS_32: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 704)}
 
 
-def _key(name: str) -> str:
+def model_key(name: str) -> str:
+    """The canonical name of a model (case and spaces ignored); ShapeError for an unknown one."""
     key = name.strip().lower()
     if key not in PIPELINES:
         raise ShapeError(f"unknown model {name!r}; choose one of: {', '.join(PIPELINES)}")
@@ -38,11 +39,11 @@ def _key(name: str) -> str:
 
 
 def model_config(name: str) -> WanConfig:
-    return MODELS[_key(name)]
+    return MODELS[model_key(name)]
 
 
 def pipeline_config(name: str) -> WanPipelineConfig:
-    return PIPELINES[_key(name)]
+    return PIPELINES[model_key(name)]
 
 
 def parse_resolution(text: str, config: WanConfig | None = None) -> tuple[int, int]:
@@ -80,7 +81,7 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 
-    key = _key(model)
+    key = model_key(model)
     pipeline = PIPELINES[key]
     if rope_partner is not None:
         pipeline = dataclasses.replace(
