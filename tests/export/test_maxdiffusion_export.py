@@ -99,6 +99,13 @@ def test_facts_name_their_source_commit_and_configs():
     assert f["mesh_call_sites"] and all(site["looked_up_at_call"] for site in f["mesh_call_sites"])
 
 
+def test_every_kernel_and_variant_a_space_plans_has_a_maxdiffusion_name():
+    from aoizora.models.wan.kernel_profiles import KERNEL_PROFILES
+
+    planned = {(name, v) for name, p in KERNEL_PROFILES.items() for v in p.variants}
+    assert planned == set(ATTENTION_NAMES)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_key)
 def test_every_key_and_value_the_export_writes_exists_with_its_type(strategy):
     run = export_plan(plan_with(TPU7X_PLAN, strategy))

@@ -38,6 +38,14 @@ _SOURCE = (f"github.com/AI-Hypercomputer/maxdiffusion commit {FIXED_M_COMMIT} (m
            "goes 22.65 -> 21.15 ms, i.e. 85% -> 91% of the K=128 MXU roofline', v7x-8, 720p 81f, dp2 x (ring2 x uly2))")
 
 
+#: The variants MaxDiffusion deploys each kernel family with (src/maxdiffusion/models/attention_flax.py @
+#: 7cfb8801d41d1728f0232cd7ee59e900a151fecf, its @register_kernel names): tokamax's splash as
+#: tokamax_flash, tokamax_ring and ulysses_ring; its custom kernels as ulysses_custom and
+#: ulysses_ring_custom (and their fixed-m forms) only.
+_TOKAMAX_VARIANTS = ("allgather", "ring", "ulysses_ring")
+_CUSTOM_VARIANTS = ("ulysses", "ulysses_ring")
+
+
 @dataclass(frozen=True)
 class KernelProfile:
     """How one attention kernel's calls are costed (see the module docstring)."""
@@ -50,6 +58,9 @@ class KernelProfile:
     source: str
     #: where a published figure gives the kernel's time: (what, milliseconds)
     reported_ms: tuple[tuple[str, float], ...] = ()
+    #: the self-attention variants the kernel is deployed with (with context 1 every variant is
+    #: local attention, which each kernel runs)
+    variants: tuple[str, ...] = ("allgather", "ulysses", "ring", "ulysses_ring")
 
     def work(self, flops: float, head_dim: int, grid_steps: int) -> KernelWork:
         """What bounds one call of `flops` FLOPs with this head dim and grid."""
@@ -63,10 +74,11 @@ KERNEL_PROFILES: dict[str, KernelProfile] = {
     "jax-splash": KernelProfile("jax-splash", None, 1.0, "aoizora's splash model (data/hardware.json sources)"),
     "tokamax-splash": KernelProfile("tokamax-splash", None, 1.0,
                                     "aoizora's splash model, whose vector rate and grid-step cost are tokamax's "
-                                    "published splash times (data/hardware.json sources)"),
+                                    "published splash times (data/hardware.json sources)",
+                                    variants=_TOKAMAX_VARIANTS),
     "maxdiffusion-custom": KernelProfile("maxdiffusion-custom", 0.85, 0.5, _SOURCE,
-                                         (("ring hop, online softmax", 22.65),)),
+                                         (("ring hop, online softmax", 22.65),), variants=_CUSTOM_VARIANTS),
     "maxdiffusion-custom-fixed-m": KernelProfile("maxdiffusion-custom-fixed-m", 0.91, 0.5, _SOURCE,
-                                                 (("ring hop, fixed-m softmax", 21.15),)),
+                                                 (("ring hop, fixed-m softmax", 21.15),), variants=_CUSTOM_VARIANTS),
 }
 DEFAULT_KERNEL_PROFILE = "jax-splash"

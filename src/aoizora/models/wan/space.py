@@ -127,6 +127,9 @@ class WanSpace(StrategySpace):
             reasons.append(f"fsdp > 1 with weights={st.weights} (embed not sharded) is data parallelism (duplicate)")
         if st.context == 1 and st.attention != self.attentions[0]:
             reasons.append(f"attention={st.attention} with context=1 runs as {self.attentions[0]} (duplicate)")
+        profile = KERNEL_PROFILES[st.kernel_profile]
+        if st.context > 1 and st.attention not in profile.variants:
+            reasons.append(f"the {profile.name} kernel is deployed with {' and '.join(profile.variants)} attention only")
         if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
             reasons.append(f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
         return reasons
