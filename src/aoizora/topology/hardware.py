@@ -78,6 +78,14 @@ class HardwareProfile:
     #: local batch -> the largest splash block_q whose VMEM working set the compiler accepts on one
     #: device (2048-key blocks computed 1024 at a time, head_dim 128); empty: not measured
     splash_max_block_q: dict[int, int] = field(default_factory=dict, compare=False)
+    #: libtpu's default scoped VMEM limit (KiB, `--xla_tpu_scoped_vmem_limit_kib`) as its refusals
+    #: state it, and the chip's VMEM its refusals past it state, the most any limit gives a kernel
+    #: (None: not measured)
+    scoped_vmem_default_kib: int | None = None
+    scoped_vmem_max_kib: int | None = None
+    #: local batch -> the splash working-set rule's (base, per_q_row, per_kv_row, per_score,
+    #: margin) in bytes (see `aoizora.models.wan.vmem`); empty: not measured
+    splash_vmem: dict[int, tuple[float, ...]] = field(default_factory=dict, compare=False)
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     devices_per_chip: int = 1  # 1 for the chip's own profile; >1 for a device's share (`per_device`)
@@ -168,6 +176,9 @@ class HardwareProfile:
             "async_collective_fusion": self.async_collective_fusion,
             "tile_16bit": list(self.tile_16bit),
             "splash_max_block_q": {str(b): q for b, q in self.splash_max_block_q.items()},
+            "scoped_vmem_default_kib": self.scoped_vmem_default_kib,
+            "scoped_vmem_max_kib": self.scoped_vmem_max_kib,
+            "splash_vmem": {str(b): list(c) for b, c in self.splash_vmem.items()},
             "sources": dict(self.sources),
         }
 
@@ -203,6 +214,7 @@ def hardware_profile(generation: str) -> HardwareProfile:
     if "tile_16bit" in raw:
         raw["tile_16bit"] = tuple(int(n) for n in raw["tile_16bit"])
     raw["splash_max_block_q"] = {int(b): int(q) for b, q in raw.get("splash_max_block_q", {}).items()}
+    raw["splash_vmem"] = {int(b): tuple(float(x) for x in c) for b, c in raw.get("splash_vmem", {}).items()}
     return HardwareProfile(generation=gen, **raw)
 
 

@@ -16,6 +16,8 @@ that padding stays below that per block and the K/V compute sub-block (the width
 tile the MXU computes) is never narrower than the widest MXU. The kernel's VMEM working set grows with the local batch (it is vmapped over it) and with
 the call's query and key lengths, so the limit is measured at `SPLASH_LIMIT_LENGTH` queries and
 keys and holds for calls up to that length; longer calls keep the kernel's per-call pick.
+Which tiles a scoped VMEM limit allows in general (other K/V blocks, raised limits) is the
+measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 """
 
 from __future__ import annotations
@@ -84,11 +86,15 @@ def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
 
 
 def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: SplashBlocks,
-                        heads: int = 4, head_dim: int = 128) -> None:
+                        heads: int = 4, head_dim: int = 128, scoped_vmem_limit_kib: int | None = None) -> None:
     """Compile the model's splash call (with log-sum-exp residuals, the ring variant's larger
     working set) alone for one compile-only device of `topology`: `batch` × `lq` queries against
     `lk` keys in bf16. libtpu's refusal (e.g. "CompileTimeScopedVmemOom" when a block's working
-    set overflows the scoped VMEM) propagates as the compiler raised it."""
+    set overflows the scoped VMEM) propagates as the compiler raised it.
+
+    `scoped_vmem_limit_kib`: the scoped VMEM limit the compile uses (libtpu's
+    `--xla_tpu_scoped_vmem_limit_kib`, passed as a compiler option of this compile only, so other
+    compiles of the process keep theirs); None: libtpu's default for the generation."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -104,4 +110,8 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
                  in_shardings=(sharding,) * 3)
     q = jax.ShapeDtypeStruct((batch, lq, heads, head_dim), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((batch, lk, heads, head_dim), jnp.bfloat16)
-    fn.lower(q, kv, kv).compile()
+    lowered = fn.lower(q, kv, kv)
+    if scoped_vmem_limit_kib is None:
+        lowered.compile()
+    else:
+        lowered.compile(compiler_options={"xla_tpu_scoped_vmem_limit_kib": str(int(scoped_vmem_limit_kib))})

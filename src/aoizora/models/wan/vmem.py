@@ -1,0 +1,125 @@
+"""Whether a splash call's blocks fit the compiler's scoped VMEM, per generation and limit.
+
+libtpu gives a Pallas kernel's VMEM buffers from its scoped VMEM, whose size is libtpu's
+`--xla_tpu_scoped_vmem_limit_kib` (per generation by default: `HardwareProfile.scoped_vmem_default_kib`),
+and refuses a program whose kernel needs more ("CompileTimeScopedVmemOom"). MaxDiffusion raises
+that limit to run larger splash tiles; this module says which tiles a limit allows.
+
+The rule
+--------
+The scoped VMEM one splash call of the model needs (log-sum-exp residuals, head_dim 128, bf16;
+`W`, bytes) is, per generation and local batch (`HardwareProfile.splash_vmem`),
+
+    W = per_q_row * bq + per_kv_row * bkv + per_score * bq * bkv_compute + per_block_score * bq * bkv
+
+for block_q `bq`, block_kv `bkv` and block_kv_compute `bkv_compute`, and a tile fits a limit when
+W plus the fit's largest error (`margin`) is at most it (`splash_blocks_fit`); no limit gives a
+kernel more than the chip's VMEM (`HardwareProfile.scoped_vmem_max_kib`, as libtpu's refusals
+state it: 16 MiB on v4, 63.9 MiB on v5p, 64 MiB on TPU7x; not reached on v5e and v6e).
+
+What it rests on: the compiler's refusals. The kernel's request is three allocations stacked in
+turn, and a refusal states the stack's height when one overflowed, so raising the limit to each
+figure in turn shows each (`benchmarks/hardware/splash_vmem_rule.py`; data:
+`benchmarks/hardware/data/splash_vmem_rule.json`). On v6e at local batch 1 they are: the
+pipeline's buffers, exactly 4,608 B per query row (the Q block, its segment ids, the output and
+log-sum-exp blocks, double-buffered, 3,072 B; the running max, sum and output in float32, once,
+1,536 B) and 512 B per key of the K/V block (1,024 B per key at local batch 2, and 512 B more
+per query row); a fixed 0.72 MiB; and the body's float32 temporaries, about one score tile
+(bq x bkv_compute x 4 B) plus 1.4-2.2 B per element of the rest of the K/V block, whose sub-blocks
+the kernel's unrolled loop keeps. The four terms are that decomposition's shape, fitted by least
+squares to the measured totals (`fit_splash_vmem`; the fixed allocation is absorbed by them) and
+copied into `data/hardware.json`.
+
+Where it does not hold: the temporaries are not linear in the blocks (a narrower
+block_kv_compute at the same block_kv needs more, and a 256-wide one far less than a score tile),
+so the fit is off single measured tiles by up to its margin (~2.6 MiB on v6e and TPU7x, 2.9 MiB
+on v4) and, with the margin, refuses some tiles near the boundary that compile: it is
+conservative on every measured tile, not exact. v5e, v5p and v4 were measured on six of the ten
+tiles (without the 512-wide block_kv_compute, where v6e's fit errs most), so their margins (0.9
+MiB on v5e and v5p) are likely too small. It was measured at 81,920 queries and keys (shorter
+calls need somewhat less), for the model's call with residuals (MaxDiffusion's call, without
+them, was not measured), and over block_q 1,024-4,096, block_kv 1,024-4,096 and
+block_kv_compute 256-2,048. Beyond that range it
+extrapolates with a larger error: MaxDiffusion's 6,400-9,472-row tiles, whose whole use TPU7x's
+refusals state, are predicted 4.4 MiB under to 3.7 MiB over (held out, tests/models/wan/test_vmem.py),
+so a limit within a few MiB of such a tile's working set may be misjudged. On TPU7x no limit
+above its 64 MiB of VMEM helps, on v4 none above its 16 MiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from aoizora.models.wan.strategy import SplashBlocks
+from aoizora.topology.hardware import HardwareProfile, hardware_profile
+
+#: names of the coefficients, in `HardwareProfile.splash_vmem`'s order (bytes)
+COEFFICIENTS = ("per_q_row", "per_kv_row", "per_score", "per_block_score", "margin")
+
+
+def _terms(blocks: SplashBlocks) -> tuple[float, float, float, float]:
+    q, kv = float(blocks.block_q), float(blocks.block_kv)
+    return q, kv, q * blocks.block_kv_compute, q * kv
+
+
+def fit_splash_vmem(points: Iterable[tuple[SplashBlocks, float]]) -> dict[str, float]:
+    """Least-squares coefficients (bytes) of the working set over measured (blocks, bytes)
+    points, and `margin`: the fit's largest error on one of them, either way."""
+    points = list(points)
+    x = np.array([_terms(b) for b, _ in points])
+    y = np.array([w for _, w in points], dtype=float)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    margin = float(np.max(np.abs(y - x @ coef)))
+    return dict(zip(COEFFICIENTS, [*(float(c) for c in coef), margin]))
+
+
+def _profile(generation: str | HardwareProfile) -> HardwareProfile:
+    return generation if isinstance(generation, HardwareProfile) else hardware_profile(generation)
+
+
+def splash_working_set_bytes(generation: str | HardwareProfile, local_batch: int,
+                             blocks: SplashBlocks) -> float | None:
+    """The rule's scoped VMEM working set (bytes, before the margin) of the model's splash call
+    with these blocks at this local batch; None where it was not measured."""
+    coef = _profile(generation).splash_vmem.get(local_batch)
+    if coef is None:
+        return None
+    return float(sum(c * t for c, t in zip(coef[:4], _terms(blocks))))
+
+
+def effective_limit_kib(generation: str | HardwareProfile, scoped_vmem_limit_kib: int | None = None) -> int | None:
+    """The scoped VMEM limit (KiB) a kernel gets: libtpu's default when None, a raised one no
+    more than the chip's VMEM where that was measured; None where the default was not measured."""
+    hw = _profile(generation)
+    limit = hw.scoped_vmem_default_kib if scoped_vmem_limit_kib is None else scoped_vmem_limit_kib
+    if limit is None:
+        return None
+    return min(limit, hw.scoped_vmem_max_kib) if hw.scoped_vmem_max_kib else limit
+
+
+def splash_blocks_fit(generation: str | HardwareProfile, local_batch: int, blocks: SplashBlocks,
+                      scoped_vmem_limit_kib: int | None = None) -> bool | None:
+    """Whether the rule lets the model's splash call with these blocks compile at the given
+    scoped VMEM limit (KiB; None: libtpu's default): its working set plus the fit's margin is at
+    most the limit. None where the rule was not measured (generation or local batch). A tile
+    whose working set less the margin is over the limit is refused on every measured tile."""
+    hw = _profile(generation)
+    need = splash_working_set_bytes(hw, local_batch, blocks)
+    limit = effective_limit_kib(hw, scoped_vmem_limit_kib)
+    if need is None or limit is None:
+        return None
+    return need + hw.splash_vmem[local_batch][4] <= limit * 1024
+
+
+def coefficients_from_data(rows: Sequence[Mapping], generation: str) -> dict[int, dict[str, float]]:
+    """The coefficients per local batch fitted to a generation's measured rows of
+    `benchmarks/hardware/data/splash_vmem_rule.json` (its "fit" list)."""
+    out = {}
+    for batch in sorted({r["batch"] for r in rows if r["generation"] == generation}):
+        points = [(SplashBlocks(*r["blocks"]), r["working_set_kib"] * 1024) for r in rows
+                  if r["generation"] == generation and r["batch"] == batch and r["working_set_kib"] is not None]
+        if len(points) > len(COEFFICIENTS) - 1:
+            out[batch] = fit_splash_vmem(points)
+    return out
