@@ -247,3 +247,16 @@ def test_expert_commands_read_back_to_the_expert_strategies(row):
 def test_bad_maxdiffusion_commands_say_what_is_wrong(text, fragment):
     with pytest.raises(ExportError, match=fragment):
         read_command(text).strategy(8)
+
+
+def test_export_files_take_the_umask_and_leave_no_staging(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        write_maxdiffusion_export(load_plan(TPU7X_PLAN), tmp_path)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"run_with_plan.py": 0o644, "plan_devices.py": 0o644, "maxdiffusion_plan.json": 0o644,
+                     "command.sh": 0o755}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,8 @@ def exported_files(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir, name) for name in (LAUNCHER, DEVICES_MODULE, SPEC_FILE, COMMAND_SCRIPT)]
 
 
-def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun:
-    """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
-    the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
-    import json
-
-    run = export_plan(plan)  # raises before anything is written
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
+    """The export's four files, with the permissions of files the user's umask gives."""
     package = resources.files("aoizora")
     shutil.copyfile(str(package.joinpath("export/run_with_plan.py")), out / LAUNCHER)
     shutil.copyfile(str(package.joinpath("placement/slice_devices.py")), out / DEVICES_MODULE)
@@ -41,7 +38,26 @@ def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun
              "# Without the plan's device order (MaxDiffusion builds its own mesh):",
              "# " + run.generate_wan_line(), "", "# With it:",
              run.launcher_line('"$(dirname "$0")"') + ' "$@"', ""]
-    script = out / COMMAND_SCRIPT
-    script.write_text("\n".join(lines))
-    script.chmod(0o755)
+    (out / COMMAND_SCRIPT).write_text("\n".join(lines))
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in out.iterdir():
+        path.chmod((0o777 if path.name == COMMAND_SCRIPT else 0o666) & ~umask)
+
+
+def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun:
+    """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
+    the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
+    run = export_plan(plan)  # raises before anything is written
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # written into a staging folder inside `out_dir` (same file system), then moved in with
+    # command.sh last: an error or Ctrl-C leaves no half-written export
+    staging = Path(tempfile.mkdtemp(prefix=".aoizora-export-", dir=out))
+    try:
+        _write_files(plan, run, staging)
+        for path in sorted(staging.iterdir(), key=lambda f: f.name == COMMAND_SCRIPT):
+            os.replace(path, out / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return run
