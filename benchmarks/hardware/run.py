@@ -26,7 +26,8 @@ sys.path.insert(0, str(HERE))
 
 from common import ComparisonEntry, Entry, NotRunnable, PipelineEntry, Prediction, TimedEntry, predict  # noqa: E402
 
-MODULES = ("scaling_book", "marin_ppermute", "ironwood_all_gather", "maxtext_1239", "maxdiffusion_wan")
+MODULES = ("scaling_book", "marin_ppermute", "ironwood_all_gather", "maxtext_1239", "maxdiffusion_wan",
+           "maxdiffusion_custom_kernels")
 
 
 def all_entries() -> list[Entry]:
