@@ -122,6 +122,11 @@ class StrategySpace(abc.ABC):
         default nothing is shared: every strategy is its own group, free to go to any worker."""
         return self.key_of(strategy)
 
+    def compile_flags(self, strategy: Any) -> str:
+        """Compiler flags (LIBTPU_INIT_ARGS syntax) the strategy is compiled with on top of the
+        plan's, chosen with it (e.g. a scoped-VMEM limit for its kernels' tiles); "" for none."""
+        return ""
+
     def describe(self, strategy: Any) -> dict[str, Any]:
         """JSON-ready description of a strategy for reports."""
         return {"strategy": repr(strategy)}

@@ -125,7 +125,7 @@ def plan_space(
         if not stage1.kept:
             raise nothing_fits(space, topology, stage1)
         kept, extra_notes, reserve, bounds = _stage2_candidates(stage1, experts)
-        flags_by_key = {ex.key: ex.flags for ex in experts}
+        flags_by_key = {**candidate_flags(space, stage1, flags), **{ex.key: ex.flags for ex in experts}}
         # experts compile over JAX's order (see EarlyCompiles), the others over their predicted best
         placements = CompilePlacements(space, topology, {e.key: e.summary for e in stage1.ranked}, options,
                                        jax_default=[ex.key for ex in experts])
@@ -145,6 +145,17 @@ def plan_space(
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
+
+
+def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerFlags) -> dict[str, CompilerFlags]:
+    """The plan's flags with each ranked strategy's own (`StrategySpace.compile_flags`) on top,
+    for the strategies that have some; the flags given to the plan win over a strategy's."""
+    out = {}
+    for e in stage1.ranked:
+        extra = space.compile_flags(e.candidate.strategy)
+        if extra:
+            out[e.key] = CompilerFlags.parse(extra).merged(flags)
+    return out
 
 
 def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology) -> Scored:

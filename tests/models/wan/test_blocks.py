@@ -9,6 +9,7 @@ import pytest
 
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
+    searched_splash_tile,
     KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call, fitted_splash_blocks,
     local_batch, self_attention_lengths,
 )
@@ -102,8 +103,11 @@ def test_a_space_for_a_generation_runs_every_splash_strategy_with_its_fitted_blo
     space, plain = WanSpace(NARROW, VIDEO, generation="v5e"), WanSpace(NARROW, VIDEO)
     limits = hardware_profile("v5e").splash_max_block_q
     legal = [c for c in space.candidates(8) if c.legal]
-    assert legal and all(c.strategy.splash_blocks == fitted_splash_blocks(
-        dataclasses.replace(c.strategy, splash_blocks=None), TOKENS, 2, limits) for c in legal)
+    # JAX's splash: the searched tile and its scoped-VMEM limit (the fitted blocks at the default
+    # limit where no raised one costs less)
+    assert legal and all((c.strategy.splash_blocks, c.strategy.scoped_vmem_kib) == searched_splash_tile(
+        dataclasses.replace(c.strategy, splash_blocks=None, scoped_vmem_kib=None), TOKENS, 2, "v5e") for c in legal)
+    assert limits
     assert all("blocks=" in c.key for c in legal)
     assert all(c.strategy.splash_blocks is None for c in plain.candidates(8))
     # a chunked Ulysses strategy still takes its unchunked sibling's analysis (same blocks)

@@ -22,7 +22,12 @@ measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aoizora.models.wan.strategy import SPLASH_ALIGN, SplashBlocks, Strategy, padded_length
+
+if TYPE_CHECKING:
+    from aoizora.topology import HardwareProfile
 
 #: The largest K/V block and its compute sub-block the fitted blocks use: MaxDiffusion's large splash
 #: blocks (AI-Hypercomputer/maxdiffusion src/maxdiffusion/configs/base_wan_14b.yml, flash_block_sizes
@@ -115,3 +120,75 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
         lowered.compile()
     else:
         lowered.compile(compiler_options={"xla_tpu_scoped_vmem_limit_kib": str(int(scoped_vmem_limit_kib))})
+
+
+#: The raised scoped-VMEM limits the tile search tries (KiB): those MaxDiffusion's recipes run with
+#: (AI-Hypercomputer/tpu-recipes inference/trillium/MaxDiffusion/Wan2.x/Wan2.2-T2V/run_recipe.sh @
+#: 929aa28627f5b205a7d507fd3449f7378c65bddc: 32768; AI-Hypercomputer/maxdiffusion
+#: end_to_end/tpu/run_wan_fast_inference.sh @ 7cfb8801d41d1728f0232cd7ee59e900a151fecf: 65536)
+RAISED_SCOPED_VMEM_KIB: tuple[int, ...] = (32768, 65536)
+#: (largest block_kv, largest block_kv_compute) pairs the search tries: the fitted blocks' and
+#: MaxDiffusion's (base_wan_14b.yml's 2048/1024; its v7 recipes' 2048/2048 and 1024/1024)
+KV_TILE_CAPS: tuple[tuple[int, int], ...] = ((2048, 1024), (2048, 2048), (1024, 1024))
+#: MaxDiffusion's documented block_q values, tried as they are where they fit (aoizora.models.wan.experts)
+EXPERT_BLOCK_Q: tuple[int, ...] = (3024, 3328, 4864, 6400, 8448, 9472)
+#: the largest block_q the search considers (the rule was measured up to 9,472 rows)
+MAX_SEARCHED_BLOCK_Q = 9472
+
+
+def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, blocks: SplashBlocks) -> float:
+    """JAX's splash cost model (`HardwareProfile.roofline_seconds`) for one head of one sample of
+    a call over `lq` queries and `lk` keys, padded to the blocks: the padded score matrix's MXU and
+    vector work, K/V streamed once per Q block, one fixed cost per grid step. A tile's cost relative
+    to another's does not depend on the number of heads and samples (every term scales with it)."""
+    from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+    from aoizora.topology import KernelWork
+
+    lqp, lkp = _round_up(lq, blocks.block_q), _round_up(lk, blocks.block_kv)
+    flops, hbm = splash_cost(1, lqp, lkp, head_dim, 2, False, blocks.block_q)
+    work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim),
+                      grid_steps=splash_grid_steps(1, lqp, lkp, blocks.block_q, blocks.block_kv))
+    return hw.roofline_seconds(flops, hbm, work)
+
+
+def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation: str,
+                         head_dim: int = 128) -> tuple[SplashBlocks, int | None] | None:
+    """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
+    strategy's self-attention calls cost least in JAX's splash model, without a compile.
+
+    The candidates: the blocks fitted at libtpu's default limit (`fitted_splash_blocks`, whose
+    limit was bisected by compiling), and at each raised limit of `RAISED_SCOPED_VMEM_KIB` the
+    chip allows, for each K/V cap of `KV_TILE_CAPS`, the fewest Q blocks whose tile the measured
+    VMEM rule (`aoizora.models.wan.vmem.splash_blocks_fit`) admits, and MaxDiffusion's own block_q
+    values where the rule admits them. A raised limit is chosen only when its tile costs less;
+    the model charges nothing else for it. None where no limit was measured for the call."""
+    from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
+    from aoizora.topology import hardware_profile
+
+    hw = hardware_profile(generation)
+    fitted = fitted_splash_blocks(strategy, tokens, batch, hw.splash_max_block_q)
+    if fitted is None:
+        return None
+    lq, lk = self_attention_lengths(strategy, tokens)
+    nb = local_batch(strategy, batch)
+    best, best_cost = (fitted, None), splash_call_seconds(hw, lq, lk, head_dim, fitted)
+    default = effective_limit_kib(hw)
+    for limit in RAISED_SCOPED_VMEM_KIB:
+        if default is None or effective_limit_kib(hw, limit) <= default:
+            continue  # the chip gives no more than the default
+        for cap_kv, cap_kvc in KV_TILE_CAPS:
+            block_kv = _fewest_blocks(lk, cap_kv, KV_ALIGN)
+            kvc = _largest_dividing(block_kv, cap_kvc, KV_ALIGN)
+            fits = [q for q in range(SPLASH_ALIGN, min(_round_up(lq, SPLASH_ALIGN), MAX_SEARCHED_BLOCK_Q) + 1,
+                                     SPLASH_ALIGN)
+                    if splash_blocks_fit(hw, nb, SplashBlocks(q, block_kv, kvc), limit)]
+            if not fits:
+                continue
+            block_qs = {_fewest_blocks(lq, max(fits), SPLASH_ALIGN)}
+            block_qs |= {q for q in EXPERT_BLOCK_Q if splash_blocks_fit(hw, nb, SplashBlocks(q, block_kv, kvc), limit)}
+            for q in sorted(block_qs):
+                tile = SplashBlocks(q, block_kv, kvc)
+                cost = splash_call_seconds(hw, lq, lk, head_dim, tile)
+                if cost < best_cost * (1 - 1e-9):
+                    best, best_cost = (tile, limit), cost
+    return best

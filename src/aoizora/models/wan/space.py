@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from aoizora.errors import StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
-from aoizora.models.wan.blocks import fitted_splash_blocks
+from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
@@ -59,6 +59,8 @@ def strategy_key(st: Strategy) -> str:
         key += f" | weight_tile={describe_tile(st.weight_tile)}"
     if st.kernel_profile != DEFAULT_KERNEL_PROFILE:
         key += f" | kernel={st.kernel_profile}"
+    if st.scoped_vmem_kib is not None:
+        key += f" | vmem={st.scoped_vmem_kib}"
     return key
 
 
@@ -115,11 +117,26 @@ class WanSpace(StrategySpace):
         return out
 
     def _with_blocks(self, st: Strategy) -> Strategy:
-        """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash."""
+        """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash:
+        JAX's splash (whose cost depends on them) with the tile and scoped-VMEM limit the search finds
+        fastest (`blocks.searched_splash_tile`), another kernel (costed by a tile-independent profile)
+        with the blocks fitted at libtpu's default limit."""
         if not self.splash_max_block_q or st.kernel == "xla":
             return st
-        blocks = fitted_splash_blocks(st, self.video.tokens(self.config), self.batch, self.splash_max_block_q)
+        tokens = self.video.tokens(self.config)
+        if st.kernel_profile == DEFAULT_KERNEL_PROFILE and self.generation is not None:
+            found = searched_splash_tile(st, tokens, self.batch, self.generation)
+            if found is not None:
+                blocks, limit = found
+                return dataclasses.replace(st, splash_blocks=blocks, scoped_vmem_kib=limit)
+        blocks = fitted_splash_blocks(st, tokens, self.batch, self.splash_max_block_q)
         return dataclasses.replace(st, splash_blocks=blocks) if blocks is not None else st
+
+    def compile_flags(self, strategy: Strategy) -> str:
+        """The scoped-VMEM limit its tile was chosen with, as a libtpu flag ("" for libtpu's default)."""
+        if strategy.scoped_vmem_kib is None:
+            return ""
+        return f"--xla_tpu_scoped_vmem_limit_kib={strategy.scoped_vmem_kib}"
 
     def _reasons(self, st: Strategy, num_devices: int) -> list[str]:
         reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
@@ -191,6 +208,8 @@ class WanSpace(StrategySpace):
             out["weight_tile"] = list(strategy.weight_tile)
         if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
             out["kernel_profile"] = strategy.kernel_profile
+        if strategy.scoped_vmem_kib is not None:
+            out["scoped_vmem_kib"] = strategy.scoped_vmem_kib
         return out
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:

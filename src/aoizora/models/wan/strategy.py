@@ -120,6 +120,9 @@ class Strategy:
     #: The attention kernel the deployment runs, which costs its splash calls
     #: (`aoizora.models.wan.kernel_profiles`); the program is compiled with JAX's splash whatever it is.
     kernel_profile: str = DEFAULT_KERNEL_PROFILE
+    #: libtpu's scoped-VMEM limit (KiB, `--xla_tpu_scoped_vmem_limit_kib`) the program is compiled
+    #: with, chosen with the splash blocks; None: libtpu's default
+    scoped_vmem_kib: int | None = None
 
     @property
     def two_d_context(self) -> bool:
@@ -180,7 +183,9 @@ class Strategy:
                                        ulysses_chunks=int(description.get("ulysses_chunks", 1)),
                                        splash_blocks=SplashBlocks(**blocks) if blocks else None,
                                        weight_tile=(int(tile[0]), int(tile[1])) if tile else None,
-                                       kernel_profile=description.get("kernel_profile", DEFAULT_KERNEL_PROFILE))
+                                       kernel_profile=description.get("kernel_profile", DEFAULT_KERNEL_PROFILE),
+                                       scoped_vmem_kib=(int(description["scoped_vmem_kib"])
+                                                        if description.get("scoped_vmem_kib") else None))
         except (KeyError, TypeError, ValueError) as exc:
             raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
@@ -215,6 +220,8 @@ class Strategy:
             text += f" weight_tile={describe_tile(self.weight_tile)}"
         if self.kernel_profile != DEFAULT_KERNEL_PROFILE:
             text += f" kernel_profile={self.kernel_profile}"
+        if self.scoped_vmem_kib is not None:
+            text += f" scoped_vmem_kib={self.scoped_vmem_kib}"
         return text
 
 
@@ -354,6 +361,9 @@ def _kernel_and_weight_reasons(strategy: Strategy, config: WanConfig) -> list[st
         reasons.extend(strategy.splash_blocks.reasons())
         if strategy.kernel == "xla":
             reasons.append("splash block sizes are given but kernel='xla' does not use splash")
+    if strategy.scoped_vmem_kib is not None and (not isinstance(strategy.scoped_vmem_kib, int)
+                                                 or strategy.scoped_vmem_kib < 1):
+        reasons.append(f"scoped_vmem_kib {strategy.scoped_vmem_kib!r} must be a positive number of KiB")
     if strategy.weight_tile is not None:
         tile = strategy.weight_tile
         if len(tile) != 2 or any(not isinstance(n, int) or n < 1 for n in tile):

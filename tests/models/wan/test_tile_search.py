@@ -1,0 +1,55 @@
+"""The splash tile and scoped-VMEM limit search: legal by the measured rule, chosen by the kernel
+cost model without a compile, and compiled under the limit it chose."""
+
+from __future__ import annotations
+
+import pytest
+
+from aoizora.models.wan.blocks import (
+    RAISED_SCOPED_VMEM_KIB, compile_splash_call, fitted_splash_blocks, local_batch, searched_splash_tile,
+    self_attention_lengths, splash_call_seconds,
+)
+from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.vmem import splash_blocks_fit
+from aoizora.topology import hardware_profile
+
+TOKENS_720P_81 = 75600  # Wan 14B, 720p, 81 frames
+CASES = [("v5e", Strategy(fsdp=2, context=4, attention="allgather")),
+         ("v6e", Strategy(data=2, context=4, attention="ulysses")),
+         ("tpu7x", Strategy(data=2, context=4, attention="ulysses_ring", context_ulysses=2))]
+
+
+@pytest.mark.parametrize("generation, strategy", CASES, ids=[c[0] for c in CASES])
+def test_the_search_takes_a_raised_limit_only_for_a_cheaper_tile_the_rule_admits(generation, strategy):
+    hw = hardware_profile(generation)
+    blocks, limit = searched_splash_tile(strategy, TOKENS_720P_81, 2, generation)
+    fitted = fitted_splash_blocks(strategy, TOKENS_720P_81, 2, hw.splash_max_block_q)
+    lq, lk = self_attention_lengths(strategy, TOKENS_720P_81)
+    assert limit in RAISED_SCOPED_VMEM_KIB  # long calls: fewer, larger blocks under a raised limit
+    assert splash_blocks_fit(hw, local_batch(strategy, 2), blocks, limit)
+    assert not blocks.reasons() and blocks.block_q > fitted.block_q
+    assert splash_call_seconds(hw, lq, lk, 128, blocks) < splash_call_seconds(hw, lq, lk, 128, fitted)
+
+
+def test_short_calls_keep_the_fitted_blocks_at_libtpus_default():
+    strategy = Strategy(data=2, context=4, attention="allgather")
+    tokens = 1560  # 480p, 5 frames: one fitted block already covers each call
+    hw = hardware_profile("v6e")
+    assert searched_splash_tile(strategy, tokens, 2, "v6e") == (
+        fitted_splash_blocks(strategy, tokens, 2, hw.splash_max_block_q), None)
+
+
+def test_no_search_where_no_limit_was_measured():
+    long = Strategy(data=2, attention="allgather")  # 75,600-token calls, longer than the measured length
+    assert searched_splash_tile(long, 2 * TOKENS_720P_81, 2, "v6e") is None
+
+
+def test_the_searched_tile_compiles_under_its_limit_and_not_under_the_default():
+    # the demo's strategy on v5e (fsdp=2 x context=4, 720p/81): the search raises the 16 MiB default
+    strategy = CASES[0][1]
+    blocks, limit = searched_splash_tile(strategy, TOKENS_720P_81, 2, "v5e")
+    lq, lk = self_attention_lengths(strategy, TOKENS_720P_81)
+    nb = local_batch(strategy, 2)
+    compile_splash_call("v5e:2x2", nb, lq, lk, blocks, scoped_vmem_limit_kib=limit)
+    with pytest.raises(Exception, match="(?i)vmem"):
+        compile_splash_call("v5e:2x2", nb, lq, lk, blocks)
