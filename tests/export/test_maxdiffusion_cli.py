@@ -52,8 +52,14 @@ def test_readme_commands_plan_compare_and_export(readme_run):
     assert plan.data["workload"]["name"] == given.model == "wan2.1-t2v-1.3b"
     # what was exported parses back to the plan's strategy, and carries its device order
     spec = json.loads((cwd / "mdx" / "maxdiffusion_plan.json").read_text())
-    back = read_command(" ".join(shlex.quote(a) for a in spec["argv"])).strategy(4)
-    assert back == Strategy.from_description(plan.strategy)
+    command = read_command(f"LIBTPU_INIT_ARGS={shlex.quote(spec['libtpu_init_args'])} "
+                           + " ".join(shlex.quote(a) for a in spec["argv"]))
+    planned = Strategy.from_description(plan.strategy)
+    # the scoped-VMEM limit the plan chose with its tile travels as a libtpu flag
+    assert command.strategy(4) == Strategy(**{**vars(planned), "scoped_vmem_kib": None})
+    assert command.libtpu_args == plan.compiler_flags
+    if planned.scoped_vmem_kib is not None:
+        assert dict(command.libtpu_args.items)["xla_tpu_scoped_vmem_limit_kib"] == str(planned.scoped_vmem_kib)
     assert spec["device_coords"] == plan.data["placement"]["device_coords"]  # its mesh is MaxDiffusion's order
     assert (cwd / "mdx" / "command.sh").stat().st_mode & 0o111
 
