@@ -134,7 +134,10 @@ def test_committed_plans_round_trip(path):
     # the one setting MaxDiffusion lacks is named, not silently dropped
     if planned.weight_tile is not None:
         assert any(d.startswith("strategy.weight_tile") for d in run.differences)
-    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None}), run)
+    # the scoped-VMEM limit chosen with the tile travels as a libtpu flag
+    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None, "scoped_vmem_kib": None}), run)
+    if planned.scoped_vmem_kib is not None:
+        assert f"--xla_tpu_scoped_vmem_limit_kib={planned.scoped_vmem_kib}" in run.libtpu_args.split()
 
 
 def _maxdiffusion_internal_mesh(device_array: np.ndarray, ulysses: int) -> np.ndarray:
