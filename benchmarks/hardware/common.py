@@ -152,6 +152,22 @@ class Prediction:
     from_cache: bool
 
 
+def strategy_space_config(name: str, topology: str, space: Any, strategy: Any, setup: str, flags: str = "") -> Config:
+    """A `Config` of one strategy of a strategy space (e.g. a Wan step): its mesh, lowered as Stage
+    2 lowers it, its opaque kernels costed by the space as Stage 2 costs them."""
+    def build(mesh: Any) -> tuple[Any, Any]:
+        import functools
+
+        import jax
+
+        inputs = space.lowering_inputs(strategy, mesh)
+        return jax.jit(functools.partial(inputs.fn, **inputs.kwargs), **inputs.jit_kwargs), inputs.args
+
+    mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
+    return Config(name, topology, mesh_axes, build, setup=setup, flags=flags,
+                  opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op))
+
+
 def default_order_ids(topology: Any, mesh: tuple[tuple[str, int], ...]) -> np.ndarray:
     from aoizora.placement.jax_default import jax_default_placement
     from aoizora.placement.mesh_spec import MeshSpec

@@ -21,7 +21,7 @@ absolute times.
 
 from __future__ import annotations
 
-from common import ComparisonEntry, Config, Source
+from common import ComparisonEntry, Config, Source, strategy_space_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 FIXED_M = Source(REPO, "(commit message)", "8dd630549ce1cb55e167a66102dcc3aef4cc1926",
@@ -50,20 +50,9 @@ def _config(name: str, attention: str, profile: str) -> Config:
                                   hardware_profile("tpu7x").splash_max_block_q)
     assert blocks is not None
     strategy = dataclasses.replace(bare, splash_blocks=blocks)
-    mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
-
-    def build(mesh):
-        import functools
-
-        import jax
-
-        inputs = space.lowering_inputs(strategy, mesh)  # lowered as Stage 2 lowers it
-        return jax.jit(functools.partial(inputs.fn, **inputs.kwargs), **inputs.jit_kwargs), inputs.args
-
     setup = (f"{SLICE}, {space.key_of(strategy)}, compiled with JAX's splash at "
              f"{strategy.splash_blocks.describe()}, the run_wan_fast_inference.sh flags")
-    return Config(name, SLICE, mesh_axes, build, setup=setup, flags=" ".join(FAST_V7_LIBTPU_ARGS),
-                  opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op))
+    return strategy_space_config(name, SLICE, space, strategy, setup, " ".join(FAST_V7_LIBTPU_ARGS))
 
 
 def entries() -> list:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from common import Config, PipelineEntry, Source
+from common import Config, PipelineEntry, Source, strategy_space_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 COMMIT = "4e694cebe7ab75a633ee818819f59b842a128cce"
@@ -44,20 +44,9 @@ def _config(name: str, attention: str, flags: str) -> Config:
     # reshape (src/maxdiffusion/models/attention_flax.py, FlaxWanAttention._apply_rope, at COMMIT)
     space = wan_space(MODEL, RESOLUTION, FRAMES, generation=None, rope_partner="reshape")
     strategy = dataclasses.replace(expert.strategy(8), attention=attention)
-    mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
-
-    def build(mesh):
-        import functools
-
-        import jax
-
-        inputs = space.lowering_inputs(strategy, mesh)  # lowered as Stage 2 lowers it
-        return jax.jit(functools.partial(inputs.fn, **inputs.kwargs), **inputs.jit_kwargs), inputs.args
-
     setup = (f"{SLICE}, {space.key_of(strategy)}, splash blocks {strategy.splash_blocks}, "
              f"{'LIBTPU_INIT_ARGS of benchmark_dp2_cp4.sh' if flags else 'no flags'}")
-    return Config(name, SLICE, mesh_axes, build, setup=setup, flags=flags,
-                  opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op))
+    return strategy_space_config(name, SLICE, space, strategy, setup, flags)
 
 
 def entries() -> list:
