@@ -24,7 +24,7 @@ def _cli(*args: str, cwd: Path | None = None, timeout: float = 900) -> subproces
 
 
 def _readme_commands() -> list[list[str]]:
-    section = (ROOT / "README.md").read_text().split("## Run a plan with MaxDiffusion", 1)[1]
+    section = (ROOT / "docs" / "guide.md").read_text().split("## Run a plan with MaxDiffusion", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
     return [shlex.split(line) for line in block.splitlines() if line.strip()]
 

@@ -1,4 +1,4 @@
-"""The README's "Planning your own model" example runs as written, with only `devices` substituted."""
+"""The guide's "Planning your own model" example runs as written, with only `devices` substituted."""
 
 import re
 from pathlib import Path
@@ -11,7 +11,7 @@ DEVICES_LINE = "devices = jax.devices()"
 
 
 def _example() -> str:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
     section = readme.split("## Planning your own model", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
