@@ -69,24 +69,25 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
 
 
 def wan_space(model: str, resolution: str, frames: int, *, generation: str | None, expert_residency: str = "both",
-              rope_partner: str | None = None, **kwargs):
+              rope_partner: str | None = None, ulysses_exchange: str | None = None, **kwargs):
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
     per-token timesteps) with `expert_residency` "both" or "swap". `generation` is the slice's
     (``topology.generation``): every strategy runs splash blocks fitted to its lengths and to that
     generation's VMEM, as `aoizora plan` and `aoizora bench` search; None leaves each call the
     kernel's own pick (a space `aoizora plan` does not search, hence no default). `rope_partner`
-    replaces every transformer's `WanConfig.rope_partner` (None: the model's own form). Other
-    keywords go to the space (`WanSpace`)."""
+    replaces every transformer's `WanConfig.rope_partner` (None: the model's own form), and
+    `ulysses_exchange` its `WanConfig.ulysses_exchange`. Other keywords go to the space (`WanSpace`)."""
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 
     key = model_key(model)
     pipeline = PIPELINES[key]
-    if rope_partner is not None:
+    forms = {k: v for k, v in (("rope_partner", rope_partner), ("ulysses_exchange", ulysses_exchange)) if v is not None}
+    if forms:
         pipeline = dataclasses.replace(
-            pipeline, transformer=pipeline.transformer.replace(rope_partner=rope_partner),
-            transformer_2=pipeline.transformer_2 and pipeline.transformer_2.replace(rope_partner=rope_partner))
+            pipeline, transformer=pipeline.transformer.replace(**forms),
+            transformer_2=pipeline.transformer_2 and pipeline.transformer_2.replace(**forms))
     video = video_shape(pipeline.transformer, resolution, frames)
     if key.startswith("wan2.1-"):
         return WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)

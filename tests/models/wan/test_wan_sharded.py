@@ -110,3 +110,43 @@ def test_guidance_scale_matters():
     a, _ = make_denoise_step(cfg, sched, guidance_scale=1.0)(params, lat, st, tc, tu)
     b, _ = make_denoise_step(cfg, sched, guidance_scale=5.0)(params, lat, st, tc, tu)
     assert rel_err(a - lat, b - lat) > 1e-2
+
+
+# the Ulysses exchange left to the partitioner (with_sharding_constraint) instead of an all-to-all
+EXCHANGE_STRATEGIES = [
+    Strategy(data=2, context=4, attention="ulysses", weights="gathered"),
+    Strategy(data=2, context=2, tensor=2, attention="ulysses", weights="gathered+tensor"),
+    Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="gathered"),
+    Strategy(context=4, tensor=2, context_ulysses=2, attention="ulysses_ring", weights="gathered+tensor"),
+]
+
+
+@pytest.mark.parametrize("strategy", EXCHANGE_STRATEGIES, ids=lambda s: s.describe().replace(" ", ","))
+def test_ulysses_by_sharding_constraint_equals_single(strategy):
+    cfg = TINY_T2V.replace(ulysses_exchange="sharding_constraint")
+    sched = UniPCScheduler(4, shift=5.0)
+    params = init_params(cfg, seed=3)
+    lat, tc, tu, _, _ = _inputs(cfg, VIDEO)
+    state = sched.init_state(lat)
+    ref, _ = make_denoise_step(TINY_T2V, sched)(params, lat, state, tc, tu)
+    mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
+    step = make_denoise_step(cfg, sched, strategy, mesh)
+    sharded_params = jax.device_put(params, param_shardings(cfg, strategy, mesh))
+    out, _ = step(sharded_params, lat, state, tc, tu)
+    assert rel_err(out - lat, ref - lat) < 1e-5
+    # the program exchanges by the partitioner's all-to-all, not one inside the attention's shard_map
+    text = step.lower(sharded_params, lat, state, tc, tu).as_text()
+    assert "sharding_constraint" in text
+
+
+def test_chunked_ulysses_needs_the_all_to_all_exchange():
+    from aoizora.errors import ShapeError
+
+    cfg = TINY_T2V.replace(ulysses_exchange="sharding_constraint")
+    strategy = Strategy(data=2, context=2, attention="ulysses", weights="gathered", ulysses_chunks=2)
+    sched = UniPCScheduler(4, shift=5.0)
+    params = init_params(cfg, seed=3)
+    lat, tc, tu, _, _ = _inputs(cfg, VIDEO)
+    mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
+    with pytest.raises(ShapeError, match="chunks"):
+        make_denoise_step(cfg, sched, strategy, mesh)(params, lat, sched.init_state(lat), tc, tu)

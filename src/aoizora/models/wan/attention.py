@@ -40,8 +40,9 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from aoizora.errors import ShapeError
 from aoizora.models.wan.strategy import Strategy
 
 MASK_VALUE = -1e30
@@ -351,6 +352,8 @@ class AttentionSetup:
     mesh: Mesh | None
     kernel: str  # "xla" | "splash" | "splash-interpret" (Pallas interpreter, for CPU tests)
     kernels: KernelLog | None = dataclasses.field(default=None, compare=False)
+    #: the form of Ulysses attention's head/sequence exchange (`config.ULYSSES_EXCHANGES`)
+    exchange: str = "all_to_all"
 
     def repeated(self, times: int) -> AttentionSetup:
         """This setup for attention traced once and run `times` times (a scan body over layers)."""
@@ -499,8 +502,38 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
 
         return _ulysses(ql, kl, vl, "context_ulysses", s.context_ulysses, s.ulysses_chunks, ring_of_spans)
 
+    if variant in ("ulysses", "ulysses_ring") and setup.exchange == "sharding_constraint":
+        return _ulysses_by_constraint(setup, q, k, v, full_span, valid_len, need_mask)
     fn = {"allgather": allgather, "ulysses": ulysses, "ring": ring, "ulysses_ring": ulysses_ring}[variant]
     return jax.shard_map(fn, mesh=setup.mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+
+
+def _ulysses_by_constraint(setup: AttentionSetup, q, k, v, full_span, valid_len: int, need_mask: bool):
+    """Ulysses (or 2D context) attention whose head/sequence exchange is left to the partitioner:
+    the sequence-sharded arrays are constrained to heads sharded over the Ulysses axis (the
+    sequence keeping only the ring axis), attention runs on the local heads, and the result is
+    constrained back. Device (ring r, Ulysses u) then holds sequence span r of the ring, as the
+    all-to-all form leaves it, so the ring's masks are the same."""
+    s = setup.strategy
+    if s.ulysses_chunks > 1:
+        raise ShapeError("Ulysses head-group chunks need the all_to_all exchange; the sharding-constraint form "
+                         "exchanges every head at once")
+    ulysses_axis = "context" if s.attention == "ulysses" else "context_ulysses"
+    heads = tuple(a for a, n in (("tensor", s.tensor), (ulysses_axis, s.axis_sizes[ulysses_axis])) if n > 1)
+    ring_axis = "context_ring" if s.attention == "ulysses_ring" and s.context_ring > 1 else None
+    spec, by_heads = setup.qkv_spec(), P(setup.batch_axes, ring_axis, heads or None, None)
+
+    def attend(ql, kl, vl):
+        if ring_axis is None:
+            return full_span(ql, kl, vl)
+        return _ring(setup, ql, kl, vl, ring_axis, s.context_ring, valid_len, need_mask)
+
+    def constrain(x, to):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, to))
+
+    q, k, v = (constrain(x, by_heads) for x in (q, k, v))
+    o = jax.shard_map(attend, mesh=setup.mesh, in_specs=(by_heads,) * 3, out_specs=by_heads, check_vma=False)(q, k, v)
+    return constrain(o, spec)
 
 
 def cross_attention(setup: AttentionSetup, q, k, v) -> jnp.ndarray:

@@ -22,10 +22,23 @@ VAE22_Z_DIM = 48
 ROPE_PARTNERS = ("matmul", "reshape")
 
 
+#: How Ulysses attention moves heads and sequence between devices (`aoizora.models.wan.attention`):
+#: ``all_to_all`` inside the attention's shard_map, or ``sharding_constraint``: the sequence-sharded
+#: [batch, sequence, heads, head_dim] arrays resharded to head-sharded ones by
+#: `jax.lax.with_sharding_constraint` outside it, the partitioner's own all-to-all.
+ULYSSES_EXCHANGES = ("all_to_all", "sharding_constraint")
+
+
 def check_rope_partner(partner: str) -> None:
     """Raise ShapeError unless `partner` is one of `ROPE_PARTNERS`."""
     if partner not in ROPE_PARTNERS:
         raise ShapeError(f"unknown RoPE partner form {partner!r}; choose one of: {', '.join(ROPE_PARTNERS)}")
+
+
+def check_ulysses_exchange(exchange: str) -> None:
+    """Raise ShapeError unless `exchange` is one of `ULYSSES_EXCHANGES`."""
+    if exchange not in ULYSSES_EXCHANGES:
+        raise ShapeError(f"unknown Ulysses exchange {exchange!r}; choose one of: {', '.join(ULYSSES_EXCHANGES)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +51,8 @@ class WanConfig:
     latents the transformer takes (not a transformer argument: diffusers keeps it in the VAE's
     config as `scale_factor_temporal` / `scale_factor_spatial`). `rope_partner` is how the
     rotary embedding forms each channel's pair partner (`aoizora.models.wan.rope`): the same
-    rotation, a different compiled program.
+    rotation, a different compiled program. `ulysses_exchange` is likewise the form of Ulysses
+    attention's head/sequence exchange (`ULYSSES_EXCHANGES`).
     """
 
     num_layers: int = 40
@@ -57,6 +71,7 @@ class WanConfig:
     rope_theta: float = 10000.0
     rope_max_seq_len: int = 1024
     rope_partner: str = "matmul"
+    ulysses_exchange: str = "all_to_all"
     text_len: int = 512
     image_len: int = 257
     vae_stride: tuple[int, int, int] = VAE_STRIDE
@@ -64,6 +79,7 @@ class WanConfig:
 
     def __post_init__(self) -> None:
         check_rope_partner(self.rope_partner)
+        check_ulysses_exchange(self.ulysses_exchange)
 
     @property
     def dim(self) -> int:
@@ -108,6 +124,7 @@ class WanConfig:
         kw.pop("dtype", None)
         kw.pop("vae_stride", None)
         kw.pop("rope_partner", None)
+        kw.pop("ulysses_exchange", None)
         return cls(**kw, dtype=dtype, vae_stride=tuple(vae_stride))
 
     def to_diffusers(self) -> dict[str, Any]:

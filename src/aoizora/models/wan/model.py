@@ -224,7 +224,7 @@ def forward(
     kernel = resolve_kernel(strategy, mesh)
     if strategy is not None:
         validate_strategy(strategy, config, batch=b)
-    setup = attn.AttentionSetup(strategy, mesh, kernel, kernels)
+    setup = attn.AttentionSetup(strategy, mesh, kernel, kernels, exchange=config.ulysses_exchange)
     sc = ShardingContext(strategy, mesh)
     from aoizora.models.wan.params import param_logical_axes
 
