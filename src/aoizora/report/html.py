@@ -35,9 +35,10 @@ def _ms(seconds: Any) -> str:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers) if any(headers) else ""
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
 
 
 def mesh_summary(names: Sequence[str], sizes: Sequence[int]) -> str:
@@ -175,9 +176,9 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}img{{max-width:100%}}</style></head><body>
 <h1>{html.escape(d['workload']['name'])} on {html.escape(topo.name)}</h1>
 {_table(["", ""], summary)}
-<h2>Link loads of one step</h2><p>Each box is a chip, labelled below with its coordinates on the slice and inside with
-the mesh position of the device placed on it (over the axes the title names); each arrow is one direction of a link,
-coloured by how long it is busy in one step.</p><img src="{heat_src}" alt="link heatmaps">
+<h2>Link loads of one step</h2><p>Each box is a chip at the coordinates its column (x) and row (y) give; inside it, the
+mesh position of the device placed on it, over the mesh axes the panel's title names. Each arrow is one direction of a
+link, coloured by how long it is busy in one step.</p><img src="{heat_src}" alt="link heatmaps">
 <h2>Timeline of one step</h2><img src="{tl_src}" alt="timeline">
 <h2>Strategies (Stage 2)</h2>{_table(["strategy", "best placement", "step ms", "exposed comm ms", "jax-default ms", "memory GiB/device", "dropped"], alternatives)}
 <h2>Placements of the chosen strategy</h2>{_table(["placement", "step ms", "exposed comm ms"], placements)}
