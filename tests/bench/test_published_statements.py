@@ -146,3 +146,20 @@ def test_time_outside_the_steps_is_what_the_totals_and_steps_give():
     assert readme, "the README runs' negative time outside the steps is not reported"
     assert [_number(g) for g in readme.groups()] == [outside("maxdiffusion/wan22-v7x-8-readme", "flash", "q2"),
                                                      outside("maxdiffusion/wan22-v7x-8-readme", "flash", "sim")]
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_summary_table_links_to_sections_that_exist_and_covers_the_hardware_suite():
+    text = (DOCS / "results.md").read_text()
+    summary = text.split("\n## Summary\n", 1)[1].split("\n## ", 1)[0]
+    anchors = {_anchor(h) for h in re.findall(r"^#{2,4} (.+)$", text, re.M)}
+    links = re.findall(r"^\|.*\]\(#([\w-]+)\) \|$", summary, re.M)
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| claim")]
+    assert rows and len(links) == len(rows), "every summary row ends with a link to its section"
+    assert not set(links) - anchors, sorted(set(links) - anchors)
+    assert "hardware-reference-suite" in links
+    assert text.index("## Summary") < text.index("\n## Bench:"), "the summary comes before the tables"
