@@ -121,6 +121,14 @@ def test_every_readme_figure_is_in_the_results_document():
     assert not missing, f"README figures not found in docs/results.md: {missing}"
 
 
+def test_every_results_summary_figure_is_in_the_results_documents():
+    """docs/results-summary.md (the README's results in full) quotes results.md and its provenance
+    page, at their precision."""
+    results = _figures(RESULTS.read_text()) | _figures((ROOT / "docs" / "results-provenance.md").read_text())
+    missing = sorted(_figures((ROOT / "docs" / "results-summary.md").read_text()) - results)
+    assert not missing, f"docs/results-summary.md figures not found in docs/results.md: {missing}"
+
+
 def test_the_readme_plan_excerpt_is_the_committed_plan_it_names():
     readme = README.read_text()
     excerpt, prose = _excerpt_and_prose(readme)
