@@ -163,3 +163,22 @@ def test_the_summary_table_links_to_sections_that_exist_and_covers_the_hardware_
     assert not set(links) - anchors, sorted(set(links) - anchors)
     assert "hardware-reference-suite" in links
     assert text.index("## Summary") < text.index("\n## Bench:"), "the summary comes before the tables"
+
+
+def test_guide_wan22_stage1_table_is_its_raw_output():
+    import gzip
+
+    guide = (DOCS / "guide.md").read_text()
+    table = guide.split("| model, slice (experts) |", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))] for line in table.splitlines()[2:]]
+    assert len(rows) == 7
+    for label, _, fit, best, hbm, _ in rows:
+        parts = [p.strip() for p in label.split(",")]
+        name = f"{parts[0]}_{parts[1].replace(':', '-')}" + (f"_{parts[2]}" if len(parts) > 2 else "")
+        doc = json.load(gzip.open(DATA / "wan22-stage1" / f"{name}.json.gz"))
+        first = min((e for e in doc["strategies"] if e["rank"]), key=lambda e: e["rank"])
+        assert int(fit) == doc["counts"]["ranked"], name
+        key, q1 = re.match(r"`(.+)`: ([\d.]+) s/step", best).groups()
+        assert first["key"].startswith(key.replace("\\|", "|") + " | "), name
+        assert float(q1) == round(first["q1"]["seconds"], 2), name
+        assert float(hbm.split()[0]) == round(first["memory"]["total_bytes"] / 2**30, 2), name
