@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from aoizora.plan.schema import PLAN_SCHEMA, SCHEMA_VERSION, SERVING, UNIT
+from aoizora.plan.schema import DOC_TYPE, PLAN_SCHEMA, SCHEMA_VERSION, SERVING, UNIT
 
 HEADER = f"""# The plan file format (schema version {SCHEMA_VERSION})
 
@@ -28,7 +28,9 @@ attention, weights, Ulysses chunks and splash blocks say how to run the model (t
 export turns them into its flags). Everything else (prediction, baselines, alternatives, Stage 1
 and Stage 2 records, timings) explains the choice and is not needed to run it.
 
-A path `a.b` is field `b` inside object `a`. Required fields are always present; the others appear when they apply (e.g. `strategy.ulysses_chunks` only for a
+A path `a.b` is field `b` inside object `a`. The schema checks the required fields and those
+whose type is given; the rest (marked "not checked") are fields a workload defines for itself,
+shown as aoizora's Wan plans write them. Required fields are always present; the others appear when they apply (e.g. `strategy.ulysses_chunks` only for a
 chunked Ulysses strategy).
 
 | field | type | required | unit | serving needs it for | meaning |
@@ -39,7 +41,7 @@ chunked Ulysses strategy).
 def _type(schema: dict[str, Any]) -> str:
     if "const" in schema:
         return f"`{schema['const']}`"
-    kind = schema.get("type", "any")
+    kind = schema.get("type", schema.get(DOC_TYPE, "any"))
     if kind == "array" and "items" in schema:
         return f"list of {schema['items'].get('type', 'any')}"
     return str(kind)
@@ -60,7 +62,7 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     lines = [
-        f"| `{path}` | {_type(field)} | {'yes' if req else ''} | {_cell(field.get(UNIT, ''))} | "
+        f"| `{path}` | {_type(field)}{' (not checked)' if DOC_TYPE in field else ''} | {'yes' if req else ''} | {_cell(field.get(UNIT, ''))} | "
         f"{_cell(field.get(SERVING, ''))} | {_cell(field.get('description', ''))} |"
         for path, field, req in rows()
     ]

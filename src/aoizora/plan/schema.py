@@ -12,6 +12,7 @@ SCHEMA_VERSION = 1
 
 SERVING = "x-serving"  # what a serving program reads the field for (absent: not needed to run the plan)
 UNIT = "x-unit"  # the unit of a number, or of a list's numbers
+DOC_TYPE = "x-type"  # the type a documented but unchecked field has in the plans aoizora writes
 
 
 def _doc(schema: dict[str, Any], text: str, unit: str | None = None, serving: str | None = None) -> dict[str, Any]:
@@ -26,6 +27,12 @@ def _doc(schema: dict[str, Any], text: str, unit: str | None = None, serving: st
     if serving:
         out[SERVING] = serving
     return out
+
+
+def _about(kind: str, text: str, unit: str | None = None, serving: str | None = None) -> dict[str, Any]:
+    """A field the schema documents but does not check (`kind` is shown, not enforced): fields a
+    workload defines for itself, whose shape another workload may choose differently."""
+    return _doc({DOC_TYPE: kind}, text, unit, serving)
 
 
 def _seconds(text: str) -> dict[str, Any]:
@@ -45,23 +52,23 @@ _PREDICTION = _doc({
         "step_seconds": _seconds("predicted time of one denoising step (Q2)"),
         "compute_seconds": _seconds("compute part of the step, from libtpu's cycle estimates"),
         "exposed_comm_seconds": _seconds("communication not hidden behind compute"),
-        "comm_seconds": _seconds("all communication, hidden or not"),
-        "memory_bytes_per_device": _doc({"type": "integer", "minimum": 0},
+        "comm_seconds": _about("number", "all communication, hidden or not", "s"),
+        "memory_bytes_per_device": _about("integer",
                                         "libtpu's `memory_analysis()` total of the compiled program", "bytes"),
         "collectives": _doc({"type": "array"}, "the program's collectives with their predicted times"),
-        "link_bytes": _doc({"type": "array", "items": {"type": "number", "minimum": 0}},
+        "link_bytes": _about("list of number",
                            "bytes each directed link of the slice carries in one step, in the topology's link order",
                            "bytes"),
-        "timeline": _doc({"type": "array"}, "the step's events as Q2 schedules them (for the report)"),
+        "timeline": _about("array", "the step's events as Q2 schedules them (for the report)"),
     },
 }, "the predicted step of the chosen pair")
 
 _BLOCKS = _doc({
-    "type": "object",
+    DOC_TYPE: "object",
     "properties": {
-        "block_q": _doc({"type": "integer", "minimum": 1}, "query rows per splash-attention block", "tokens"),
-        "block_kv": _doc({"type": "integer", "minimum": 1}, "key/value rows per block", "tokens"),
-        "block_kv_compute": _doc({"type": "integer", "minimum": 1}, "key/value rows per inner compute step",
+        "block_q": _about("integer", "query rows per splash-attention block", "tokens"),
+        "block_kv": _about("integer", "key/value rows per block", "tokens"),
+        "block_kv_compute": _about("integer", "key/value rows per inner compute step",
                                  "tokens"),
     },
 }, "the splash-attention kernel's block sizes", serving="the attention kernel's blocks (MaxDiffusion's "
@@ -88,13 +95,13 @@ PLAN_SCHEMA: dict[str, Any] = {
                              serving="`aoizora run` builds this model"),
                 "shapes": _doc({"type": "object"}, "the video shape planned for (frames, height, width, tokens, "
                                "cfg_batch)", "frames, pixels, tokens", "`aoizora run` and the export use this shape"),
-                "model": _doc({"type": "object"}, "the model's dimensions (layers, dim, heads, ffn, ...)"),
-                "scheduler": _doc({"type": "object"}, "the sampler (name, denoising steps, shift) the video's steps "
+                "model": _about("object", "the model's dimensions (layers, dim, heads, ffn, ...)"),
+                "scheduler": _about("object", "the sampler (name, denoising steps, shift) the video's steps "
                                   "come from", serving="`aoizora run` and the export run this many steps"),
-                "kernel": _doc({"type": "string"}, "the attention kernel asked for (`--kernel`)"),
-                "splash_blocks": _doc({"type": "string"}, "how the splash blocks were chosen (e.g. `fitted to v5e`)"),
-                "kernel_profile": _doc({"type": "string"}, "the attention kernel's cost profile (`--kernel`)"),
-                "pipeline": _doc({"type": "object"}, "the generation around the transformer (two-expert switch, "
+                "kernel": _about("string", "the attention kernel asked for (`--kernel`)"),
+                "splash_blocks": _about("string", "how the splash blocks were chosen (e.g. `fitted to v5e`)"),
+                "kernel_profile": _about("string", "the attention kernel's cost profile (`--kernel`)"),
+                "pipeline": _about("object", "the generation around the transformer (two-expert switch, "
                                  "guidance, …) for models that define one",
                                  serving="`aoizora run` and the export run the pipeline so"),
             },
@@ -107,7 +114,7 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "generation": _doc({"type": "string"}, "the TPU generation (`v5e`, `v6e`, `tpu7x`, ...)"),
                 "shape": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 3},
                               "chips along x, y(, z)", "chips", "`Plan.mesh()` checks the slice's shape"),
-                "wrap": _doc({"type": "array", "items": {"type": "boolean"}}, "whether each dimension wraps around"),
+                "wrap": _about("list of boolean", "whether each dimension wraps around"),
                 "cores_per_chip": _doc({"type": "integer", "minimum": 1}, "JAX devices per chip", "devices",
                                        "`Plan.mesh()` matches devices by chip and core"),
                 "device_kinds": _doc({"type": "array", "items": {"type": "string"}, "minItems": 1},
@@ -146,30 +153,30 @@ PLAN_SCHEMA: dict[str, Any] = {
             "properties": {
                 "key": _doc({"type": "string"}, "the strategy's name: the mesh axes longer than 1, then "
                             "`| weights=… | attn=… | blocks=q/kv/kv_compute[ | vmem=KiB]`"),
-                "mesh": _doc({"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
+                "mesh": _about("object",
                              "each mesh axis's size", "devices", "`aoizora run` and the export rebuild the strategy"),
-                "attention": _doc({"type": "string"}, "attention variant: `allgather`, `ulysses`, `ring` or "
+                "attention": _about("string", "attention variant: `allgather`, `ulysses`, `ring` or "
                                   "`ulysses_ring`", serving="which attention to run"),
-                "weights": _doc({"type": "string"}, "how the weights are sharded: `replicated`, `gathered` (per "
+                "weights": _about("string", "how the weights are sharded: `replicated`, `gathered` (per "
                                 "layer), `tensor` or `gathered+tensor`", serving="how to shard the weights"),
-                "kernel": _doc({"type": "string"}, "the attention kernel asked for (`auto`: JAX's splash)"),
-                "video": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "kernel": _about("string", "the attention kernel asked for (`auto`: JAX's splash)"),
+                "video": _about("list of integer",
                               "frames, height, width planned for", "frames, pixels"),
                 "splash_blocks": _BLOCKS,
-                "scoped_vmem_kib": _doc({"type": "integer", "minimum": 1}, "the scoped-VMEM limit the blocks were "
+                "scoped_vmem_kib": _about("integer", "the scoped-VMEM limit the blocks were "
                                         "chosen under (also in `compiler.libtpu_args`)", "KiB"),
-                "ulysses_chunks": _doc({"type": "integer", "minimum": 1}, "Ulysses all-to-alls split into this "
+                "ulysses_chunks": _about("integer", "Ulysses all-to-alls split into this "
                                        "many chunks", serving="how to run Ulysses attention"),
-                "weight_tile": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "weight_tile": _about("list of integer",
                                     "the tile replicated stacked weights are handed over in", "elements",
                                     "lay the weights out so"),
-                "kernel_profile": _doc({"type": "string"}, "the attention kernel's cost profile the plan was made "
+                "kernel_profile": _about("string", "the attention kernel's cost profile the plan was made "
                                        "with (`--kernel`)"),
-                "experts": _doc({"type": "integer", "minimum": 1}, "transformers the model switches between "
+                "experts": _about("integer", "transformers the model switches between "
                                 "(2 for Wan 2.2 A14B)", "transformers"),
-                "expert_residency": _doc({"type": "string"}, "`both` (both experts stay on the chips) or `swap`",
+                "expert_residency": _about("string", "`both` (both experts stay on the chips) or `swap`",
                                          serving="whether to keep both experts resident"),
-                "expert_bytes_per_device": _doc({"type": "integer", "minimum": 0}, "one expert's weights per device",
+                "expert_bytes_per_device": _about("integer", "one expert's weights per device",
                                                 "bytes"),
             },
         }, "the logical sharding chosen (a Wan plan's keys; other models carry `key` and their own)"),
@@ -180,7 +187,7 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "name": _doc({"type": "string"}, "the placement's name, e.g. `fsdp=y0 context=x.y1~snake`"),
                 "description": _doc({"type": "string"}, "which slice dimensions each mesh axis runs along"),
                 "device_coords": _COORDS,
-                "verified_compile": _doc({"type": "boolean"}, "whether the pair was recompiled over its own "
+                "verified_compile": _about("boolean", "whether the pair was recompiled over its own "
                                          "device order before the choice"),
             },
         }, "which chip each mesh position lands on"),
@@ -212,7 +219,7 @@ PLAN_SCHEMA: dict[str, Any] = {
         }, "what Stage 2 compiled, pruned and recompiled"),
         "timings": _doc({"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
                         "planning time per stage (stage1, compile, score, verify, …)", "s"),
-        "experts": _doc({"type": "object"}, "a two-expert model (Wan 2.2 A14B): whether both experts stay "
+        "experts": _about("object", "a two-expert model (Wan 2.2 A14B): whether both experts stay "
                         "resident, their bytes per device, and the swap time per video if not",
                         serving="whether to keep both experts resident or swap them"),
         "notes": _doc({"type": "array", "items": {"type": "string"}}, "sentences about the choice, for the reader"),
