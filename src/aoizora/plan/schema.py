@@ -10,20 +10,69 @@ from aoizora.errors import PlanFormatError
 
 SCHEMA_VERSION = 1
 
-_NUMBER = {"type": "number"}
-_SECONDS = {"type": "number", "minimum": 0}
-_COORDS = {"type": "array"}  # nested in the mesh shape; leaves are int lists (checked in Plan)
+SERVING = "x-serving"  # what a serving program reads the field for (absent: not needed to run the plan)
+UNIT = "x-unit"  # the unit of a number, or of a list's numbers
+DOC_TYPE = "x-type"  # the type a documented but unchecked field has in the plans aoizora writes
 
-_PREDICTION = {
+
+def _doc(schema: dict[str, Any], text: str, unit: str | None = None, serving: str | None = None) -> dict[str, Any]:
+    """`schema` with its documentation: a description, the unit, and what serving needs it for.
+
+    docs/plan-format.md is rendered from these (`aoizora.plan.format_doc`), so the document and the
+    check cannot drift apart. JSON Schema ignores the `x-` keywords.
+    """
+    out = dict(schema, description=text)
+    if unit:
+        out[UNIT] = unit
+    if serving:
+        out[SERVING] = serving
+    return out
+
+
+def _about(kind: str, text: str, unit: str | None = None, serving: str | None = None) -> dict[str, Any]:
+    """A field the schema documents but does not check (`kind` is shown, not enforced): fields a
+    workload defines for itself, whose shape another workload may choose differently."""
+    return _doc({DOC_TYPE: kind}, text, unit, serving)
+
+
+def _seconds(text: str) -> dict[str, Any]:
+    return _doc({"type": "number", "minimum": 0}, text, "s")
+
+
+_COORDS = _doc(
+    {"type": "array"},  # nested in the mesh shape; leaves are int lists (checked in Plan)
+    "the physical coordinates of the device at each mesh position: nested lists in the mesh's axis "
+    "order and sizes, each leaf [x, y(, z)] on the slice, plus the core on two-core chips",
+    "chip coordinates", "`Plan.mesh()` puts each mesh position on this device")
+
+_PREDICTION = _doc({
     "type": "object",
     "required": ["step_seconds", "compute_seconds", "exposed_comm_seconds"],
     "properties": {
-        "step_seconds": _SECONDS,
-        "compute_seconds": _SECONDS,
-        "exposed_comm_seconds": _SECONDS,
-        "collectives": {"type": "array"},
+        "step_seconds": _seconds("predicted time of one denoising step (Q2)"),
+        "compute_seconds": _seconds("compute part of the step, from libtpu's cycle estimates"),
+        "exposed_comm_seconds": _seconds("communication not hidden behind compute"),
+        "comm_seconds": _about("number", "all communication, hidden or not", "s"),
+        "memory_bytes_per_device": _about("integer",
+                                        "libtpu's `memory_analysis()` total of the compiled program", "bytes"),
+        "collectives": _doc({"type": "array"}, "the program's collectives with their predicted times"),
+        "link_bytes": _about("list of number",
+                           "bytes each directed link of the slice carries in one step, in the topology's link order",
+                           "bytes"),
+        "timeline": _about("array", "the step's events as Q2 schedules them (for the report)"),
     },
-}
+}, "the predicted step of the chosen pair")
+
+_BLOCKS = _doc({
+    DOC_TYPE: "object",
+    "properties": {
+        "block_q": _about("integer", "query rows per splash-attention block", "tokens"),
+        "block_kv": _about("integer", "key/value rows per block", "tokens"),
+        "block_kv_compute": _about("integer", "key/value rows per inner compute step",
+                                 "tokens"),
+    },
+}, "the splash-attention kernel's block sizes", serving="the attention kernel's blocks (MaxDiffusion's "
+   "`flash_block_sizes` in the export)")
 
 PLAN_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -34,71 +83,148 @@ PLAN_SCHEMA: dict[str, Any] = {
         "prediction", "alternatives", "timings",
     ],
     "properties": {
-        "schema_version": {"const": SCHEMA_VERSION},
-        "aoizora_version": {"type": "string"},
-        "created": {"type": "string"},
-        "workload": {
+        "schema_version": _doc({"const": SCHEMA_VERSION}, "the plan format's version; a reader refuses others",
+                               serving="checked on load"),
+        "aoizora_version": _doc({"type": "string"}, "the aoizora package version that wrote the plan"),
+        "created": _doc({"type": "string"}, "when the plan was written", "ISO 8601 time"),
+        "workload": _doc({
             "type": "object",
             "required": ["name", "shapes"],
-            "properties": {"name": {"type": "string"}, "shapes": {"type": "object"}},
-        },
-        "topology": {
+            "properties": {
+                "name": _doc({"type": "string"}, "the model, e.g. `wan2.1-t2v-14b`",
+                             serving="`aoizora run` builds this model"),
+                "shapes": _doc({"type": "object"}, "the video shape planned for (frames, height, width, tokens, "
+                               "cfg_batch)", "frames, pixels, tokens", "`aoizora run` and the export use this shape"),
+                "model": _about("object", "the model's dimensions (layers, dim, heads, ffn, ...)"),
+                "scheduler": _about("object", "the sampler (name, denoising steps, shift) the video's steps "
+                                  "come from", serving="`aoizora run` and the export run this many steps"),
+                "kernel": _about("string", "the attention kernel asked for (`--kernel`)"),
+                "splash_blocks": _about("string", "how the splash blocks were chosen (e.g. `fitted to v5e`)"),
+                "kernel_profile": _about("string", "the attention kernel's cost profile (`--kernel`)"),
+                "pipeline": _about("object", "the generation around the transformer (two-expert switch, "
+                                 "guidance, …) for models that define one",
+                                 serving="`aoizora run` and the export run the pipeline so"),
+            },
+        }, "what was planned"),
+        "topology": _doc({
             "type": "object",
             "required": ["name", "generation", "shape", "cores_per_chip", "device_kinds"],
             "properties": {
-                "name": {"type": "string"},
-                "generation": {"type": "string"},
-                "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 3},
-                "cores_per_chip": {"type": "integer", "minimum": 1},
-                "device_kinds": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "name": _doc({"type": "string"}, "the slice, e.g. `v5e:2x4`", serving="`Plan.mesh()` checks the slice"),
+                "generation": _doc({"type": "string"}, "the TPU generation (`v5e`, `v6e`, `tpu7x`, ...)"),
+                "shape": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 3},
+                              "chips along x, y(, z)", "chips", "`Plan.mesh()` checks the slice's shape"),
+                "wrap": _about("list of boolean", "whether each dimension wraps around"),
+                "cores_per_chip": _doc({"type": "integer", "minimum": 1}, "JAX devices per chip", "devices",
+                                       "`Plan.mesh()` matches devices by chip and core"),
+                "device_kinds": _doc({"type": "array", "items": {"type": "string"}, "minItems": 1},
+                                     "the `device_kind` strings of the slice's devices",
+                                     serving="`Plan.mesh()` refuses devices of another kind"),
             },
-        },
-        "compiler": {
+        }, "the TPU slice planned for"),
+        "compiler": _doc({
             "type": "object",
             "required": ["libtpu_args"],
-            "properties": {"libtpu_args": {"type": "string"}},
-        },
-        "toolchain": {
+            "properties": {"libtpu_args": _doc({"type": "string"}, "the libtpu/XLA flags the plan's program was "
+                                               "compiled with, space-separated",
+                                               serving="set as `LIBTPU_INIT_ARGS` (or `Plan.compiler_options()`)")},
+        }, "how the plan's program was compiled"),
+        "toolchain": _doc({
             "type": "object",
             "required": ["jax", "jaxlib", "libtpu"],
-            "properties": {"jax": {"type": "string"}, "jaxlib": {"type": "string"}, "libtpu": {"type": "string"}},
-        },
-        "mesh": {
+            "properties": {"jax": _doc({"type": "string"}, "jax version"),
+                           "jaxlib": _doc({"type": "string"}, "jaxlib version"),
+                           "libtpu": _doc({"type": "string"}, "libtpu version")},
+        }, "the versions that compiled the programs; a different libtpu may compile another program"),
+        "mesh": _doc({
             "type": "object",
             "required": ["axis_names", "axis_sizes"],
             "properties": {
-                "axis_names": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                "axis_sizes": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                "axis_names": _doc({"type": "array", "items": {"type": "string"}, "minItems": 1},
+                                   "the mesh's axis names, in order", serving="`Plan.mesh()` names the axes"),
+                "axis_sizes": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                                   "the size of each axis (1 for an axis the strategy does not use)", "devices",
+                                   "`Plan.mesh()` shapes the mesh"),
             },
-        },
-        "strategy": {"type": "object", "required": ["key"], "properties": {"key": {"type": "string"}}},
-        "placement": {
+        }, "the logical device mesh"),
+        "strategy": _doc({
+            "type": "object",
+            "required": ["key"],
+            "properties": {
+                "key": _doc({"type": "string"}, "the strategy's name: the mesh axes longer than 1, then "
+                            "`| weights=… | attn=… | blocks=q/kv/kv_compute[ | vmem=KiB]`"),
+                "mesh": _about("object",
+                             "each mesh axis's size", "devices", "`aoizora run` and the export rebuild the strategy"),
+                "attention": _about("string", "attention variant: `allgather`, `ulysses`, `ring` or "
+                                  "`ulysses_ring`", serving="which attention to run"),
+                "weights": _about("string", "how the weights are sharded: `replicated`, `gathered` (per "
+                                "layer), `tensor` or `gathered+tensor`", serving="how to shard the weights"),
+                "kernel": _about("string", "the attention kernel asked for (`auto`: JAX's splash)"),
+                "video": _about("list of integer",
+                              "frames, height, width planned for", "frames, pixels"),
+                "splash_blocks": _BLOCKS,
+                "scoped_vmem_kib": _about("integer", "the scoped-VMEM limit the blocks were "
+                                        "chosen under (also in `compiler.libtpu_args`)", "KiB"),
+                "ulysses_chunks": _about("integer", "Ulysses all-to-alls split into this "
+                                       "many chunks", serving="how to run Ulysses attention"),
+                "weight_tile": _about("list of integer",
+                                    "the tile replicated stacked weights are handed over in", "elements",
+                                    "lay the weights out so"),
+                "kernel_profile": _about("string", "the attention kernel's cost profile the plan was made "
+                                       "with (`--kernel`)"),
+                "experts": _about("integer", "transformers the model switches between "
+                                "(2 for Wan 2.2 A14B)", "transformers"),
+                "expert_residency": _about("string", "`both` (both experts stay on the chips) or `swap`",
+                                         serving="whether to keep both experts resident"),
+                "expert_bytes_per_device": _about("integer", "one expert's weights per device",
+                                                "bytes"),
+            },
+        }, "the logical sharding chosen (a Wan plan's keys; other models carry `key` and their own)"),
+        "placement": _doc({
             "type": "object",
             "required": ["name", "description", "device_coords"],
-            "properties": {"name": {"type": "string"}, "description": {"type": "string"}, "device_coords": _COORDS},
-        },
+            "properties": {
+                "name": _doc({"type": "string"}, "the placement's name, e.g. `fsdp=y0 context=x.y1~snake`"),
+                "description": _doc({"type": "string"}, "which slice dimensions each mesh axis runs along"),
+                "device_coords": _COORDS,
+                "verified_compile": _about("boolean", "whether the pair was recompiled over its own "
+                                         "device order before the choice"),
+            },
+        }, "which chip each mesh position lands on"),
         "prediction": _PREDICTION,
-        "baselines": {"type": "object"},
-        "alternatives": {"type": "array", "items": {"type": "object", "required": ["strategy", "placement"]}},
-        "stage1": {"type": "object"},
-        "stage2": {
+        "baselines": _doc({"type": "object"}, "the same strategy on JAX's default order and every expert "
+                          "deployment, each with its predicted step and the plan's speedup over it"),
+        "alternatives": _doc({"type": "array", "items": {"type": "object", "required": ["strategy", "placement"]}},
+                             "every strategy Stage 2 considered: its best placement and predicted step, or why it "
+                             "was dropped"),
+        "stage1": _doc({"type": "object"}, "Stage 1's verdict counts and, per strategy, its verdict, reasons and "
+                       "Q1 rank"),
+        "stage2": _doc({
             "type": "object",
             "required": ["compiles", "pruned_by_q1"],
             "properties": {
-                "compiles": {"type": "integer", "minimum": 0},
-                "compiled_strategies": {"type": "array", "items": {"type": "string"}},
-                "pruned_by_q1": {"type": "object"},
-                "q1_bound_violations": {"type": "object"},
-                "workers": {"type": "integer", "minimum": 1},
-                # placement name each strategy was compiled over; pairs recompiled over their own order
-                "compile_placements": {"type": "object", "additionalProperties": {"type": "string"}},
-                "verify_recompiles": {"type": "array", "items": {"type": "object",
-                                                                 "required": ["strategy", "placement"]}},
+                "compiles": _doc({"type": "integer", "minimum": 0}, "programs compiled", "programs"),
+                "compiled_strategies": _doc({"type": "array", "items": {"type": "string"}},
+                                            "the strategies compiled, in order"),
+                "pruned_by_q1": _doc({"type": "object"}, "strategies not compiled because their Q1 bound reached "
+                                     "the best Q2 found, with the bound"),
+                "q1_bound_violations": _doc({"type": "object"}, "strategies whose Q2 fell below their Q1 bound"),
+                "workers": _doc({"type": "integer", "minimum": 1}, "compile workers", "processes"),
+                "compile_placements": _doc({"type": "object", "additionalProperties": {"type": "string"}},
+                                           "the placement each strategy was compiled over"),
+                "verify_recompiles": _doc({"type": "array", "items": {"type": "object",
+                                                                      "required": ["strategy", "placement"]}},
+                                          "pairs recompiled over their own device order before the choice"),
             },
-        },
-        "timings": {"type": "object", "additionalProperties": _SECONDS},
-        "notes": {"type": "array", "items": {"type": "string"}},
-        "request": {"type": "object"},
+        }, "what Stage 2 compiled, pruned and recompiled"),
+        "timings": _doc({"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+                        "planning time per stage (stage1, compile, score, verify, …)", "s"),
+        "experts": _about("object", "a two-expert model (Wan 2.2 A14B): whether both experts stay "
+                        "resident, their bytes per device, and the swap time per video if not",
+                        serving="whether to keep both experts resident or swap them"),
+        "notes": _doc({"type": "array", "items": {"type": "string"}}, "sentences about the choice, for the reader"),
+        "request": _doc({"type": "object"}, "the request the plan answers (workload, topology, flags, options, "
+                        "aoizora source fingerprint); the plan cache's key"),
     },
 }
 

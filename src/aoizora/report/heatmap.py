@@ -23,6 +23,7 @@ _IDLE = "#cfd6df"
 def link_heatmaps(
     topology: Topology,
     panels: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    axis_names: Sequence[str] | None = None,
 ) -> Figure:
     """One panel per (title, link_bytes, device_coords-in-mesh-shape), on a shared colour scale.
 
@@ -32,7 +33,9 @@ def link_heatmaps(
     slightly apart; wraparound links are stubs leaving the edge. 3-D slices show one grid per z,
     the z links as short diagonal stubs at a chip's corners (+z up-right, -z down-left). A chip
     with two cores is split into its cores (left: core 0), its D2D links drawn dashed inside it.
-    Chips (or cores) are labelled with the logical mesh position of their device.
+    The chips' coordinates label the columns (x) and rows (y); each chip is labelled inside (per
+    core on two-core chips) with the mesh position of the device placed there, as a tuple over the
+    mesh axes longer than 1 (a placement only moves those); the panel's title names those axes.
     """
     zs = topology.shape[2] if len(topology.shape) == 3 else 1
     nx, ny = topology.shape[0], topology.shape[1]
@@ -43,19 +46,22 @@ def link_heatmaps(
     norm = Normalize(vmin=0.0, vmax=vmax * scale)
     cmap = plt.get_cmap("inferno_r")
     fig, axes = plt.subplots(
-        zs, len(panels), figsize=(max(3.2, 1.4 * nx + 1.2) * len(panels), max(3.0, 1.3 * ny + 0.9) * zs), squeeze=False
+        zs, len(panels), figsize=(max(4.0, 1.4 * nx + 1.2) * len(panels), max(3.0, 1.3 * ny + 0.9) * zs), squeeze=False
     )
     two_cores = topology.cores_per_chip == 2
     half_w = _HALF_WIDE if two_cores else _HALF
     for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy)):
-        labels = _position_labels(topology, coords)
+        shown = _shown_axes(coords.shape[:-1], axis_names)
+        labels = _position_labels(topology, coords, [i for i, _ in shown])
+        key = f"in each chip: its device's\n({', '.join(n for _, n in shown)})" if shown else "one device"
         for z in range(zs):
             ax = axes[z][col]
-            ax.set_title(title if zs == 1 else f"{title} (z={z})", fontsize=9)
+            ax.set_title(f"{title}{'' if zs == 1 else f' (z={z})'}\n{key}", fontsize=9)
             ax.set_xlim(-0.75, nx - 0.25)
             ax.set_ylim(ny - 0.25, -0.75)
             ax.set_aspect("equal")
             ax.axis("off")
+            _draw_coordinates(ax, nx, ny)
             for chip in topology.chips:
                 if len(chip.coords) == 3 and chip.coords[2] != z:
                     continue
@@ -79,16 +85,33 @@ def link_heatmaps(
     return fig
 
 
-def _position_labels(topology: Topology, coords: np.ndarray) -> dict[tuple[int, ...], str]:
-    """Chip coordinates (plus the core, on two-core chips) -> the mesh positions placed there."""
+def _shown_axes(sizes: tuple[int, ...], axis_names: Sequence[str] | None) -> list[tuple[int, str]]:
+    """(index, name) of the mesh axes a label shows: those longer than 1, which a placement moves."""
+    names = list(axis_names) if axis_names is not None else [f"axis {i}" for i in range(len(sizes))]
+    if len(names) != len(sizes):
+        raise ValueError(f"{len(names)} axis names for a mesh of {len(sizes)} axes")
+    return [(i, n) for i, (n, size) in enumerate(zip(names, sizes)) if size > 1]
+
+
+def _position_labels(topology: Topology, coords: np.ndarray, shown: Sequence[int]) -> dict[tuple[int, ...], str]:
+    """Chip coordinates (plus the core, on two-core chips) -> the mesh positions placed there, over
+    the axes `shown`."""
     dims = len(topology.shape)
     with_core = topology.cores_per_chip == 2 and coords.shape[-1] > dims
     out: dict[tuple[int, ...], list[str]] = {}
     for idx in np.ndindex(*coords.shape[:-1]):
         where = tuple(int(v) for v in coords[idx])
         key = where[: dims + 1] if with_core else where[:dims]
-        out.setdefault(key, []).append(",".join(map(str, idx)))
+        out.setdefault(key, []).append("(" + ",".join(str(idx[i]) for i in shown) + ")" if shown else "")
     return {k: "\n".join(v) for k, v in out.items()}
+
+
+def _draw_coordinates(ax, nx: int, ny: int) -> None:
+    """The chips' x above the columns and y left of the rows."""
+    for x in range(nx):
+        ax.text(x, -0.6, f"x={x}", ha="center", va="center", fontsize=6, color="#4a5a70")
+    for y in range(ny):
+        ax.text(-0.62, y, f"y={y}", ha="center", va="center", fontsize=6, color="#4a5a70", rotation=90)
 
 
 def _draw_chip(ax, coords: tuple[int, ...], labels: dict[tuple[int, ...], str], two_cores: bool, half_w: float) -> None:

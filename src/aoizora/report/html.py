@@ -8,6 +8,7 @@ import io
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,43 @@ def _ms(seconds: Any) -> str:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers) if any(headers) else ""
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
+
+
+def mesh_summary(names: Sequence[str], sizes: Sequence[int]) -> str:
+    """The mesh as the strategy key names it (axes longer than 1), and the axes of size 1 it also has."""
+    used = ",".join(f"{n}={s}" for n, s in zip(names, sizes) if s > 1) or "one device"
+    unit = [n for n, s in zip(names, sizes) if s == 1]
+    return used + (f" (axes of size 1: {', '.join(unit)})" if unit else "")
+
+
+# Stage 1's verdict counts (`Stage1Result.counts`), in the order a reader follows them
+_STAGE1_COUNTS = (
+    ("rejected", "illegal on this slice"),
+    ("lowering_failed", "failed to lower"),
+    ("out_of_memory", "do not fit in HBM"),
+    ("ranked", "ranked by Q1"),
+)
+
+
+def stage1_summary(counts: dict[str, int]) -> str:
+    """One sentence from Stage 1's counts, e.g. "Stage 1: of 460 strategies, 361 illegal on this
+    slice, …; the first 3 went to Stage 2"."""
+    if not counts:
+        return "Stage 1: no counts recorded."
+    parts = [f"{counts[k]} {words}" for k, words in _STAGE1_COUNTS if k in counts]
+    known = {k for k, _ in _STAGE1_COUNTS} | {"enumerated", "kept"}
+    parts += [f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if k not in known]
+    head = f"Stage 1: of {counts['enumerated']} strategies, " if "enumerated" in counts else "Stage 1: "
+    tail = f"; its first {counts['kept']} went to Stage 2" if "kept" in counts else ""
+    return head + ", ".join(parts) + tail + "."
+
+
+def toolchain_summary(toolchain: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in toolchain.items())
 
 
 def write_report(plan: Plan, out_dir: str | Path) -> Path:
@@ -104,7 +139,7 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
     d = plan.data
     pred = d["prediction"]
     same = d.get("baselines", {}).get("same_strategy_jax_default", {})
-    heat = link_heatmaps(topo, panels)
+    heat = link_heatmaps(topo, panels, plan.axis_names)
     heat.savefig(out / "links.png", dpi=110, bbox_inches="tight")
     heat_src = _png(heat)
 
@@ -118,7 +153,7 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
     summary = [
         ["strategy", d["strategy"]["key"]],
         ["placement", f"{d['placement']['name']} — {d['placement']['description']}"],
-        ["mesh", ", ".join(f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes))],
+        ["mesh", mesh_summary(plan.axis_names, plan.axis_sizes)],
         ["predicted step", f"{_ms(pred['step_seconds'])} ms (compute {_ms(pred['compute_seconds'])}, "
                            f"exposed communication {_ms(pred['exposed_comm_seconds'])})"],
     ]
@@ -141,10 +176,12 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}img{{max-width:100%}}</style></head><body>
 <h1>{html.escape(d['workload']['name'])} on {html.escape(topo.name)}</h1>
 {_table(["", ""], summary)}
-<h2>Link loads of one step</h2><img src="{heat_src}" alt="link heatmaps">
+<h2>Link loads of one step</h2><p>Each box is a chip at the coordinates its column (x) and row (y) give; inside it, the
+mesh position of the device placed on it, over the mesh axes the panel's title names. Each arrow is one direction of a
+link, coloured by how long it is busy in one step.</p><img src="{heat_src}" alt="link heatmaps">
 <h2>Timeline of one step</h2><img src="{tl_src}" alt="timeline">
 <h2>Strategies (Stage 2)</h2>{_table(["strategy", "best placement", "step ms", "exposed comm ms", "jax-default ms", "memory GiB/device", "dropped"], alternatives)}
 <h2>Placements of the chosen strategy</h2>{_table(["placement", "step ms", "exposed comm ms"], placements)}
-<h2>Planning</h2>{_table(["stage", "time"], timings)}<p>Stage 1: {html.escape(str(d.get('stage1', {}).get('counts', {})))}</p>
-<ul>{notes}</ul><p>toolchain: {html.escape(str(d['toolchain']))}</p></body></html>"""
+<h2>Planning</h2>{_table(["stage", "time"], timings)}<p>{html.escape(stage1_summary(d.get('stage1', {}).get('counts', {})))}</p>
+<ul>{notes}</ul><p>toolchain: {html.escape(toolchain_summary(d['toolchain']))}</p></body></html>"""
     (out / "index.html").write_text(doc, encoding="utf-8")

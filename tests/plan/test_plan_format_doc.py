@@ -1,0 +1,43 @@
+"""docs/plan-format.md is the plan schema's own documentation, and covers what plans hold."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aoizora.plan.format_doc import render, rows
+from aoizora.plan.schema import PLAN_SCHEMA, validate_plan_json
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANS = sorted((ROOT / "docs" / "data" / "plans").rglob("*.json"))
+
+
+def test_the_committed_document_is_rendered_from_the_schema():
+    committed = (ROOT / "docs" / "plan-format.md").read_text()
+    assert committed == render(), "docs/plan-format.md is stale: PYTHONPATH=src python -m aoizora.plan.format_doc > docs/plan-format.md"
+
+
+def test_every_field_is_described():
+    undocumented = [path for path, field, _ in rows() if not field.get("description")]
+    assert not undocumented
+
+
+def _documented_objects() -> dict[str, set[str]]:
+    """Path of each object whose fields the schema lists -> those fields."""
+    out = {"": set(PLAN_SCHEMA["properties"])}
+    for path, field, _ in rows():
+        if "properties" in field:
+            out[path] = set(field["properties"])
+    return out
+
+
+@pytest.mark.parametrize("path", PLANS, ids=lambda p: str(p.relative_to(ROOT / "docs" / "data" / "plans")))
+def test_committed_plans_hold_only_documented_fields_and_validate(path):
+    plan = json.loads(path.read_text())
+    validate_plan_json(plan, str(path))
+    for where, fields in _documented_objects().items():
+        obj = plan
+        for part in filter(None, where.split(".")):
+            obj = obj.get(part, {}) if isinstance(obj, dict) else {}
+        extra = set(obj) - fields if isinstance(obj, dict) else set()
+        assert not extra, f"{path.name}: {where or '(top level)'} holds undocumented fields {sorted(extra)}"
