@@ -7,9 +7,10 @@ import re
 import pytest
 
 from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.strategy import Strategy
+from aoizora.errors import StrategyError
+from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.stage1 import analyse
-from aoizora.models.wan.space import WanSpace, strategy_key
+from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
 
 VIDEO = VideoShape(5, 128, 128)  # 2 latent frames x 8 x 8 tokens after patchify = 128 tokens
 
@@ -236,3 +237,29 @@ def test_chunked_strategies_take_their_unchunked_siblings_analysis(topo_2x4):
     st = next(e.candidate.strategy for e in chunked)
     own_q1 = analyse(space, st, topo_2x4)[1].seconds
     assert by_key[strategy_key(st)].q1.seconds <= own_q1 * (1 + 1e-9)
+
+
+def test_strategy_from_key_reads_back_every_key_of_a_space():
+    # the keys of a generation's space carry planned blocks, vmem and (TPU7x) weight tiles
+    for generation in ("v5e", "tpu7x"):
+        space = WanSpace(PRESETS["t2v-1.3b"], VideoShape(81, 480, 832), generation=generation)
+        for c in space.candidates(8):
+            assert strategy_from_key(c.key) == c.strategy, c.key
+
+
+def test_strategy_from_key_reads_keys_of_earlier_runs():
+    # a bench cell's key: blocks without a vmem field (compiled at libtpu's default limit)
+    st = strategy_from_key("data=2,context_ring=2,context_ulysses=4 | weights=gathered | attn=ulysses_ring | "
+                           "chunks=2 | blocks=1280/2048/1024")
+    assert st == Strategy(data=2, context=8, context_ulysses=4, attention="ulysses_ring", weights="gathered",
+                          ulysses_chunks=2, splash_blocks=SplashBlocks(1280, 2048, 1024))
+    assert strategy_from_key("single | weights=replicated | attn=allgather") == Strategy(weights="replicated")
+
+
+@pytest.mark.parametrize("key", ["data=2 context=4 | weights=gathered | attn=ring", "data=2 | weights=gathered",
+                                 "data=2 | weights=sharded | attn=ring", "pipe=2 | weights=gathered | attn=ring",
+                                 "data=2 | weights=gathered | attn=ring | blocks=512/512",
+                                 "data=2 | weights=gathered | attn=ring | flags=x"])
+def test_strategy_from_key_refuses_what_is_not_a_key(key):
+    with pytest.raises(StrategyError, match="is not a strategy key"):
+        strategy_from_key(key)

@@ -38,7 +38,7 @@ from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy, check_strategy,
+    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
     context_splits, describe_tile,
 )
 from aoizora.placement import MeshSpec
@@ -62,6 +62,39 @@ def strategy_key(st: Strategy) -> str:
     if st.scoped_vmem_kib is not None:
         key += f" | vmem={st.scoped_vmem_kib}"
     return key
+
+
+def strategy_from_key(key: str, kernel: str = "auto") -> Strategy:
+    """The strategy whose `strategy_key` is `key`: the inverse of `strategy_key`, so a key recorded
+    by a run (a bench cell, a Stage 1 output) names the strategy it ran, whatever splash blocks and
+    scoped-VMEM limit the current space would plan for it. Fields a key leaves out take their
+    defaults (no blocks: the kernel's pick; no vmem: libtpu's default limit)."""
+    mesh, *fields = (part.strip() for part in key.split("|"))
+    try:
+        sizes = {} if mesh == "single" else {a: int(n) for a, n in (f.split("=") for f in mesh.split(","))}
+        values = dict(f.split("=", 1) for f in fields)
+    except ValueError:
+        raise StrategyError(f"{key!r} is not a strategy key (mesh axes as name=size, then fields as name=value "
+                            f"separated by '|')") from None
+    unknown = set(values) - {"weights", "attn", "chunks", "blocks", "weight_tile", "kernel", "vmem"}
+    axes = set(MESH_AXES) | {"context_ring", "context_ulysses"}
+    if (unknown or not set(sizes) <= axes or values.get("attn") not in ATTENTION_VARIANTS
+            or values.get("weights") not in WEIGHT_MODES):
+        raise StrategyError(f"{key!r} is not a strategy key (mesh axes of {', '.join(sorted(axes))}, then "
+                            f"weights, attn and optionally chunks, blocks, weight_tile, kernel, vmem)")
+    try:
+        blocks = [int(b) for b in values["blocks"].split("/")] if "blocks" in values else None
+        tile = [int(t) for t in values["weight_tile"].split("x")] if "weight_tile" in values else None
+        return Strategy.from_axis_sizes(
+            sizes, attention=values["attn"], weights=values["weights"], kernel=kernel,
+            ulysses_chunks=int(values.get("chunks", 1)),
+            splash_blocks=SplashBlocks(*blocks) if blocks else None,
+            weight_tile=(tile[0], tile[1]) if tile else None,
+            kernel_profile=values.get("kernel", DEFAULT_KERNEL_PROFILE),
+            scoped_vmem_kib=int(values["vmem"]) if "vmem" in values else None)
+    except (TypeError, ValueError, IndexError):
+        raise StrategyError(f"{key!r} is not a strategy key (blocks as Q/KV/KV_COMPUTE, weight_tile as RxC, "
+                            f"chunks and vmem as integers)") from None
 
 
 class WanSpace(StrategySpace):
