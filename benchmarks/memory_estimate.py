@@ -15,8 +15,10 @@ import glob
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 from aoizora.models.registry import wan_space
+from aoizora.models.wan.space import strategy_from_key
 from aoizora.plan.planner import expert_entries
 from aoizora.stage2.search import OUT_OF_HBM
 from aoizora.stage1.dag import predict
@@ -27,6 +29,13 @@ from aoizora.toolchain import environment_flags
 from aoizora.topology import get_topology
 
 GIB = 2**30
+
+
+def compiled_strategy(key: str, experts: dict[str, Any], kernel: str) -> Any:
+    """The strategy a cell compiled under `key`: an expert deployment by its key (which names its
+    flags, not a strategy), any other as its key reads (the splash blocks and scoped-VMEM limit it
+    was compiled with, not those the current space would plan for it)."""
+    return experts[key] if key in experts else strategy_from_key(key, kernel)
 
 
 def main() -> None:
@@ -40,14 +49,12 @@ def main() -> None:
         cell = doc["cell"]
         topo = get_topology(cell["topology"])
         space = wan_space(cell["model"], cell["resolution"], int(cell["frames"]), generation=topo.generation)
-        strategies = {c.key: c.strategy for c in space.candidates(topo.num_devices)}
-        # the expert deployments the cell compiled beside the searched space
-        strategies.update((e.key, e.deployment.strategy) for e in expert_entries(space, topo, environment_flags()))
+        experts = {e.key: e.deployment.strategy for e in expert_entries(space, topo, environment_flags())}
         for key, compiled in doc["strategies"].items():
             refused = (compiled.get("dropped") or "").startswith(OUT_OF_HBM)
             if not compiled.get("memory_bytes") and not refused:
                 continue  # not compiled, or failed for another reason
-            st = strategies[key]
+            st = compiled_strategy(key, experts, space.kernel)
             lowered = lowering_inputs_on(space, st, topo).lower()
             pred = predict(read_module(lowered), lambda call, st=st: space.kernel_cost(st, call),
                            async_collective_fusion=topo.hardware.async_collective_fusion)
