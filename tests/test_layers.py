@@ -14,7 +14,7 @@ import aoizora
 # lowest first: a module may import only from layers before its own
 LAYERS: list[set[str]] = [
     {"errors", "interrupts", "stderr_filter", "progress"},
-    {"defaults", "toolchain"},
+    {"defaults", "toolchain", "store"},
     {"topology"},
     {"hlo", "placement"},
     {"workload"},
