@@ -538,11 +538,12 @@ def _resolution(text: str, model: str) -> tuple[int, int]:
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:
     """`aoizora plan --stage1-only`: Stage 1's ranking (and the space's expert deployments), no compile."""
+    from aoizora.plan import cache
     from aoizora.plan.planner import nothing_fits
     from aoizora.stage1 import default_stage1_cache, run_stage1
 
     result = run_stage1(space, topo, top_k=top_k, progress=not as_json, console=console,
-                        cache=None if no_cache else default_stage1_cache())
+                        cache=None if no_cache or not cache.caches_usable() else default_stage1_cache())
     best = result.ranked[0].candidate.strategy if result.ranked else None
     details = space.plan_details(best, topo) if best is not None else {}
     if as_json:

@@ -29,7 +29,7 @@ from aoizora.defaults import cache_root
 from aoizora.plan.plan import Plan, check_plan
 from aoizora.stage1 import LOWERING_FAILED
 from aoizora.stage2 import refused_for_memory
-from aoizora.store import ChecksummedStore
+from aoizora.store import ChecksummedStore, unusable_dir
 
 log = logging.getLogger("aoizora.cache")
 
@@ -37,6 +37,18 @@ log = logging.getLogger("aoizora.cache")
 def cache_dir() -> Path:
     """Where plans are cached: `$AOIZORA_CACHE_DIR` itself, else `plans/` in the user's cache directory."""
     return cache_root() if "AOIZORA_CACHE_DIR" in os.environ else cache_root() / "plans"
+
+
+def caches_usable() -> bool:
+    """Whether the cache folder (`cache_root`, which holds the plan, Stage 1 and compile caches) can be
+    written; when it cannot, one warning line says planning goes on without caches. Checked before
+    any long work, so that a cache folder that is a file, read-only or unwritable costs one line,
+    not the work."""
+    problem = unusable_dir(cache_root())
+    if problem:
+        log.warning("aoizora: the cache folder cannot be used (%s); planning without caches "
+                    "(set AOIZORA_CACHE_DIR to a writable folder, or pass --no-cache)", problem)
+    return problem is None
 
 
 def _store() -> ChecksummedStore:
