@@ -116,3 +116,4 @@ def test_write_json_atomic_leaves_the_old_file_when_it_fails(tmp_path):
     with pytest.raises(ValueError):
         write_json_atomic(path, {"a": float("nan")})  # strict JSON: refused before the rename
     assert path.read_text() == '{"a": 1}' and [p.name for p in tmp_path.iterdir()] == ["doc.json"]
+
