@@ -121,3 +121,52 @@ def test_a_stop_outside_a_command_is_one_line(monkeypatch, capfd, stop, code, li
     assert exit_info.value.code == code
     assert _lines(capfd.readouterr().err) == [line]
 
+
+# --- the README's reliability paragraph: each sentence and the tests that hold it to its word ---------
+README_SENTENCES = {
+    "Bad input ends a command with exit code 2 and one line": [
+        "tests/test_cli_inputs.py::test_plan_refuses_unwritable_outputs_before_stage1",
+        "tests/test_cli_inputs.py::test_bad_plan_files_are_one_line_and_leave_nothing",
+        "tests/test_cli_inputs.py::test_plan_option_values_are_one_line",
+        "tests/test_cli_reliability.py::test_a_compiler_variable_the_compiler_refuses_is_one_line_naming_it",
+        "tests/test_cli_reliability.py::test_a_jax_platform_this_host_cannot_start_is_one_line",
+    ],
+    "Ctrl-C ends a command with exit code 130, SIGTERM with 143 and SIGHUP with 129": [
+        "tests/test_cli_inputs.py::test_a_stop_signal_ends_the_command_with_one_line",
+        "tests/test_cli_reliability.py::test_sighup_mid_plan_ends_it_like_sigterm_and_writes_nothing",
+        "tests/test_cli_reliability.py::test_a_stop_outside_a_command_is_one_line",
+    ],
+    "Plans, bench cells and cache entries are written atomically": [
+        "tests/test_store.py::test_a_write_that_fails_at_the_rename_leaves_the_old_file_and_no_temporary",
+        "tests/test_store.py::test_write_json_atomic_leaves_the_old_file_when_it_fails",
+    ],
+    "The plan, Stage 1 and compile caches check every entry they read and recover from any state": [
+        "tests/plan/test_plan.py::test_plan_cache_entries_that_do_not_match_their_checksum_are_recomputed",
+        "tests/stage1/test_cache.py::test_a_damaged_entry_is_discarded_and_analysed_again",
+        "tests/stage2/test_compile_cache.py::test_corrupt_entries_are_discarded",
+        "tests/test_store.py::test_an_entry_that_is_a_full_directory_is_a_miss_and_is_not_written",
+        "tests/plan/test_plan_cache_states.py::test_compile_cache_entries_that_are_directories_do_not_degrade_the_plan",
+        "tests/plan/test_plan_cache_states.py::test_a_plan_cache_entry_that_is_a_directory_is_planned_again",
+        "tests/plan/test_plan_cache_states.py::test_a_cache_folder_that_is_a_file_plans_without_caches",
+        "tests/plan/test_plan_cache_degraded.py::test_a_plan_whose_compile_timed_out_does_not_answer_the_next_request",
+    ],
+}
+
+
+def test_every_sentence_of_the_readme_reliability_paragraph_has_its_tests():
+    """The paragraph states only what a test checks: each sentence is listed above with the tests
+    that check it, and each of those tests exists."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    section = (root / "README.md").read_text().split("## Reliability\n", 1)[1].split("\n## ", 1)[0]
+    sentences = [s for s in section.replace("\n", " ").split(". ") if s.strip()]
+    assert len(sentences) == len(README_SENTENCES)
+    for sentence, starts in zip(sentences, README_SENTENCES):
+        assert sentence.strip().startswith(starts), sentence
+    for tests in README_SENTENCES.values():
+        for test in tests:
+            path, name = test.split("::")
+            defined = {n.name for n in ast.walk(ast.parse((root / path).read_text())) if isinstance(n, ast.FunctionDef)}
+            assert name in defined, test

@@ -117,3 +117,21 @@ def test_write_json_atomic_leaves_the_old_file_when_it_fails(tmp_path):
         write_json_atomic(path, {"a": float("nan")})  # strict JSON: refused before the rename
     assert path.read_text() == '{"a": 1}' and [p.name for p in tmp_path.iterdir()] == ["doc.json"]
 
+
+def test_a_write_that_fails_at_the_rename_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    """What `Plan.save`, the bench's cells and every cache entry rely on: never part of a file."""
+    from aoizora.plan.plan import Plan
+    from tests.plan.plan_doc import plan_doc
+
+    path = tmp_path / "plan.json"
+    Plan(plan_doc()).save(path)
+    before = path.read_bytes()
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    changed = {**plan_doc(), "notes": ["another plan"]}
+    with pytest.raises(OSError):
+        Plan(changed).save(path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["plan.json"]
