@@ -163,7 +163,7 @@ def test_every_sentence_of_the_readme_reliability_paragraph_has_its_tests():
     section = (root / "README.md").read_text().split("## Reliability\n", 1)[1].split("\n## ", 1)[0]
     sentences = [s for s in section.replace("\n", " ").split(". ") if s.strip()]
     assert len(sentences) == len(README_SENTENCES)
-    for sentence, starts in zip(sentences, README_SENTENCES):
+    for sentence, starts in zip(sentences, README_SENTENCES, strict=False):
         assert sentence.strip().startswith(starts), sentence
     for tests in README_SENTENCES.values():
         for test in tests:

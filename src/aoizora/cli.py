@@ -66,10 +66,11 @@ class _Group(click.Group):
             # JAX_PLATFORMS names a platform this host does not have, or none jax knows
             from aoizora.store import one_line
 
-            platforms = os.environ.get("JAX_PLATFORMS", "")
-            click.echo(f"aoizora: error: jax cannot start JAX_PLATFORMS={platforms!r} "
-                       f"({one_line(str(exc).split(' (set JAX_PLATFORMS')[0], 300)}); unset JAX_PLATFORMS or name a "
-                       "platform this host has", err=True)
+            platforms = os.environ.get("JAX_PLATFORMS")
+            what, fix = ((f"JAX_PLATFORMS={platforms!r}", "unset JAX_PLATFORMS or name a platform this host has")
+                         if platforms else ("its backend", "check that this host's accelerators are free"))
+            reason = one_line(str(exc).split(" (set JAX_PLATFORMS")[0], 300)
+            click.echo(f"aoizora: error: jax cannot start {what} ({reason}); {fix}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except click.UsageError as exc:  # a subcommand's options or arguments
             click.echo(_usage_line(exc), err=True)

@@ -6,7 +6,6 @@ import pytest
 from aoizora.plan import Plan, cache, plan_function
 from aoizora.stage2 import CompileTimeout
 from aoizora.topology import get_topology
-
 from tests.plan.plan_doc import plan_doc
 from tests.plan.test_plan import ARGS, STRATEGIES, mlp
 

@@ -124,7 +124,8 @@ class CompileCache:
 def _record_from_payload(d: dict[str, Any]) -> CompileRecord:
     """The record of a cache entry's payload; an error unless it holds a program or an error."""
     record = CompileRecord(
-        hlo_text=d["hlo_text"], device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
+        hlo_text=d["hlo_text"],
+        device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
         memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
         label=str(d.get("label", "")),
     )
