@@ -80,3 +80,14 @@ def test_other_unraisable_exceptions_still_reach_the_hook(monkeypatch):
         obj = FailingFinalizer()
         del obj
     assert [type(u.exc_value) for u in reported] == [ValueError]
+
+
+def test_sighup_ends_the_block_as_terminated():
+    """A closed terminal (SIGHUP) stops a command as SIGTERM does: unwound, with the signal's number."""
+    from aoizora.interrupts import Terminated
+
+    with pytest.raises(Terminated) as stopped:
+        with interrupts_not_lost():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)
+    assert stopped.value.signum == signal.SIGHUP

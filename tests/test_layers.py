@@ -13,7 +13,7 @@ import aoizora
 
 # lowest first: a module may import only from layers before its own
 LAYERS: list[set[str]] = [
-    {"errors", "interrupts", "stderr_filter", "progress"},
+    {"errors", "interrupts", "stderr_filter", "progress", "store"},
     {"defaults", "toolchain"},
     {"topology"},
     {"hlo", "placement"},

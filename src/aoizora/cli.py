@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -20,11 +21,12 @@ from aoizora.defaults import (
     DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_RAY_CPUS_PER_COMPILE, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP,
 )
 from aoizora.errors import AoizoraError, OutputPathError, PlanningError
-from aoizora.interrupts import Terminated, interrupts_not_lost
+from aoizora.interrupts import Terminated, interrupts_not_lost, start_resource_tracker_deaf_to_hangups
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a job scheduler's stop reports
+EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed (treated as SIGTERM: unwound, nothing written)
 
 
 def _usage_line(exc: click.UsageError) -> str:
@@ -35,7 +37,7 @@ def _usage_line(exc: click.UsageError) -> str:
 
 class _Group(click.Group):
     """Turns aoizora's typed errors and bad options into one-line messages with exit code 2; Ctrl-C
-    into 130, SIGTERM into 143."""
+    into 130, SIGTERM into 143, SIGHUP into 129."""
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         try:
@@ -44,6 +46,13 @@ class _Group(click.Group):
             click.echo(_usage_line(exc), err=True)
             raise click.exceptions.Exit(EXIT_BAD_INPUT) from None
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name in _COMMANDS_THAT_START_JAX and not {"--help", "-h"} & set(rest):
+            _check_environment()
+            start_resource_tracker_deaf_to_hangups()
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             with interrupts_not_lost():
@@ -51,15 +60,48 @@ class _Group(click.Group):
         except AoizoraError as exc:
             click.echo(f"aoizora: error: {exc}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+        except RuntimeError as exc:
+            if "Unable to initialize backend" not in str(exc):
+                raise
+            # JAX_PLATFORMS names a platform this host does not have, or none jax knows
+            from aoizora.store import one_line
+
+            platforms = os.environ.get("JAX_PLATFORMS")
+            what, fix = ((f"JAX_PLATFORMS={platforms!r}", "unset JAX_PLATFORMS or name a platform this host has")
+                         if platforms else ("its backend", "check that this host's accelerators are free"))
+            reason = one_line(str(exc).split(" (set JAX_PLATFORMS")[0], 300)
+            click.echo(f"aoizora: error: jax cannot start {what} ({reason}); {fix}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
         except click.UsageError as exc:  # a subcommand's options or arguments
             click.echo(_usage_line(exc), err=True)
             ctx.exit(EXIT_BAD_INPUT)
-        except Terminated:
-            click.echo("aoizora: terminated", err=True)
-            ctx.exit(EXIT_TERMINATED)
-        except KeyboardInterrupt:
-            click.echo("aoizora: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:  # Terminated too
+            ctx.exit(_stopped(exc))
+
+
+# the commands that start jax's backends or libtpu (and so read XLA_FLAGS and LIBTPU_INIT_ARGS)
+_COMMANDS_THAT_START_JAX = frozenset({"plan", "run", "measure", "bench", "demo", "validate"})
+
+
+def _check_environment() -> None:
+    """Refuse in one line (CompilerFlagError) compiler environment variables that XLA or libtpu would
+    end the process on, with exit 1 and no message, once they start; before any work."""
+    from aoizora.defaults import cache_root
+    from aoizora.store import unusable_dir
+    from aoizora.toolchain import check_compiler_environment
+
+    verdicts = cache_root() / "environment"
+    check_compiler_environment(None if unusable_dir(verdicts) else verdicts)
+
+
+def _stopped(exc: KeyboardInterrupt) -> int:
+    """Say in one line that a stop signal ended the command; its exit code."""
+    if not isinstance(exc, Terminated):
+        click.echo("aoizora: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    hung_up = exc.signum == signal.SIGHUP
+    click.echo("aoizora: terminated (SIGHUP)" if hung_up else "aoizora: terminated", err=True)
+    return EXIT_HUNG_UP if hung_up else EXIT_TERMINATED
 
 
 def _finite(obj: Any) -> Any:
@@ -538,11 +580,12 @@ def _resolution(text: str, model: str) -> tuple[int, int]:
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:
     """`aoizora plan --stage1-only`: Stage 1's ranking (and the space's expert deployments), no compile."""
+    from aoizora.plan import cache
     from aoizora.plan.planner import nothing_fits
     from aoizora.stage1 import default_stage1_cache, run_stage1
 
     result = run_stage1(space, topo, top_k=top_k, progress=not as_json, console=console,
-                        cache=None if no_cache else default_stage1_cache())
+                        cache=None if no_cache or not cache.caches_usable() else default_stage1_cache())
     best = result.ranked[0].candidate.strategy if result.ranked else None
     details = space.plan_details(best, topo) if best is not None else {}
     if as_json:
@@ -741,11 +784,17 @@ def main() -> None:
     """Console entry point."""
     from aoizora.stderr_filter import StderrFilter
 
-    with StderrFilter():
-        try:
-            cli.main(standalone_mode=True)
-        except SystemExit as exc:
-            code = exc.code
+    code: Any = 0
+    try:
+        # from here on a stop signal is one line, also outside a command (setting up the filter,
+        # reading the options) where the group's own handling does not reach
+        with interrupts_not_lost(), StderrFilter():
+            try:
+                cli.main(standalone_mode=True)
+            except SystemExit as exc:
+                code = exc.code
+    except KeyboardInterrupt as exc:
+        code = _stopped(exc)
     sys.exit(code)
 
 

@@ -1,6 +1,6 @@
-"""Stop signals as exceptions: Ctrl-C (SIGINT) and a scheduler's stop (SIGTERM) end a command by
-unwinding it, so every clean-up on the way (compile workers, caches, pools) runs, and never get
-lost where Python cannot raise."""
+"""Stop signals as exceptions: Ctrl-C (SIGINT), a scheduler's stop (SIGTERM) and a closed terminal
+(SIGHUP) end a command by unwinding it, so every clean-up on the way (compile workers, caches,
+pools) runs and nothing half-done is written, and never get lost where Python cannot raise."""
 
 from __future__ import annotations
 
@@ -14,8 +14,17 @@ from typing import Any
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a job scheduler or `kill` stopping the command): it unwinds like Ctrl-C, so every
-    clean-up that Ctrl-C runs (compile workers, caches, pools) runs for it too."""
+    """SIGTERM (a job scheduler or `kill` stopping the command) or SIGHUP (its terminal closed, or a
+    session manager stopping it): it unwinds like Ctrl-C, so every clean-up that Ctrl-C runs
+    (compile workers, caches, pools) runs for it too. `signum` is the signal's number."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = int(signum)
+
+
+#: The signals that stop a command by unwinding it (SIGINT as KeyboardInterrupt, the others as Terminated).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # long against the few statements of the hook that delivers a signal again, short against a person
@@ -39,14 +48,14 @@ def interrupts_not_lost() -> Iterator[None]:
     raised: list[KeyboardInterrupt] = []
 
     def handler(signum: int, frame: Any) -> None:
-        raised.append(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+        raised.append(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
         raise raised[-1]
 
     previous_hook = sys.unraisablehook
 
     def deliver_again(exc: KeyboardInterrupt) -> None:
         """Soon, from another thread: delivered now, the handler would raise inside this hook."""
-        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(signum,))
         timer.daemon = True
         timer.start()
@@ -60,7 +69,7 @@ def interrupts_not_lost() -> Iterator[None]:
         except KeyboardInterrupt as exc:  # delivered while still in this hook: once more
             deliver_again(exc)
 
-    previous_handlers = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous_handlers = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     sys.unraisablehook = unraisable_hook
     try:
         yield
@@ -69,4 +78,18 @@ def interrupts_not_lost() -> Iterator[None]:
             signal.signal(signum, previous)
         sys.unraisablehook = previous_hook
     if raised:
-        raise type(raised[0])
+        raise raised[0]
+
+
+def start_resource_tracker_deaf_to_hangups() -> None:
+    """Start multiprocessing's resource tracker (shared by every worker pool of this process) with
+    SIGHUP blocked, which it keeps: it ignores SIGINT and SIGTERM on its own, but a closing
+    terminal's SIGHUP, sent to the whole process group, would kill it and the command would warn
+    that it "died unexpectedly". It ends with this process either way (its pipe closes)."""
+    from multiprocessing import resource_tracker
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -147,6 +148,72 @@ def check_compiler_flags(flags: CompilerFlags, topology_name: str) -> None:
         raise CompilerFlagError(
             f"libtpu refuses the compiler flags ({_first_line(exc)}); fix or drop that flag in --libtpu-args"
         ) from None
+
+
+# What reads the compiler environment variables, in a child: XLA reads XLA_FLAGS when its first
+# backend starts, libtpu reads LIBTPU_INIT_ARGS when it loads. Either ends its process with exit 1
+# on a flag it does not know (before Python can catch anything), so the check cannot run in this one.
+_ENVIRONMENT_PROBE = """
+import importlib.util, jax
+jax.devices("cpu")
+if importlib.util.find_spec("libtpu") is not None:
+    from jax.experimental import topologies
+    topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2")
+"""
+_XLA_UNKNOWN = re.compile(r"Unknown flags? in XLA_FLAGS: *(.*)")
+_LIBTPU_UNKNOWN = re.compile(r"Unknown command line flag '([^']*)'")
+
+
+def check_compiler_environment(verdicts: str | os.PathLike[str] | None = None) -> None:
+    """Raise CompilerFlagError, naming the variable, unless XLA and libtpu start with this process's
+    `XLA_FLAGS` and `LIBTPU_INIT_ARGS` (nothing to check when both are unset).
+
+    Checked in a child process (a few seconds); an environment that passed is remembered in the
+    folder `verdicts` (None: not remembered), keyed by the two variables and the toolchain."""
+    env = compiler_environment()
+    if not any(env.values()):
+        return
+    import subprocess
+    import sys
+
+    from aoizora.store import ChecksummedStore
+
+    versions = {name: _installed_version(name) for name in ("jax", "jaxlib", "libtpu")}
+    key = hashlib.sha256(json.dumps({"env": env, "versions": versions, "python": sys.executable},
+                                    sort_keys=True).encode()).hexdigest()[:32]
+    store = ChecksummedStore(verdicts, field="verdict", what="environment check") if verdicts is not None else None
+    if store is not None and store.load(key) is not None:
+        return
+    try:
+        child = subprocess.run([sys.executable, "-c", _ENVIRONMENT_PROBE], capture_output=True, text=True,
+                               timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    except subprocess.TimeoutExpired:  # a host too slow to tell: the command itself will find out
+        return
+    if child.returncode != 0:
+        raise CompilerFlagError(_environment_refusal(child.stderr, child.returncode))
+    if store is not None:
+        store.store(key, {"ok": True, **env})
+
+
+def _environment_refusal(stderr: str, code: int) -> str:
+    """The one line that says which variable the compiler refused, from the probe's stderr."""
+    xla = _XLA_UNKNOWN.search(stderr)
+    if xla:
+        return f"XLA_FLAGS holds a flag XLA does not know ({xla.group(1).strip()[:200]}); fix or unset XLA_FLAGS"
+    libtpu = _LIBTPU_UNKNOWN.search(stderr)
+    if libtpu:
+        return (f"LIBTPU_INIT_ARGS holds a flag libtpu does not know ({libtpu.group(1)}); "
+                "fix or unset LIBTPU_INIT_ARGS")
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), f"exit {code}")
+    return (f"jax and libtpu do not start with this environment's LIBTPU_INIT_ARGS and XLA_FLAGS ({last[:200]}); "
+            "fix or unset them")
+
+
+def _installed_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 @functools.lru_cache(maxsize=1)

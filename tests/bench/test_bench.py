@@ -132,7 +132,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
 
 
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
-    import aoizora.bench as bench
+    import aoizora.bench.run as bench_run
 
     calls = []
 
@@ -140,7 +140,7 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
         calls.append(cell)
         return json.loads(json.dumps(cell_doc))
 
-    monkeypatch.setattr(bench, "run_cell_with_fallback", fake_run)
+    monkeypatch.setattr(bench_run, "run_cell_with_fallback", fake_run)
     opts = BenchOptions(top_k=2, oracle=True)
     docs = run_bench([CELL], opts, tmp_path, compile_cache=CompileCache(tmp_path / "c"), progress=False)
     for name in ("results.json", "results.csv", "table.md", "speedups.png", "q2_vs_sim.png", f"cells/{CELL.id}.json"):

@@ -4,6 +4,15 @@ No entry is trusted: each file holds its key, a SHA-256 checksum of the plan and
 used only if it is UTF-8 strict JSON naming the key it was looked up by, the plan matches the
 checksum, passes every check of a plan file and answers the same request. Anything else is deleted,
 logged in one line, and recomputed.
+
+A degraded plan is never cached nor answered from the cache: one that lost a candidate to a compile
+that timed out or failed, a verifying recompile that failed, or a strategy that failed to lower
+(see `degraded`). Such a loss is the circumstances' (host load, the timeout, a damaged compile-cache
+entry, a killed worker), not the request's, so keying the plan by the settings that caused it would
+still let a plan degraded by a busy host answer the same request on an idle one. The compiler's
+refusal for memory is deterministic and is not a degradation: plans that lost a strategy to it are
+cached. Re-planning a degraded request is cheap where it did not degrade: the Stage 1 and compile
+caches answer the parts that worked.
 """
 
 from __future__ import annotations
@@ -12,13 +21,15 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aoizora.defaults import cache_root
-from aoizora.errors import PlanFormatError
-from aoizora.plan.plan import Plan, check_plan, strict_json_loads
+from aoizora.plan.plan import Plan, check_plan
+from aoizora.stage1 import LOWERING_FAILED
+from aoizora.stage2 import refused_for_memory
+from aoizora.store import ChecksummedStore, unusable_dir
 
 log = logging.getLogger("aoizora.cache")
 
@@ -28,63 +39,74 @@ def cache_dir() -> Path:
     return cache_root() if "AOIZORA_CACHE_DIR" in os.environ else cache_root() / "plans"
 
 
+def caches_usable() -> bool:
+    """Whether the cache folder (`cache_root`, which holds the plan, Stage 1 and compile caches) can be
+    written; when it cannot, one warning line says planning goes on without caches. Checked before
+    any long work, so that a cache folder that is a file, read-only or unwritable costs one line,
+    not the work."""
+    problem = unusable_dir(cache_root())
+    if problem:
+        log.warning("aoizora: the cache folder cannot be used (%s); planning without caches "
+                    "(set AOIZORA_CACHE_DIR to a writable folder, or pass --no-cache)", problem)
+    return problem is None
+
+
+def _store() -> ChecksummedStore:
+    return ChecksummedStore(cache_dir(), field="plan", what="plan-cache", again="planning again")
+
+
 def cache_key(request: dict[str, Any]) -> str:
     blob = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _checksum(plan_data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(plan_data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def _answer(request: dict[str, Any]) -> Callable[[dict[str, Any]], Plan]:
+    """A parser of a cached plan: the Plan, or an error unless it passes every check of a plan file and
+    answers `request`."""
 
+    def parse(data: dict[str, Any]) -> Plan:
+        check_plan(data, source="cached plan")
+        plan = Plan(data)
+        if plan.data.get("request") != request:
+            raise ValueError("entry answers another request")
+        loss = degraded(plan.data)
+        if loss:
+            raise ValueError(f"a degraded plan ({loss})")
+        return plan
 
-def _entry_plan(raw: bytes, key: str, request: dict[str, Any]) -> Plan:
-    """The plan of a cache entry; ValueError or PlanFormatError unless the entry is whole and answers `request`."""
-    entry = strict_json_loads(raw.decode("utf-8"))
-    if not isinstance(entry, dict) or not isinstance(entry.get("plan"), dict):
-        raise ValueError("not a plan-cache entry of this format")
-    if entry.get("key") != key:
-        raise ValueError(f"entry names key {entry.get('key')!r}")
-    if entry.get("sha256") != _checksum(entry["plan"]):
-        raise ValueError("plan does not match its checksum")
-    check_plan(entry["plan"], source="cached plan")
-    plan = Plan(entry["plan"])
-    if plan.data.get("request") != request:
-        raise ValueError("entry answers another request")
-    return plan
+    return parse
 
 
 def lookup(request: dict[str, Any]) -> Plan | None:
     """The cached plan of `request`, or None (a bad entry is deleted and logged)."""
-    key = cache_key(request)
-    path = cache_dir() / f"{key}.json"
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        log.warning("aoizora: cannot read plan-cache entry %s (%s); planning again", path, exc.strerror)
-        return None
-    try:
-        return _entry_plan(raw, key, request)
-    except (ValueError, PlanFormatError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError too
-        path.unlink(missing_ok=True)
-        reason = " ".join(str(exc).split())[:200]
-        log.warning("aoizora: discarded plan-cache entry %s (%s: %s); planning again", key, type(exc).__name__, reason)
-        return None
+    return _store().load(cache_key(request), _answer(request))
 
 
-def store(request: dict[str, Any], plan: Plan) -> Path:
-    """Write `plan` as the answer to `request`, atomically (temp file, then rename)."""
-    key = cache_key(request)
-    path = cache_dir() / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    entry = {"key": key, "sha256": _checksum(plan.data), "plan": plan.data}
-    fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(entry, fh, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+def store(request: dict[str, Any], plan: Plan) -> Path | None:
+    """Write `plan` as the answer to `request`, atomically (temp file, then rename); a degraded plan
+    (see `degraded`) is not written, and None is returned."""
+    loss = degraded(plan.data)
+    if loss:
+        log.info("aoizora: plan not cached: %s", loss)
+        return None
+    return _store().store(cache_key(request), plan.data)
+
+
+def degraded(plan_data: dict[str, Any]) -> str | None:
+    """Why a plan lost a candidate to its circumstances rather than its request, or None.
+
+    The losses: a Stage 2 candidate or expert deployment dropped for any reason but the compiler's
+    refusal for memory (a timeout, a failed compile), a verifying recompile that failed, a Stage 1
+    strategy that failed to lower."""
+    rows = [*plan_data.get("alternatives", []), *plan_data.get("baselines", {}).get("experts", [])]
+    for row in rows:
+        dropped = row.get("dropped") if isinstance(row, dict) else None
+        if isinstance(dropped, str) and not refused_for_memory(dropped):
+            return f"{row.get('strategy')} was dropped: {dropped}"
+    for note in plan_data.get("notes", []):
+        if isinstance(note, str) and note.startswith("recompile of ") and " failed (" in note:
+            return note
+    for entry in plan_data.get("stage1", {}).get("entries", []):
+        if isinstance(entry, dict) and entry.get("verdict") == LOWERING_FAILED:
+            return f"{entry.get('key')} failed to lower in Stage 1"
+    return None

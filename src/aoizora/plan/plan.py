@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import numpy as np
 from aoizora.errors import PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
 from aoizora.plan.schema import validate_plan_json
+from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
 
 
@@ -92,15 +92,7 @@ class Plan:
         """Write atomically (temp file, then rename): never a half-written plan."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.data, fh, indent=2, allow_nan=False)
-                fh.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(path, self.data, indent=2, newline=True, prefix=".plan-")
         return path
 
 

@@ -102,6 +102,7 @@ def plan_space(
     flags = planning_flags(libtpu_args, topology.name)
     request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
                        include_experts=include_experts)
+    use_cache = use_cache and cache.caches_usable()
     if use_cache:
         hit = cache.lookup(request)
         if hit is not None:

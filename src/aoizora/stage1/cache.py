@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("aoizora.cache")
+from aoizora.store import ChecksummedStore
 
 
 def stage1_cache_key(workload: dict[str, Any], topology_name: str, toolchain: dict[str, str], source: str,
@@ -38,64 +35,21 @@ def stage1_cache_key(workload: dict[str, Any], topology_name: str, toolchain: di
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def _checksum(analyses: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(analyses, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
 class Stage1Cache:
     """Analyses by strategy key, one JSON file per key of `stage1_cache_key`, under `root`."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / f"{key}.json"
+        self._entries = ChecksummedStore(root, field="analyses", what="Stage 1 cache", again="analysing again")
+        self.root = self._entries.root
 
     def load(self, key: str) -> dict[str, dict[str, Any]]:
         """The analyses stored under `key` (empty when none, or when the file is not trusted)."""
-        path = self._path(key)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            log.warning("aoizora: cannot read Stage 1 cache entry %s (%s); analysing again", path.name, exc.strerror)
-            return {}
-        try:
-            entry = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-            if not isinstance(entry, dict) or not isinstance(entry.get("analyses"), dict):
-                raise ValueError("not a Stage 1 cache entry of this format")
-            if entry.get("key") != key:
-                raise ValueError(f"entry names key {entry.get('key')!r}")
-            if entry.get("sha256") != _checksum(entry["analyses"]):
-                raise ValueError("analyses do not match their checksum")
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError too
-            path.unlink(missing_ok=True)
-            reason = " ".join(str(exc).split())[:200]
-            log.warning("aoizora: discarded Stage 1 cache entry %s (%s: %s); analysing again", key,
-                        type(exc).__name__, reason)
-            return {}
-        return entry["analyses"]
+        return self._entries.load(key) or {}
 
     def store(self, key: str, analyses: dict[str, dict[str, Any]]) -> None:
         """Add `analyses` to those stored under `key` (the new one wins for a strategy in both)."""
-        if not analyses:
-            return
-        merged = {**self.load(key), **analyses}
-        entry = {"key": key, "sha256": _checksum(merged), "analyses": merged}
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".stage1-", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(entry, fh, allow_nan=False)
-            os.replace(tmp, self._path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON")
+        if analyses:
+            self._entries.store(key, {**self.load(key), **analyses})
 
 
 def default_stage1_cache() -> Stage1Cache:

@@ -203,7 +203,9 @@ def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory
 
     import aoizora  # noqa: F401  (libtpu's multi-process switch, before jax starts)
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent stops the workers
+    # Ctrl-C and a closing terminal's SIGHUP reach the whole group: the parent stops the workers
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     from aoizora.topology import get_topology
 
     _WORKER.update(space=pickle.loads(space_blob), topology=get_topology(topology_name), overlap=overlap,

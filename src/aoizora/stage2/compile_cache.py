@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import base64
 import functools
-import gzip
 import hashlib
 import json
-import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from aoizora.store import ChecksummedStore
 from aoizora.toolchain import CompilerFlags, compiler_environment
-
-log = logging.getLogger("aoizora.cache")
 
 
 @dataclass(frozen=True)
@@ -84,7 +79,9 @@ class CompileCache:
     """Compiled programs under `root` (one gzipped JSON file per key)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
+        self._entries = ChecksummedStore(root, field="record", suffix=".json.gz", compress=True,
+                                         what="compile-cache", again="recompiling")
+        self.root = self._entries.root
         self.hits = 0
         self.misses = 0
 
@@ -99,33 +96,20 @@ class CompileCache:
         digest.update(_without_source_paths(lowered_text).encode())
         return digest.hexdigest()[:40]
 
-    def _path(self, key: str) -> Path:
-        return self.root / f"{key}.json.gz"
-
     def get(self, key: str) -> CompileRecord | None:
         """The record stored under `key`, or None (a bad entry is discarded and counts as a miss)."""
-        path = self._path(key)
-        if not path.exists():
+        record = self._entries.load(key, _record_from_payload)
+        if record is None:
             self.misses += 1
-            return None
-        try:
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                d = json.load(f)
-            record = _record_from_entry(d, key)
-        except Exception as exc:  # corrupt, tampered with or from another format: discard and recompile
-            self.discard(key, f"{type(exc).__name__}: {exc}")
-            self.misses += 1
-            return None
-        self.hits += 1
+        else:
+            self.hits += 1
         return record
 
     def discard(self, key: str, reason: str) -> None:
         """Delete the entry of `key` (one that must not be used) and say so in one line."""
-        self._path(key).unlink(missing_ok=True)
-        log.warning("aoizora: discarded compile-cache entry %s (%s); recompiling", key, _one_line(reason))
+        self._entries.discard(key, reason)
 
     def put(self, key: str, record: CompileRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         doc: dict[str, Any] = {
             "hlo_text": record.hlo_text,
             "device_ids": list(record.device_ids) if record.device_ids is not None else None,
@@ -134,37 +118,14 @@ class CompileCache:
             "error": record.error,
             "label": record.label,
         }
-        entry = {"key": key, "sha256": _checksum(doc), "record": doc}
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
-                json.dump(entry, f)
-            os.replace(tmp, self._path(key))  # atomic: readers never see half an entry
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self._entries.store(key, doc)  # atomic: readers never see half an entry
 
 
-def _checksum(doc: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _record_from_entry(entry: Any, key: str) -> CompileRecord:
-    """The record of a cache entry read back; ValueError unless it is whole and belongs to `key`."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("record"), dict):
-        raise ValueError("not a compile-cache entry of this format")
-    if entry.get("key") != key:
-        raise ValueError(f"entry names key {entry.get('key')!r}")
-    d = entry["record"]
-    if entry.get("sha256") != _checksum(d):
-        raise ValueError("payload does not match its checksum")
+def _record_from_payload(d: dict[str, Any]) -> CompileRecord:
+    """The record of a cache entry's payload; an error unless it holds a program or an error."""
     record = CompileRecord(
-        hlo_text=d["hlo_text"], device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
+        hlo_text=d["hlo_text"],
+        device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
         memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
         label=str(d.get("label", "")),
     )

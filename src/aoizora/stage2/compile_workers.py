@@ -438,9 +438,9 @@ def main() -> None:
     to the parent, and the parent's process id)."""
     import signal
 
-    # Ctrl-C and a scheduler's SIGTERM reach the whole group: the parent kills us (and if it is
-    # gone, `_exit_when_orphaned` ends us)
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    # Ctrl-C, a scheduler's SIGTERM and a closing terminal's SIGHUP reach the whole group: the
+    # parent kills us (and if it is gone, `_exit_when_orphaned` ends us)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(int(sys.argv[3]),), daemon=True).start()
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
