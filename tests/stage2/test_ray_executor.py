@@ -24,6 +24,8 @@ from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
+pytestmark = pytest.mark.ray
+
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'aoizora[ray]'")
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)

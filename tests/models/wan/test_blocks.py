@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from aoizora import toolchain
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
     searched_splash_tile,
@@ -18,7 +19,6 @@ from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
 
-toolchain = pytest.importorskip("aoizora.toolchain")
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
 # is 9,360 tokens, which no context degree here divides into 128-aligned shards without padding.

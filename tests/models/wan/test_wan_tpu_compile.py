@@ -10,12 +10,13 @@ import re
 
 import pytest
 
+from aoizora import toolchain
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.sampling import lower_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
 
-toolchain = pytest.importorskip("aoizora.toolchain")
+pytestmark = pytest.mark.tpu_compile
 
 VIDEO_720P = VideoShape(81, 720, 1280)
 # 14B's head_dim (128) and layer count, 4 heads instead of 40, narrow FFN and text projection.
