@@ -91,7 +91,7 @@ def plan_space(
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
     `executor`: where Stage 2 compiles run, up to its `size` at once (default: `DEFAULT_COMPILE_WORKERS`
-    local child processes; `aoizora.stage2.compile_workers.executor_from_spec` makes a Ray one). The
+    local child processes; `aoizora.stage2.executor_from_spec` makes a Ray one). The
     plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
     cached request.
 

@@ -16,7 +16,8 @@ Public API:
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
 from aoizora.stage2.search import (
     OUT_OF_HBM, OUT_OF_VMEM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored,
