@@ -1,9 +1,12 @@
 """aoizora: topology-aware auto-parallel planning of diffusion-transformer inference on TPU slices."""
 
+from importlib import metadata as _metadata
+
 from aoizora import toolchain as _toolchain  # noqa: F401  (sets libtpu's multi-process switch early)
 from aoizora.errors import AoizoraError
 
-__version__ = "0.1.0"
+# pyproject.toml states the version; the installed distribution's metadata carries it
+__version__ = _metadata.version("aoizora")
 
 
 def __getattr__(name: str):
