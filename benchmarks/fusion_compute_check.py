@@ -15,7 +15,7 @@ from aoizora.models.wan.config import WAN_T2V_1_3B, VideoShape
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement.jax_default import jax_default_placement
 from aoizora.stage2.compile_cache import default_compile_cache
-from aoizora.stage2.search import compile_strategy
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.sim import simulate
 from aoizora.models.wan.space import WanSpace
 from aoizora.topology import get_topology

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aoizora.models.registry import wan_space
 from aoizora.plan.planner import expert_entries
-from aoizora.stage2.search import OUT_OF_HBM
+from aoizora.stage2.outcomes import OUT_OF_HBM
 from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory

@@ -25,7 +25,7 @@ def plan_once(model: str, topology_name: str, resolution: str, frames: int, top_
     from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
     from aoizora.stage2 import CompileWorkers
-    from aoizora.stage2.search import EarlyCompiles
+    from aoizora.stage2.compiling import EarlyCompiles
     from aoizora.topology import get_topology
 
     topo = get_topology(topology_name)

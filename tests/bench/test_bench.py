@@ -206,14 +206,14 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     import aoizora.bench.harness as harness
 
     first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
-    real = harness.compile_strategy  # the same function as aoizora.stage2.search.compile_strategy
+    real = harness.compile_strategy  # the same function as aoizora.stage2.compiling.compile_strategy
 
     def refusing(space, strategy, key, *args, **kw):
         if key == first:
             raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
         return real(space, strategy, key, *args, **kw)
 
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     monkeypatch.setattr(stage2, "compile_strategy", refusing)  # the planner's compiles
     monkeypatch.setattr(harness, "compile_strategy", refusing)  # the bench's own
@@ -342,7 +342,8 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
     from aoizora.bench.harness import search_only_choice
-    from aoizora.stage2.search import Stage2Summary, run_stage2
+    from aoizora.stage2.search import run_stage2
+    from aoizora.stage2.sweep import Stage2Summary
 
     first, last = stage1.ranked[0], stage1.ranked[-1]
     topo = stage1.topology

@@ -4,7 +4,7 @@ import threading
 import time
 
 import aoizora.plan.planner as planner
-import aoizora.stage2.search as stage2
+import aoizora.stage2.compiling as stage2
 from aoizora.plan import plan_space
 from aoizora.stage2 import CompileCache, CompileWorkers
 from aoizora.topology import get_topology

@@ -180,7 +180,7 @@ def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(pla
 def test_a_strategy_the_compiler_refuses_gives_its_place_to_the_next(planned, monkeypatch):
     """Stage 1's memory estimate is approximate: when the compiler refuses a Top-K strategy for
     HBM, Stage 2 compiles the next one in Stage 1's ranking instead of scoring fewer."""
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     real = stage2.compile_strategy
     refused: list[str] = []

@@ -67,7 +67,7 @@ def test_the_predicted_placement_puts_the_context_axis_on_the_cores_of_a_chip(tp
 
 
 def test_a_leading_pair_on_its_compile_placement_is_verified_without_a_recompile(tpu7x, tmp_path, monkeypatch):
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     space, topo, entries = tpu7x
     predicted = predicted_compile_placement(space, topo, entries[KEY].candidate.strategy, entries[KEY].summary)

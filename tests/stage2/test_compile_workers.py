@@ -7,7 +7,8 @@ import pytest
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import ORPHAN_POLL_S, CompileWorkers
-from aoizora.stage2.search import CompileTimeout, compile_strategy
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig

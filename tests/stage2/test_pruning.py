@@ -86,7 +86,7 @@ def test_baselines_are_compiled_first_and_never_pruned(small):
 def test_a_refused_strategy_gives_its_place_to_the_next_under_pruning(small, monkeypatch):
     """The HBM backfill keeps working with the bound: the next of Stage 1's ranking is compiled in a
     refused strategy's place (and is itself subject to the bound)."""
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     ranked = [e.key for e in small.stage1.ranked]
     real = stage2.compile_strategy
@@ -209,7 +209,7 @@ def test_a_freed_worker_starts_the_next_strategy_while_the_finished_one_is_score
     starts it, and the wait times out."""
     import threading
 
-    from aoizora.stage2.search import BoundedSweep
+    from aoizora.stage2.sweep import BoundedSweep
 
     third_started = threading.Event()
     started_during_scoring = []

@@ -20,7 +20,9 @@ from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.executors import executor_from_spec
-from aoizora.stage2.search import CompileTimeout, compile_strategy, run_stage2
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.search import run_stage2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig

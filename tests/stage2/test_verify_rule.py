@@ -4,7 +4,8 @@ import pytest
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.placement import enumerate_placements
-from aoizora.stage2.search import compile_strategy, recompile_cannot_change_q2
+from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.verify import recompile_cannot_change_q2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig

@@ -20,7 +20,10 @@ from aoizora.progress import progress_reporter
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
-from aoizora.stage2.search import EarlyCompiles, Scored, Stage2Summary, StrategyOutcome, run_stage2
+from aoizora.stage2.compiling import EarlyCompiles
+from aoizora.stage2.outcomes import Scored, StrategyOutcome
+from aoizora.stage2.search import run_stage2
+from aoizora.stage2.sweep import Stage2Summary
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions

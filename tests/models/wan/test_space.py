@@ -64,7 +64,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
     cost (a cross-attention call once took the far larger self-attention cost)."""
     from aoizora.hlo.program import NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.stage2.search import compile_strategy
+    from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x2")
@@ -170,7 +170,7 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     between ring neighbours, and every splash ring step gets the model's own cost."""
     from aoizora.hlo.program import CollectiveKind, NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.stage2.search import compile_strategy
+    from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x4")
