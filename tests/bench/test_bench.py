@@ -342,16 +342,16 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
     from aoizora.bench.harness import search_only_choice
-    from aoizora.stage2.search import run_stage2
+    from aoizora.stage2.search import Stage2Config, run_stage2
     from aoizora.stage2.sweep import Stage2Summary
 
     first, last = stage1.ranked[0], stage1.ranked[-1]
     topo = stage1.topology
     space = TransformerSpace(CFG)
-    outcomes = run_stage2(space, [(last.key, last.candidate.strategy)], topo, compile_cache=compile_cache,
-                          verify_top=0)[0]
+    config = Stage2Config(compile_cache=compile_cache, verify_top=0)
+    outcomes = run_stage2(space, [(last.key, last.candidate.strategy)], topo, config).outcomes
     both = run_stage2(space, [(first.key, first.candidate.strategy), (last.key, last.candidate.strategy)], topo,
-                      compile_cache=compile_cache, verify_top=0)[0]
+                      config).outcomes
     expected = min((s for o in both for s in o.scored), key=lambda s: s.q2.step_seconds)
     assert expected.key == first.key  # else this test would not see a missing compile
     # as if an expert's Q2 had pruned Stage 1's first strategy

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,8 @@ from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.compiling import EarlyCompiles
-from aoizora.stage2.outcomes import Scored, StrategyOutcome
-from aoizora.stage2.search import run_stage2
+from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
+from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
 from aoizora.stage2.sweep import Stage2Summary
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
@@ -132,10 +133,12 @@ def plan_space(
         # experts compile over JAX's order (see EarlyCompiles), the others over their predicted best
         placements = CompilePlacements(space, topology, {e.key: e.summary for e in stage1.ranked}, options,
                                        jax_default=[ex.key for ex in experts])
-        outcomes, timings, notes, summary = _stage2(
-            space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-            [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
-            early.futures, placements)
+        config = Stage2Config(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
+                              compile_cache=compile_cache, flags=flags, flags_by_key=flags_by_key,
+                              lower_bounds=bounds, baselines=[ex.key for ex in experts], reserve=reserve,
+                              backfill_for=[e.key for e in stage1.kept], compile_placement=placements)
+        stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
+    outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
     notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
     best = _best_pair(outcomes, len(kept), topology)
     baselines = _baselines(outcomes, best, experts, topology, options)
@@ -279,17 +282,15 @@ def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) ->
             "first on Stage 1's predicted collectives (stage2.compile_placements), not JAX's"]
 
 
-def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started,
-            compile_placement):
+def _stage2(space: StrategySpace, kept: list[tuple[str, Any]], topology: Topology, config: Stage2Config,
+            executor: CompileExecutor, started: Mapping[str, Future[Compiled]], progress: bool,
+            console: Any) -> Stage2Result:
+    """`run_stage2` under a progress bar."""
     label = f"Stage 2: compile and score ({topology.name})"
     with progress_reporter(label, len(kept), console=console, quiet=not progress) as bar:
-        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s,
-                          verify_top=verify_top, compile_cache=compile_cache, reserve=reserve,
-                          backfill_for=backfill_for, flags=flags, flags_by_key=flags_by_key,
-                          lower_bounds=lower_bounds, baselines=baselines, executor=executor, started=started,
-                          compile_placement=compile_placement, on_compiled=lambda _: bar.advance(),
-                          on_backfill=lambda _: bar.add_to_total(), on_pruned=lambda _: bar.advance())
+        return run_stage2(space, kept, topology, config, executor=executor, started=started,
+                          on_compiled=lambda _: bar.advance(), on_backfill=lambda _: bar.add_to_total(),
+                          on_pruned=lambda _: bar.advance())
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 from the compiled HLO, score every placement of each with Q2.
 
 Public API:
-- `run_stage2` (`search.py`) and its results (`StrategyOutcome`, `Scored`, `Compiled`: `outcomes.py`);
+- `run_stage2` (`search.py`), its `Stage2Config` and `Stage2Result`, and the outcomes in it
+  (`StrategyOutcome`, `Scored`, `Compiled`: `outcomes.py`);
 - `compile_strategy` (one strategy over one device order, through the compile cache: `compiling.py`),
   `drop_reason`, `refused_for_memory`, `memory_kind`, `MemoryKind`, `OUT_OF_HBM` and `OUT_OF_VMEM`
   (why a strategy was dropped);
@@ -28,14 +29,14 @@ from aoizora.stage2.outcomes import (
     OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, Compiled, MemoryKind, Scored, StrategyOutcome, drop_reason, memory_kind,
     refused_for_memory,
 )
-from aoizora.stage2.search import run_stage2
+from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import recompile_cannot_change_q2
 
 __all__ = [
     "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "Scored", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
+    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
     "executor_from_spec", "memory_kind", "predicted_compile_placement", "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

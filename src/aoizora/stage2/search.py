@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
@@ -29,30 +30,57 @@ from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
 
 
+@dataclass(frozen=True)
+class Stage2Config:
+    """What Stage 2 does: how it scores and verifies, what it compiles with, and what prunes it.
+
+    `options`: Q2's options (default `Q2Options()`). `compile_timeout_s`: a compile's limit.
+    `verify_top`: the leading pairs recompiled over their own device order. `compile_cache`: where
+    compiled programs are kept (None: none). `flags`: the compiler flags of every compile, or a
+    key's own in `flags_by_key`. `lower_bounds`: Stage 1's Q1 per key. `baselines`: keys compiled
+    first and never pruned. `reserve`: the strategies that replace one the compiler refuses for
+    memory, among `backfill_for` (None: every kept one). `compile_placement(key, strategy)`: the
+    placement a strategy is compiled over (None: its first).
+    """
+
+    options: Q2Options | None = None
+    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S
+    verify_top: int = DEFAULT_VERIFY_TOP
+    compile_cache: CompileCache | None = None
+    flags: CompilerFlags | None = None
+    flags_by_key: Mapping[str, CompilerFlags] = field(default_factory=dict)
+    lower_bounds: Mapping[str, float] = field(default_factory=dict)
+    baselines: Collection[str] = ()
+    reserve: Sequence[tuple[str, Any]] = ()
+    backfill_for: Collection[str] | None = None
+    compile_placement: Callable[[str, Any], Placement] | None = None
+
+
+@dataclass
+class Stage2Result:
+    """What `run_stage2` returns: the outcomes (in `kept`'s order, then backfills), seconds per
+    phase, notes for the plan, and what was compiled and pruned."""
+
+    outcomes: list[StrategyOutcome]
+    timings: dict[str, float]
+    notes: list[str]
+    summary: Stage2Summary
+
+
 def run_stage2(
     space: StrategySpace,
     kept: list[tuple[str, Any]],
     topology: Topology,
+    config: Stage2Config | None = None,
     *,
-    options: Q2Options | None = None,
-    compile_timeout_s: float | None = DEFAULT_COMPILE_TIMEOUT_S,
-    verify_top: int = DEFAULT_VERIFY_TOP,
-    on_compiled: Callable[[StrategyOutcome], None] | None = None,
-    compile_cache: CompileCache | None = None,
-    reserve: list[tuple[str, Any]] | None = None,
-    backfill_for: Collection[str] | None = None,
-    on_backfill: Callable[[str], None] | None = None,
-    flags: CompilerFlags | None = None,
-    flags_by_key: Mapping[str, CompilerFlags] | None = None,
-    lower_bounds: Mapping[str, float] | None = None,
-    baselines: Collection[str] = (),
-    on_pruned: Callable[[str], None] | None = None,
     executor: CompileExecutor | None = None,
     started: Mapping[str, Future[Compiled]] | None = None,
-    compile_placement: Callable[[str, Any], Placement] | None = None,
-) -> tuple[list[StrategyOutcome], dict[str, float], list[str], Stage2Summary]:
-    """Compile the kept strategies with compiler `flags` (or a key's own in `flags_by_key`), score
-    all placements of each; recompile and re-score the best pairs.
+    on_compiled: Callable[[StrategyOutcome], None] | None = None,
+    on_backfill: Callable[[str], None] | None = None,
+    on_pruned: Callable[[str], None] | None = None,
+) -> Stage2Result:
+    """Compile the kept strategies with `config.flags` (or a key's own in `config.flags_by_key`),
+    score all placements of each; recompile and re-score the best `config.verify_top` pairs.
 
     `lower_bounds` (Stage 1's Q1 per key: a step time no placement can beat) prune the compiles:
     `baselines` are compiled first and always, the others in ascending bound, and a strategy whose
@@ -74,24 +102,27 @@ def run_stage2(
     A strategy in `backfill_for` (default: every kept one) that the compiler refuses for HBM gives
     its place to the next of `reserve` (Stage 1's next-ranked strategies): Stage 1's memory
     estimate is approximate, and the planner should still score as many strategies as asked.
-    Returns the outcomes (in `kept`'s order, then backfills), seconds per phase, notes (e.g. when
-    a recompile changed the program) and what was compiled and pruned.
+    Returns a `Stage2Result`: the outcomes (in `kept`'s order, then backfills), seconds per phase,
+    notes (e.g. when a recompile changed the program) and what was compiled and pruned.
+    (`config` holds the other settings named above; `on_compiled`, `on_backfill` and `on_pruned` are
+    called as strategies finish, are backfilled or pruned.)
     """
-    model = CostModel(topology, options)
+    config = config if config is not None else Stage2Config()
+    model = CostModel(topology, config.options)
     pool = executor if executor is not None else CompileWorkers(1)
-    replaceable = set(k for k, _ in kept) if backfill_for is None else set(backfill_for)
-    run = _Stage2Run(space, topology, model, pool, compile_timeout_s, compile_cache, flags, flags_by_key or {},
-                     started or {}, list(reserve or []), replaceable, on_compiled, on_backfill, compile_placement)
-    run.sweep = BoundedSweep(kept, lower_bounds or {}, baselines, pool.size, run.compile_one, run.finish, on_pruned)
+    replaceable = set(k for k, _ in kept) if config.backfill_for is None else set(config.backfill_for)
+    run = _Stage2Run(space, topology, model, pool, config, started or {}, replaceable, on_compiled, on_backfill)
+    run.sweep = BoundedSweep(kept, config.lower_bounds, config.baselines, pool.size, run.compile_one, run.finish,
+                             on_pruned)
     try:
-        outcomes = run.sweep_and_verify(verify_top)
+        outcomes = run.sweep_and_verify(config.verify_top)
     finally:
         if executor is None:
             pool.close()
     if run.cached:
         run.timings["compile_cached"] = sum(run.cached)
     run.notes += _sweep_notes(run.sweep.summary, run.cached, run.sweep.best_q2)
-    return outcomes, run.timings, run.notes, run.sweep.summary
+    return Stage2Result(outcomes, run.timings, run.notes, run.sweep.summary)
 
 
 class _Stage2Run:
@@ -102,16 +133,14 @@ class _Stage2Run:
     sweep: BoundedSweep
 
     def __init__(self, space: StrategySpace, topology: Topology, model: CostModel, pool: CompileExecutor,
-                 compile_timeout_s: float | None, compile_cache: CompileCache | None, flags: CompilerFlags | None,
-                 flags_by_key: Mapping[str, CompilerFlags], started: Mapping[str, Future[Compiled]],
-                 spare: list[tuple[str, Any]], replaceable: set[str],
-                 on_compiled: Callable[[StrategyOutcome], None] | None, on_backfill: Callable[[str], None] | None,
-                 compile_placement: Callable[[str, Any], Placement] | None = None) -> None:
+                 config: Stage2Config, started: Mapping[str, Future[Compiled]], replaceable: set[str],
+                 on_compiled: Callable[[StrategyOutcome], None] | None,
+                 on_backfill: Callable[[str], None] | None) -> None:
         self.space, self.topology, self.model, self.pool = space, topology, model, pool
-        self.compile_placement = compile_placement
-        self.compile_timeout_s, self.compile_cache = compile_timeout_s, compile_cache
-        self.flags, self.flags_by_key, self.started = flags, flags_by_key, started
-        self.spare, self.replaceable = spare, replaceable
+        self.compile_placement = config.compile_placement
+        self.compile_timeout_s, self.compile_cache = config.compile_timeout_s, config.compile_cache
+        self.flags, self.flags_by_key, self.started = config.flags, config.flags_by_key, started
+        self.spare, self.replaceable = list(config.reserve), replaceable
         self.on_compiled, self.on_backfill = on_compiled, on_backfill
         self.timings = {"compile": 0.0, "score": 0.0, "verify": 0.0}
         self.notes: list[str] = []
@@ -170,8 +199,9 @@ class _Stage2Run:
             self.timings["compile_wall"] = self.timings.get("compile_wall", 0.0) + time.perf_counter() - t0
             outcomes = [self.finished[i] for i in sorted(self.finished)]
             t0 = time.perf_counter()
-            verify_leading_pairs(self.space, self.topology, self.model, outcomes, verify_top, verified, self.compile_timeout_s,
-                    self.compile_cache, self.flags_of, self.timings, self.notes, self.pool)
+            verify_leading_pairs(self.space, self.topology, self.model, outcomes, verify_top, verified,
+                                 self.compile_timeout_s, self.compile_cache, self.flags_of, self.timings, self.notes,
+                                 self.pool)
             self.timings["verify"] += time.perf_counter() - t0
             best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
             if not self.sweep.reopen(best):
