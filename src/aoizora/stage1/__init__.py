@@ -14,12 +14,12 @@ from aoizora.stage1.memory import MemoryEstimate, estimate_memory, predict_withi
 from aoizora.stage1.q1 import Q1Result, best_group_bandwidth, op_seconds, q1
 from aoizora.stage1.search import (
     DEFAULT_TOP_K, ILLEGAL, KEPT, LOWERING_FAILED, OUT_OF_MEMORY, RANKED, ArgumentsDoNotFit, Entry, Stage1Result,
-    analyse, run_stage1,
+    Verdict, analyse, run_stage1,
 )
 
 __all__ = [
     "DEFAULT_TOP_K", "ILLEGAL", "KEPT", "LOWERING_FAILED", "OUT_OF_MEMORY", "RANKED", "ArgumentsDoNotFit", "CommNode",
     "Entry", "IRModule", "MemoryEstimate", "OpNode", "Prediction", "Q1Result", "Sharding", "Stage1Cache",
     "Stage1Result", "analyse", "default_stage1_cache", "best_group_bandwidth", "estimate_memory", "op_seconds",
-    "predict", "predict_within_hbm", "q1", "read_module", "run_stage1",
+    "Verdict", "predict", "predict_within_hbm", "q1", "read_module", "run_stage1",
 ]
