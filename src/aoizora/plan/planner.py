@@ -428,3 +428,21 @@ def plan_function(
     topo = get_topology(topology) if isinstance(topology, str) else topology
     space = strategy_space if isinstance(strategy_space, StrategySpace) else FunctionSpace(fn, abstract_args, strategy_space)
     return plan_space(space, topo, **kwargs)
+
+
+def plan_wan(model: str, topology: "Topology | str", resolution: str, frames: int, *,
+             expert_residency: str = "both", **options: Any) -> PlanResult:
+    """Plan a named Wan model at a video shape on a slice, as `aoizora plan --model` does.
+
+    `model`: a name `aoizora models` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology` or
+    its name ("v5e:2x4"); `resolution`: "480p", "720p" or "WxH"; `frames`: 4n+1.
+    `expert_residency`: a Wan 2.2 pipeline's experts both in HBM ("both") or swapped ("swap").
+    Other keywords go to `plan_space` (`top_k`, `verify_top`, `options`, `use_cache`, `progress`,
+    `executor`, ...). Raises ShapeError (unknown model, bad shape), TopologyError or PlanningError.
+    """
+    from aoizora.models.registry import wan_space
+    from aoizora.topology import get_topology
+
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    space = wan_space(model, resolution, frames, generation=topo.generation, expert_residency=expert_residency)
+    return plan_space(space, topo, **options)
