@@ -21,7 +21,7 @@ from aoizora.workload import StrategySpace
 
 
 #: Generations on which libtpu 0.0.42.1's compiled program depends on the mesh's device order only
-#: through each collective's ``has_reordering_map``: `benchmarks/order_dependence.py` compiles a small
+#: through each collective's ``has_reordering_map``: `experiments/order_dependence.py` compiles a small
 #: transformer's strategies over several placements (v5e:2x4: 2 of 6 strategies differ, each only
 #: in that flag of its ``1DAllGatherNonMajorDim`` all-gathers), and Wan programs compiled over two
 #: orders on v5e and v6e were identical. On TPU7x the collectives carry explicit ICI rings and
