@@ -53,6 +53,7 @@ def exhaustive_doc(compile_cache, cell_doc):
     return run_cell(CELL, opts, compile_cache, progress=False, space=TransformerSpace(CFG))
 
 
+@pytest.mark.slow
 def test_oracle_cell_is_consistent(cell_doc):
     m = cell_doc["metrics"]
     lat = m["latency_seconds"]
@@ -88,6 +89,7 @@ def test_oracle_cell_is_consistent(cell_doc):
     assert set(cell_doc["planning_seconds"]) >= {"stage1", "compile", "score", "total"}
 
 
+@pytest.mark.slow
 def test_the_q1_bound_prunes_only_strategies_that_cannot_win(cell_doc, exhaustive_doc):
     """The bounded oracle finds the exhaustive oracle's best pair without compiling what Q1 rules out."""
     bounded, full = cell_doc["metrics"], exhaustive_doc["metrics"]
@@ -131,6 +133,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
     assert set(doc["strategies"]) == set(lowered) - set(doc["skipped"])
 
 
+@pytest.mark.slow
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     import aoizora.bench as bench
 
@@ -183,6 +186,7 @@ def test_bad_cells_are_refused():
     assert result.exit_code == 2 and "v5e:9x9" in result.output
 
 
+@pytest.mark.slow
 def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc):
     import aoizora.bench.harness as harness
     from aoizora.bench.harness import NoStrategyFits, run_cell_with_fallback
@@ -202,6 +206,7 @@ def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc)
     assert "(14B does not fit)" in markdown([doc])
 
 
+@pytest.mark.slow
 def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, monkeypatch, stage1):
     import aoizora.bench.harness as harness
 
@@ -224,6 +229,7 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     assert doc["metrics"]["latency_seconds"]["logical"] is not None
 
 
+@pytest.mark.slow
 def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
     """A refusal for HBM is a verdict (that strategy cannot run); a timeout is a hole in the oracle:
     no recall is claimed, and the contender it hits reads "did not compile", not "does not fit"."""
@@ -249,6 +255,7 @@ def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
     assert "1 strategy did not compile" in markdown([doc])
 
 
+@pytest.mark.slow
 def test_report_only_tabulates_published_cells_and_marks_other_code(tmp_path, cell_doc):
     """`bench --report-only` regenerates the table, CSV and plots from committed cells alone (no
     --cell: every file in cells/), and marks a cell another aoizora source computed instead of
@@ -320,6 +327,7 @@ def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage
     assert m["speedup_over_experts"]["other"] == m["expert_latency_seconds"]["other"] / m["latency_seconds"]["aoizora"]
 
 
+@pytest.mark.slow
 def test_the_search_alone_is_reported_beside_the_shipped_planner(cell_doc):
     """The shipped planner adds the expert deployment to its candidates; the cell also records what
     Stage 1's Top-K alone leads to, scored on the same simulated pairs."""
@@ -363,6 +371,7 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     assert alone.q2.step_seconds == expected.q2.step_seconds
 
 
+@pytest.mark.slow
 def test_the_logical_baseline_is_simulated_on_its_own_compile_when_it_has_one(cell_doc):
     """On a generation whose program depends on the device order, the logical search's strategy may
     have been compiled over another placement than the JAX order it deploys on: its latency is then

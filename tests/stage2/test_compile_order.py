@@ -115,6 +115,7 @@ class OneStrategyAsExpert(OneStrategy):
         return self.candidates(num_devices)[0].strategy
 
 
+@pytest.mark.slow
 def test_an_expert_deployment_compiles_over_jax_default_on_tpu7x(tmp_path):
     topo = get_topology("tpu7x:2x2x1")
     result = plan_space(OneStrategyAsExpert(CFG), topo, top_k=1, verify_top=1, progress=False, use_cache=False,

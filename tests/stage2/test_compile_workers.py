@@ -211,6 +211,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # no close(), no finalizer: as a kill -9 o
 """
 
 
+@pytest.mark.slow
 def test_a_child_ends_when_its_parent_is_killed_mid_compile(tmp_path):
     """A parent killed outside Python's control cannot close its workers; its child, busy compiling,
     notices that it was orphaned and ends instead of compiling on for nobody."""

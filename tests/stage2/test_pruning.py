@@ -37,6 +37,7 @@ def small(tmp_path_factory):
     return SimpleNamespace(space=space, topo=topo, stage1=stage1, kept=kept, bounds=bounds, cache=cache, full=full)
 
 
+@pytest.mark.slow
 def test_pruned_stage2_chooses_what_compiling_every_kept_strategy_chooses(small):
     result = run_stage2(small.space, small.kept, small.topo,
                         Stage2Config(compile_cache=small.cache, verify_top=1, lower_bounds=small.bounds))
@@ -60,6 +61,7 @@ def test_pruned_stage2_chooses_what_compiling_every_kept_strategy_chooses(small)
     assert [o.key for o in outcomes] == [k for k, _ in small.kept if k in summary.compiled]  # kept's order
 
 
+@pytest.mark.slow
 def test_a_violated_bound_prunes_nothing(small):
     """Should a compiled strategy's Q1 exceed its best Q2, the bound is not trusted: nothing more is pruned."""
     full_outcomes = small.full.outcomes
@@ -76,6 +78,7 @@ def test_a_violated_bound_prunes_nothing(small):
     assert any("not trusted" in n for n in notes)
 
 
+@pytest.mark.slow
 def test_baselines_are_compiled_first_and_never_pruned(small):
     """The expert deployments are baselines: compiled whatever their bound, and their Q2 prunes the rest."""
     worst = max(small.bounds, key=small.bounds.get)
@@ -87,6 +90,7 @@ def test_baselines_are_compiled_first_and_never_pruned(small):
     assert any(o.key == worst and o.scored for o in outcomes)
 
 
+@pytest.mark.slow
 def test_a_refused_strategy_gives_its_place_to_the_next_under_pruning(small, monkeypatch):
     """The HBM backfill keeps working with the bound: the next of Stage 1's ranking is compiled in a
     refused strategy's place (and is itself subject to the bound)."""
@@ -112,6 +116,7 @@ def test_a_refused_strategy_gives_its_place_to_the_next_under_pruning(small, mon
     assert [o.key for o in outcomes][:3] == ranked[:3] and outcomes[0].dropped.startswith("out of HBM")
 
 
+@pytest.mark.slow
 def test_the_plan_records_what_was_compiled_and_pruned(small, tmp_path):
     result = plan_space(small.space, small.topo, top_k=64, verify_top=1, use_cache=False, progress=False,
                         compile_cache=small.cache, stage1=small.stage1)
@@ -127,6 +132,7 @@ def test_the_plan_records_what_was_compiled_and_pruned(small, tmp_path):
     assert again.data["stage2"] == section
 
 
+@pytest.mark.slow
 def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
     """Two compiles in flight (in child processes, on an empty compile cache): the same chosen pair
     and Q2 as one at a time; anything compiled beyond the sequential set has a Q1 that cannot win."""
@@ -146,6 +152,7 @@ def test_parallel_compiles_give_the_sequential_result(small, tmp_path):
     assert all(not o.compiled.from_cache for o in parallel.outcomes)  # compiled here, not read back
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path):
     """Interrupted while two compiles are in flight: run_stage2 returns at once (it does not wait
     for the compiles) and no child process is left compiling."""
@@ -195,6 +202,7 @@ def test_ctrl_c_during_parallel_compiles_stops_every_child(small, tmp_path):
             os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_compile_cache_hits_start_no_child_process(small, monkeypatch):
     """The parent looks a program up in the compile cache before any child is started."""
     import aoizora.stage2.compile_workers as compile_workers

@@ -54,6 +54,7 @@ def test_stage1_counts_both_experts(topo_2x4):
     assert mem_both.fits and mem_swap.fits
 
 
+@pytest.mark.tpu_compile
 def test_compiled_step_holds_both_experts(topo_2x4):
     """libtpu's own memory analysis of the compiled step counts the second expert's weights."""
     both, swap = _spaces()
