@@ -1,10 +1,11 @@
-# Two commands: `make demo` and `make test`. Each bootstraps .venv when missing.
+# Two commands: `make demo` and `make test` (`make test-fast`: without the marked slow tests).
+# Each bootstraps .venv when missing.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +24,12 @@ bench: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The suite without the tests marked (pyproject.toml) as compiling full models, running diffusers'
+# reference, starting Ray, or running the CLI in a subprocess.
+FAST_TESTS := not slow and not tpu_compile and not parity and not ray
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST_TESTS)"
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

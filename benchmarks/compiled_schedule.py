@@ -3,7 +3,7 @@ asynchronous one), kernels and larger fusions inside the loop over the transform
 cost model reads them, with the compute time Q2 gives each (a collective's transfer is not in it:
 that depends on the placement).
 
-    python benchmarks/compiled_schedule.py --model wan2.1-t2v-1.3b --topology v5e:2x4 --resolution 480p \\
+    .venv/bin/python benchmarks/compiled_schedule.py --model wan2.1-t2v-1.3b --topology v5e:2x4 --resolution 480p \\
         --frames 81 --strategy "context=8 | weights=replicated | attn=ring | blocks=1024/2048/1024"
 
 What Q1 can hide behind compute is what a schedule may run beside it; this shows what libtpu's

@@ -1,7 +1,7 @@
 """Where Stage 1's memory estimate of one strategy falls short of libtpu's: the estimate's parts
 beside the buffer assignment's, the assignment's live peak and the temp buffers live at it.
 
-    python benchmarks/memory_peak.py --topology v5e:4x4 --resolution 720p --frames 41 \\
+    .venv/bin/python benchmarks/memory_peak.py --topology v5e:4x4 --resolution 720p --frames 41 \\
         --strategy "fsdp=2,context=8 | weights=gathered | attn=allgather | blocks=1280/2048/1024"
 
 libtpu's `memory_analysis()` temp is its buffer assignment's temp (what its out-of-HBM check

@@ -6,7 +6,7 @@ compiles start nothing, so Stage 2 compiles the experts itself after Stage 1, as
 before early compiles existed. Runs alternate between the two variants so that the host's load
 falls on both alike; medians are printed.
 
-    python benchmarks/planning_time.py --model wan2.1-t2v-1.3b --topology v5e:2x2 --resolution 480p --frames 21
+    .venv/bin/python benchmarks/planning_time.py --model wan2.1-t2v-1.3b --topology v5e:2x2 --resolution 480p --frames 21
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def plan_once(model: str, topology_name: str, resolution: str, frames: int, top_
     from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
     from aoizora.stage2 import CompileWorkers
-    from aoizora.stage2.search import EarlyCompiles
+    from aoizora.stage2.compiling import EarlyCompiles
     from aoizora.topology import get_topology
 
     topo = get_topology(topology_name)

@@ -6,7 +6,7 @@ Q1 charges every op at its roofline with only the HBM bytes no fusion can avoid,
 elementwise ops nothing; Q2 costs each compiled instruction by libtpu's cycle estimate (or the
 kernel model), including the compute libtpu fuses into asynchronous collectives (its own row). The difference between the two tables is what Q1 does not see.
 
-    python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
+    .venv/bin/python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
         --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses | blocks=2432/2048/1024"
 
 `--shapes N` also lists, by opcode and result shape, the N largest groups of the instructions

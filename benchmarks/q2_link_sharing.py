@@ -10,7 +10,7 @@ whenever a collective starts; a collective ends when its last link has carried i
 simulator — and prints each pair, Spearman's ρ of either Q2 against the simulator, and the pair
 each one picks.
 
-    python benchmarks/q2_link_sharing.py docs/data/bench/tuning/cells/v5e-2x2_480p_41f_wan2.1-t2v-14b.json
+    .venv/bin/python benchmarks/q2_link_sharing.py docs/data/bench/tuning/cells/v5e-2x2_480p_41f_wan2.1-t2v-14b.json
 
 The cell's file names the strategies and placements; their programs come from the compile cache
 (a miss compiles the strategy: minutes for Wan 14B). An expert deployment is compiled with its own

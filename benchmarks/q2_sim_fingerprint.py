@@ -4,7 +4,8 @@
 
 For checking that a refactor of the cost model, the simulator or the HLO reader changes no
 number: run it from two checkouts over the same cache directory (copy it first: planning adds
-records to a live cache) and `diff` the two outputs. Each real program is scored on up to four
+records to a live cache) and `diff` the two outputs (`tests/validation/test_fingerprint.py` runs the same functions on a few
+small programs against a committed output). Each real program is scored on up to four
 placements of a 2 x n/2 mesh under five Q2 option sets and simulated on two placements under
 three simulator option sets (default_trip_count=1 for loops of unknown trip count); a few
 synthetic N-D collectives, whose configs are parsed from text libtpu 0.0.42.1 printed for
@@ -100,6 +101,26 @@ def synthetic_programs() -> Iterator[tuple[str, Any]]:
             yield f"synthetic {name} {kind}", b.build()
 
 
+def fingerprint_program(out: TextIO, tag: str, program: Any, topology: Any, simulated: bool = True) -> None:
+    """Q2 (and, when `simulated`, the simulator) on up to four placements of a 2 x n/2 mesh."""
+    n = program.num_devices
+    mesh = MeshSpec(("a", "b"), (2, n // 2)) if n > 2 and n % 2 == 0 else MeshSpec(("d",), (n,))
+    placements = enumerate_placements(topology, mesh).placements
+    placements = placements[:3] + placements[-1:] if len(placements) > 4 else placements
+    print_q2(out, tag, program, topology, placements)
+    if simulated:
+        print_sim(out, tag, program, topology, placements)
+
+
+def fingerprint_synthetic(out: TextIO) -> None:
+    """Both models on the synthetic N-D collectives, on four placements of v5e:4x4."""
+    topology = get_topology("v5e:4x4")
+    placements = enumerate_placements(topology, MeshSpec(("a", "b"), (4, 4))).placements[:4]
+    for tag, program in synthetic_programs():
+        print_q2(out, tag, program, topology, placements)
+        print_sim(out, tag, program, topology, placements)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -114,20 +135,10 @@ def main() -> None:
         for k, (key, slice_name, text) in enumerate(cached_programs(args.cache)):
             topology = get_topology(slice_name)
             program = build_program(text)
-            n = program.num_devices
-            if n != topology.num_devices:
+            if program.num_devices != topology.num_devices:
                 continue
-            mesh = MeshSpec(("a", "b"), (2, n // 2)) if n > 2 and n % 2 == 0 else MeshSpec(("d",), (n,))
-            placements = enumerate_placements(topology, mesh).placements
-            placements = placements[:3] + placements[-1:] if len(placements) > 4 else placements
-            print_q2(out, f"{key} {slice_name}", program, topology, placements)
-            if k < args.sim_programs:
-                print_sim(out, f"{key} {slice_name}", program, topology, placements)
-        topology = get_topology("v5e:4x4")
-        placements = enumerate_placements(topology, MeshSpec(("a", "b"), (4, 4))).placements[:4]
-        for tag, program in synthetic_programs():
-            print_q2(out, tag, program, topology, placements)
-            print_sim(out, tag, program, topology, placements)
+            fingerprint_program(out, f"{key} {slice_name}", program, topology, simulated=k < args.sim_programs)
+        fingerprint_synthetic(out)
 
 
 if __name__ == "__main__":

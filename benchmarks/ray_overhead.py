@@ -27,7 +27,8 @@ from typing import Any
 from aoizora.bench import BenchOptions, Cell, run_cell
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileWorkers, executor_from_spec
+from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.toolchain import compile_lowered
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace

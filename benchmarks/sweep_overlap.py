@@ -25,7 +25,7 @@ import time
 
 def sweep_seconds(strategies: int, workers: int, compile_s: float, score_s: float) -> float:
     """Wall seconds of one sweep of `strategies` unbounded strategies (none can be pruned)."""
-    from aoizora.stage2.search import BoundedSweep
+    from aoizora.stage2.sweep import BoundedSweep
 
     def compile_one(key: str, _strategy: object) -> str:
         time.sleep(compile_s)

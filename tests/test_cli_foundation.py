@@ -16,6 +16,7 @@ def run(*args):
     )
 
 
+@pytest.mark.slow
 def test_topology_json_counts():
     out = run("topology", "v5e:16x16", "--json")
     assert out.returncode == 0, out.stderr
@@ -27,6 +28,7 @@ def test_topology_json_counts():
     assert "could not determine TPU" not in out.stderr and "InitGoogle" not in out.stderr
 
 
+@pytest.mark.slow
 def test_placements_json_lists_jax_default_and_square_rings():
     out = run("placements", "v5e:2x4", "--mesh", "sp=2,tp=4", "--json")
     assert out.returncode == 0, out.stderr
@@ -46,6 +48,7 @@ def square_shift(square, row):
     return [[x, y + y0] for x, y in square]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -97,6 +100,7 @@ child.kill()
 """
 
 
+@pytest.mark.slow
 def test_the_filter_ends_with_its_block_although_a_child_holds_the_pipe():
     """A worker or multiprocessing's resource tracker started inside the block inherits fd 2 (the
     filter's pipe) and outlives the block; the filter must neither wait for it nor lose a line

@@ -224,6 +224,7 @@ def test_print_json_never_writes_nan(capsys):
 
 
 # --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, to_group, code, line", [
     (signal.SIGINT, True, 130, "aoizora: interrupted"),  # Ctrl-C reaches the whole process group
     (signal.SIGTERM, False, 143, "aoizora: terminated"),  # `kill PID`, a scheduler's stop

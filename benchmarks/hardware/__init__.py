@@ -1,2 +1,2 @@
 """Hardware reference suite: published TPU measurements, the same programs compiled with libtpu,
-and aoizora's predictions of them (`python benchmarks/hardware/run.py`)."""
+and aoizora's predictions of them (`.venv/bin/python benchmarks/hardware/run.py`)."""

@@ -1,6 +1,6 @@
 """Run the hardware reference suite: published TPU measurements against aoizora's predictions.
 
-    PYTHONPATH=src python benchmarks/hardware/run.py [--json OUT.json] [--only SUBSTRING ...]
+    .venv/bin/python benchmarks/hardware/run.py [--json OUT.json] [--only SUBSTRING ...]
 
 For every entry: the published figure, its source, the setup as published, and the predictions
 of Q2 and of the reference simulator for the same program compiled by libtpu for the same slice

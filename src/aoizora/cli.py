@@ -476,7 +476,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     from aoizora.plan import plan_space
     from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
-    from aoizora.stage2.compile_workers import executor_from_spec
+    from aoizora.stage2 import executor_from_spec
     from aoizora.topology import get_topology
 
     if stage1_only and (out_path or report_dir or export_to):
@@ -705,7 +705,7 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
     from aoizora.bench import GRIDS, BenchOptions, markdown, parse_cell, quick_grid, run_bench
-    from aoizora.stage2.compile_workers import executor_from_spec
+    from aoizora.stage2 import executor_from_spec
     from aoizora.toolchain import CompilerFlags, environment_flags
 
     _check_output_dir(out_dir, "--out")

@@ -53,6 +53,7 @@ def exhaustive_doc(compile_cache, cell_doc):
     return run_cell(CELL, opts, compile_cache, progress=False, space=TransformerSpace(CFG))
 
 
+@pytest.mark.slow
 def test_oracle_cell_is_consistent(cell_doc):
     m = cell_doc["metrics"]
     lat = m["latency_seconds"]
@@ -88,6 +89,7 @@ def test_oracle_cell_is_consistent(cell_doc):
     assert set(cell_doc["planning_seconds"]) >= {"stage1", "compile", "score", "total"}
 
 
+@pytest.mark.slow
 def test_the_q1_bound_prunes_only_strategies_that_cannot_win(cell_doc, exhaustive_doc):
     """The bounded oracle finds the exhaustive oracle's best pair without compiling what Q1 rules out."""
     bounded, full = cell_doc["metrics"], exhaustive_doc["metrics"]
@@ -131,6 +133,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
     assert set(doc["strategies"]) == set(lowered) - set(doc["skipped"])
 
 
+@pytest.mark.slow
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
     import aoizora.bench.run as bench_run
 
@@ -183,6 +186,7 @@ def test_bad_cells_are_refused():
     assert result.exit_code == 2 and "v5e:9x9" in result.output
 
 
+@pytest.mark.slow
 def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc):
     import aoizora.bench.harness as harness
     from aoizora.bench.harness import NoStrategyFits, run_cell_with_fallback
@@ -202,18 +206,19 @@ def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc)
     assert "(14B does not fit)" in markdown([doc])
 
 
+@pytest.mark.slow
 def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, monkeypatch, stage1):
     import aoizora.bench.harness as harness
 
     first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
-    real = harness.compile_strategy  # the same function as aoizora.stage2.search.compile_strategy
+    real = harness.compile_strategy  # the same function as aoizora.stage2.compiling.compile_strategy
 
     def refusing(space, strategy, key, *args, **kw):
         if key == first:
             raise RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory on HBM (test)")
         return real(space, strategy, key, *args, **kw)
 
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     monkeypatch.setattr(stage2, "compile_strategy", refusing)  # the planner's compiles
     monkeypatch.setattr(harness, "compile_strategy", refusing)  # the bench's own
@@ -224,6 +229,7 @@ def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, m
     assert doc["metrics"]["latency_seconds"]["logical"] is not None
 
 
+@pytest.mark.slow
 def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
     """A refusal for HBM is a verdict (that strategy cannot run); a timeout is a hole in the oracle:
     no recall is claimed, and the contender it hits reads "did not compile", not "does not fit"."""
@@ -249,6 +255,7 @@ def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
     assert "1 strategy did not compile" in markdown([doc])
 
 
+@pytest.mark.slow
 def test_report_only_tabulates_published_cells_and_marks_other_code(tmp_path, cell_doc):
     """`bench --report-only` regenerates the table, CSV and plots from committed cells alone (no
     --cell: every file in cells/), and marks a cell another aoizora source computed instead of
@@ -320,6 +327,7 @@ def test_every_expert_deployment_is_scored_against_the_plan(compile_cache, stage
     assert m["speedup_over_experts"]["other"] == m["expert_latency_seconds"]["other"] / m["latency_seconds"]["aoizora"]
 
 
+@pytest.mark.slow
 def test_the_search_alone_is_reported_beside_the_shipped_planner(cell_doc):
     """The shipped planner adds the expert deployment to its candidates; the cell also records what
     Stage 1's Top-K alone leads to, scored on the same simulated pairs."""
@@ -342,15 +350,16 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
     from aoizora.bench.harness import search_only_choice
-    from aoizora.stage2.search import Stage2Summary, run_stage2
+    from aoizora.stage2.search import Stage2Config, run_stage2
+    from aoizora.stage2.sweep import Stage2Summary
 
     first, last = stage1.ranked[0], stage1.ranked[-1]
     topo = stage1.topology
     space = TransformerSpace(CFG)
-    outcomes = run_stage2(space, [(last.key, last.candidate.strategy)], topo, compile_cache=compile_cache,
-                          verify_top=0)[0]
+    config = Stage2Config(compile_cache=compile_cache, verify_top=0)
+    outcomes = run_stage2(space, [(last.key, last.candidate.strategy)], topo, config).outcomes
     both = run_stage2(space, [(first.key, first.candidate.strategy), (last.key, last.candidate.strategy)], topo,
-                      compile_cache=compile_cache, verify_top=0)[0]
+                      config).outcomes
     expected = min((s for o in both for s in o.scored), key=lambda s: s.q2.step_seconds)
     assert expected.key == first.key  # else this test would not see a missing compile
     # as if an expert's Q2 had pruned Stage 1's first strategy
@@ -362,6 +371,7 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     assert alone.q2.step_seconds == expected.q2.step_seconds
 
 
+@pytest.mark.slow
 def test_the_logical_baseline_is_simulated_on_its_own_compile_when_it_has_one(cell_doc):
     """On a generation whose program depends on the device order, the logical search's strategy may
     have been compiled over another placement than the JAX order it deploys on: its latency is then

@@ -15,6 +15,8 @@ from aoizora.export import read_command
 from aoizora.models.wan.strategy import Strategy
 from aoizora.plan import load_plan
 
+pytestmark = [pytest.mark.slow, pytest.mark.tpu_compile]
+
 ROOT = Path(__file__).parents[2]
 
 

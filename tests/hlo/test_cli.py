@@ -9,9 +9,7 @@ from click.testing import CliRunner
 
 from aoizora.cli import cli
 
-pytest.importorskip("libtpu")
-
-from tests.hlo import programs  # noqa: E402
+from tests.hlo import programs
 
 
 @pytest.fixture(scope="module")

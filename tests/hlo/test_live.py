@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("libtpu")
-
 from tests.hlo import programs  # noqa: E402
 
 from aoizora.hlo import (  # noqa: E402

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aoizora.errors import HloParseError
@@ -68,7 +69,6 @@ def test_replica_group_forms(raw, device_ids, n, expected):
 
 
 def test_iota_transpose_matches_numpy():
-    np = pytest.importorskip("numpy")
     ref = np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1).ravel().tolist()
     assert iota_ids([2, 3, 4], [2, 0, 1]) == ref
 

@@ -12,7 +12,7 @@ from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.plan import FunctionStrategy, plan_function
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.plan.function_space import FunctionSpace
-from aoizora.stage2.search import compile_strategy
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.toolchain import CompilerFlags, check_compiler_flags
 from aoizora.topology import get_topology
 
@@ -56,6 +56,7 @@ ARGS = (jax.ShapeDtypeStruct((4096, 8192), jnp.bfloat16), jax.ShapeDtypeStruct((
 REDUCING = FunctionStrategy("x+y", MeshSpec(("x", "y"), (2, 4)), (P("x", "y"), P("y", None)))
 
 
+@pytest.mark.slow
 def test_flags_reach_the_compiler_and_the_compile_cache_key(tmp_path):
     topo = get_topology("v5e:2x4")
     space = FunctionSpace(_reduce, ARGS, [REDUCING])
@@ -72,6 +73,7 @@ def test_flags_reach_the_compiler_and_the_compile_cache_key(tmp_path):
     assert len(plain.program.collectives) == len(flagged.program.collectives) >= 1
 
 
+@pytest.mark.slow
 def test_the_plan_records_its_flags_and_replans_when_they_change(tmp_path, monkeypatch):
     monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
@@ -87,6 +89,7 @@ def test_the_plan_records_its_flags_and_replans_when_they_change(tmp_path, monke
     assert again.from_cache and again.plan.compiler_options() == flagged.plan.compiler_options()
 
 
+@pytest.mark.slow
 def test_environment_flags_are_recorded_with_the_given_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_enable_async_all_gather=true")

@@ -3,8 +3,10 @@
 import threading
 import time
 
+import pytest
+
 import aoizora.plan.planner as planner
-import aoizora.stage2.search as stage2
+import aoizora.stage2.compiling as stage2
 from aoizora.plan import plan_space
 from aoizora.stage2 import CompileCache, CompileWorkers
 from aoizora.topology import get_topology
@@ -21,6 +23,7 @@ class WithExpert(TransformerSpace):
         return next(c.strategy for c in self.candidates(num_devices) if c.legal and c.key.startswith("data=2,"))
 
 
+@pytest.mark.slow
 def test_the_expert_compiles_during_stage1_and_only_once(tmp_path, monkeypatch):
     space = WithExpert(CFG)
     topo = get_topology("v5e:2x2")

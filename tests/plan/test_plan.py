@@ -44,6 +44,7 @@ def planned(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_plan_function_plans_a_non_wan_program(planned):
     plan = planned.result.plan
     assert not planned.result.from_cache
@@ -56,6 +57,7 @@ def test_plan_function_plans_a_non_wan_program(planned):
     assert set(plan.data["timings"]) >= {"stage1", "compile", "score", "verify", "total"}
 
 
+@pytest.mark.slow
 def test_plan_round_trip(planned, tmp_path):
     path = planned.result.plan.save(tmp_path / "plan.json")
     again = load_plan(path)
@@ -66,6 +68,7 @@ def test_plan_round_trip(planned, tmp_path):
     assert coords == [tuple(c) for c in again.device_coords.reshape(-1, 2).tolist()]
 
 
+@pytest.mark.slow
 def test_cache_hit_is_fast_and_corruption_is_recomputed(planned):
     topo = planned.topo
     t0 = time.perf_counter()
@@ -82,6 +85,7 @@ def test_cache_hit_is_fast_and_corruption_is_recomputed(planned):
     assert not bypass.from_cache
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mutate, fragment",
     [
@@ -113,6 +117,7 @@ def _fake(coords, kind="TPU v5 lite", core=0):
     return SimpleNamespace(coords=list(coords) + [0], core_on_chip=core, device_kind=kind, id=hash(tuple(coords)) % 1000)
 
 
+@pytest.mark.slow
 def test_mesh_matches_devices_by_coordinates_in_any_order(planned):
     plan: Plan = planned.result.plan
     devices = list(planned.topo.devices)[::-1]  # runtime order differs from libtpu's
@@ -121,6 +126,7 @@ def test_mesh_matches_devices_by_coordinates_in_any_order(planned):
     assert got == [tuple(c) for c in plan.device_coords.reshape(-1, 2).tolist()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "devices, fragment",
     [
@@ -135,6 +141,7 @@ def test_mesh_refuses_mismatching_devices(planned, devices, fragment):
         planned.result.plan.mesh(devices)
 
 
+@pytest.mark.slow
 def test_one_compile_serves_structured_placements():
     """Evidence behind "one compile per strategy": device order does not change the program."""
     from aoizora.hlo.builder import program_from_compiled
@@ -152,6 +159,7 @@ def test_one_compile_serves_structured_placements():
     assert len(signatures) == 1
 
 
+@pytest.mark.slow
 def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(planned):
     compiled_dir = planned.cache / "compiled"
     entries = sorted(compiled_dir.glob("*.json.gz"))
@@ -177,10 +185,11 @@ def test_compile_cache_serves_repeated_compiles_and_discards_corrupt_entries(pla
     assert len(readable) >= len([o for o in third.outcomes if o.compiled is not None])
 
 
+@pytest.mark.slow
 def test_a_strategy_the_compiler_refuses_gives_its_place_to_the_next(planned, monkeypatch):
     """Stage 1's memory estimate is approximate: when the compiler refuses a Top-K strategy for
     HBM, Stage 2 compiles the next one in Stage 1's ranking instead of scoring fewer."""
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     real = stage2.compile_strategy
     refused: list[str] = []
@@ -242,6 +251,7 @@ def _entry_of(cache_dir, plan):
     return cache_dir / f"{cache_key(plan.data['request'])}.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "corrupt",
     [
@@ -263,6 +273,7 @@ def test_plan_cache_entries_that_do_not_match_their_checksum_are_recomputed(plan
     assert any("discarded plan-cache entry" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_plan_cache_entry_that_is_not_utf8_is_recomputed(planned):
     topo = planned.topo
     first = plan_function(mlp, ARGS, STRATEGIES, topo, top_k=3, verify_top=1, progress=False)
@@ -272,6 +283,7 @@ def test_plan_cache_entry_that_is_not_utf8_is_recomputed(planned):
     assert not again.from_cache
 
 
+@pytest.mark.slow
 def test_compile_cache_entry_with_unparseable_hlo_is_discarded_and_recompiled(planned, caplog):
     """An entry that reads back cleanly (checksum and key right) but whose HLO does not parse must
     not drop its strategy: it is deleted, logged, and the program compiled again."""

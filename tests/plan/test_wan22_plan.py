@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from aoizora.models.registry import pipeline_config
 from aoizora.models.wan.strategy import Strategy
 from aoizora.models.wan.pipeline_space import expert_bytes_per_device
@@ -14,6 +16,7 @@ def _cli(*args, timeout=900):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_stage1_only_json_counts_both_experts():
     out = _cli("plan", "--model", "wan2.2-t2v-a14b", "--topology", "v5e:2x2", "--resolution", "480p",
                "--frames", "5", "--stage1-only", "--json")

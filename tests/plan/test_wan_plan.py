@@ -25,6 +25,7 @@ def wan_plan(tmp_path_factory):
     return result, path
 
 
+@pytest.mark.tpu_compile
 def test_wan_plan_has_strategy_placement_and_baselines(wan_plan):
     result, path = wan_plan
     plan = load_plan(path)
@@ -39,6 +40,7 @@ def test_wan_plan_has_strategy_placement_and_baselines(wan_plan):
     assert mesh.devices.shape == plan.axis_sizes
 
 
+@pytest.mark.tpu_compile
 def test_run_check_on_cpu_devices(wan_plan):
     _, path = wan_plan
     out = _cli("run", "--plan", str(path), "--steps", "2", "--check")
@@ -46,6 +48,7 @@ def test_run_check_on_cpu_devices(wan_plan):
     assert "not of a TPU" in out.stdout and "(ok)" in out.stdout
 
 
+@pytest.mark.tpu_compile
 def test_run_on_cpu_devices_leaves_the_weight_tile_to_the_tpu(wan_plan, tmp_path):
     """A plan whose strategy hands its weights over in a TPU tile (as TPU7x plans do) runs its
     sharding on the CPU stand-in, whose small float32 model has no 16-bit weights to tile."""
@@ -58,6 +61,7 @@ def test_run_on_cpu_devices_leaves_the_weight_tile_to_the_tpu(wan_plan, tmp_path
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.tpu_compile
 def test_explain_writes_html_with_images(wan_plan, tmp_path):
     _, path = wan_plan
     out = _cli("explain", str(path), "--out", str(tmp_path / "report"))
@@ -67,6 +71,7 @@ def test_explain_writes_html_with_images(wan_plan, tmp_path):
     assert (tmp_path / "report" / "links.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_stage1_only_json():
     out = _cli("plan", "--model", "wan2.1-t2v-1.3b", "--topology", "v5e:2x2", "--resolution", "480p",
                "--frames", "5", "--stage1-only", "--json")
@@ -79,6 +84,7 @@ def test_stage1_only_json():
     assert data["counts"]["enumerated"] == len(data["strategies"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -95,6 +101,7 @@ def test_plan_bad_input(args, fragment):
     assert len(lines) == 1 and fragment in lines[0], out.stderr
 
 
+@pytest.mark.slow
 def test_run_refuses_a_corrupt_plan(tmp_path):
     bad = tmp_path / "plan.json"
     bad.write_text('{"schema_version": 1}')

@@ -1,18 +1,11 @@
-"""The simulator on programs compiled by libtpu and parsed by `aoizora.hlo.analyze`.
-
-Skipped until the HLO parser (branch ``hlo``) is merged: the program model is shared, the
-parser is not part of the simulator.
-"""
+"""The simulator on programs compiled by libtpu and parsed by `aoizora.hlo.analyze`."""
 
 import os
 
 import numpy as np
 import pytest
 
-import aoizora.hlo
-
-analyze = getattr(aoizora.hlo, "analyze", None)
-pytestmark = pytest.mark.skipif(analyze is None, reason="aoizora.hlo.analyze (the HLO parser) is not merged yet")
+from aoizora.hlo import analyze
 
 LAYERS = 6
 

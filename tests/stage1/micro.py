@@ -13,7 +13,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.program import Program
-from aoizora.stage1.dag import Prediction, predict
+from aoizora.stage1.dag import Prediction
+from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule, group_axes, read_module
 
 

@@ -1,5 +1,5 @@
 """Small programs that each isolate one memory behaviour of libtpu's (ring attention's), shared by
-the tests and `benchmarks/ring_memory_probe.py`. Each returns the lowered program and its unit
+the tests and `experiments/ring_memory_probe.py`. Each returns the lowered program and its unit
 (one per-device activation or shard, in bytes)."""
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ def test_outside_buffers_are_not_packed():
     assert tl.live_peak(outside=True) == 100
 
 
+@pytest.mark.slow
 def test_replaying_libtpu_live_ranges_gives_its_temp_allocation(tmp_path):
     """The packing rule, on the compiler's own buffers: libtpu's dumped live ranges, packed best
     fit in birth order, take the temp allocation libtpu made for them - here 1.6x their live peak

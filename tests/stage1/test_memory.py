@@ -26,6 +26,7 @@ def test_arguments_and_outputs_exact(micro, transformer_cases):
 LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, seq=8192, batch=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense", "fsdp=2,context=4 | weights=fsdp | attn=dense"])
 def test_total_within_15_percent(topo_2x4, key):
     space = TransformerSpace(LONG)
@@ -203,6 +204,7 @@ def test_an_all_to_all_takes_a_scratch_buffer_of_its_payload_outside_the_assignm
     assert pred.peak_temp_bytes == pytest.approx(3 * payload, rel=1e-3)  # an operand written out, a result, the scratch
 
 
+@pytest.mark.slow
 def test_keys_padded_for_the_splash_kernel_are_written_out_and_free_the_gathered_keys(tmp_path):
     """All-gather attention as Wan runs it: K and V projected, gathered over the context axis
     (17,408 keys) and padded to a multiple of the splash kernel's `block_kv` (2,048) by aoizora's

@@ -126,6 +126,7 @@ def _gather_beside_matmul(topology, collective: str, dependent: bool):
                 sds(mesh, (4096, 4096), P()), sds(mesh, (4096, 4096), P()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("collective", ["all-gather", "all-reduce"])
 @pytest.mark.parametrize("dependent", [False, True])
 def test_async_collectives_hide_behind_independent_compute(topo_2x4, collective, dependent):

@@ -67,7 +67,7 @@ def test_the_predicted_placement_puts_the_context_axis_on_the_cores_of_a_chip(tp
 
 
 def test_a_leading_pair_on_its_compile_placement_is_verified_without_a_recompile(tpu7x, tmp_path, monkeypatch):
-    import aoizora.stage2.search as stage2
+    import aoizora.stage2.compiling as stage2
 
     space, topo, entries = tpu7x
     predicted = predicted_compile_placement(space, topo, entries[KEY].candidate.strategy, entries[KEY].summary)
@@ -115,6 +115,7 @@ class OneStrategyAsExpert(OneStrategy):
         return self.candidates(num_devices)[0].strategy
 
 
+@pytest.mark.slow
 def test_an_expert_deployment_compiles_over_jax_default_on_tpu7x(tmp_path):
     topo = get_topology("tpu7x:2x2x1")
     result = plan_space(OneStrategyAsExpert(CFG), topo, top_k=1, verify_top=1, progress=False, use_cache=False,

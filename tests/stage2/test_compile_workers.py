@@ -7,7 +7,8 @@ import pytest
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import ORPHAN_POLL_S, CompileWorkers
-from aoizora.stage2.search import CompileTimeout, compile_strategy
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
 from aoizora.workloads.transformer import TransformerConfig
@@ -210,6 +211,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # no close(), no finalizer: as a kill -9 o
 """
 
 
+@pytest.mark.slow
 def test_a_child_ends_when_its_parent_is_killed_mid_compile(tmp_path):
     """A parent killed outside Python's control cannot close its workers; its child, busy compiling,
     notices that it was orphaned and ends instead of compiling on for nobody."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aoizora.stage2.search import (
+from aoizora.stage2.outcomes import (
     OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, CompileTimeout, drop_reason, memory_kind, refused_for_memory,
 )
 

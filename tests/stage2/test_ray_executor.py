@@ -18,11 +18,16 @@ from aoizora.cli import cli
 from aoizora.errors import ExecutorError
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileWorkers, executor_from_spec
-from aoizora.stage2.search import CompileTimeout, compile_strategy, run_stage2
+from aoizora.stage2.compile_workers import CompileWorkers
+from aoizora.stage2.executors import executor_from_spec
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.search import Stage2Config, run_stage2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
+
+pytestmark = pytest.mark.ray
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'aoizora[ray]'")
 
@@ -104,16 +109,16 @@ def test_ray_gives_the_local_choice_scores_and_cache_entries(cluster, small, tmp
     space, topo, legal = small
     kept = [(c.key, c.strategy) for c in legal[:3]]
     with CompileWorkers(2) as local:
-        here = run_stage2(space, kept, topo, compile_cache=CompileCache(tmp_path / "local"), verify_top=2,
-                          executor=local)
+        here = run_stage2(space, kept, topo, Stage2Config(compile_cache=CompileCache(tmp_path / "local"),
+                                                          verify_top=2), executor=local)
     with executor_from_spec("ray", 2) as on_ray:
-        there = run_stage2(space, kept, topo, compile_cache=CompileCache(tmp_path / "ray"), verify_top=2,
-                           executor=on_ray)
+        there = run_stage2(space, kept, topo, Stage2Config(compile_cache=CompileCache(tmp_path / "ray"),
+                                                           verify_top=2), executor=on_ray)
         assert on_ray.pids and all(pid not in local.pids for pid in on_ray.pids)
-    assert _choice(there[0]) == _choice(here[0])
-    assert _pairs(there[0]) == _pairs(here[0])
-    assert all(o.compiled is not None and not o.compiled.from_cache for o in there[0])
-    assert there[3].compiled == here[3].compiled and there[3].workers == 2
+    assert _choice(there.outcomes) == _choice(here.outcomes)
+    assert _pairs(there.outcomes) == _pairs(here.outcomes)
+    assert all(o.compiled is not None and not o.compiled.from_cache for o in there.outcomes)
+    assert there.summary.compiled == here.summary.compiled and there.summary.workers == 2
     local_entries, ray_entries = _entries(tmp_path / "local"), _entries(tmp_path / "ray")
     assert len(local_entries) >= 3 and ray_entries == local_entries
     assert ray.is_initialized()  # the cluster the caller connected to is left to it
@@ -192,8 +197,8 @@ def test_a_worker_that_joins_later_is_checked_before_it_compiles(cluster, small,
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=true")
     with executor_from_spec("ray", 1) as on_ray:
         with pytest.raises(ExecutorError, match="LIBTPU_INIT_ARGS"):
-            run_stage2(space, [(legal[0].key, legal[0].strategy)], topo, compile_cache=CompileCache(tmp_path),
-                       verify_top=0, executor=on_ray)
+            run_stage2(space, [(legal[0].key, legal[0].strategy)], topo,
+                       Stage2Config(compile_cache=CompileCache(tmp_path), verify_top=0), executor=on_ray)
     assert not list(tmp_path.iterdir())
 
 

@@ -10,6 +10,8 @@ ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '
 
 from aoizora.stage2.ray_executor import RayCompileWorkers  # noqa: E402  (imports ray)
 
+pytestmark = pytest.mark.ray
+
 
 @ray.remote
 def _niceness() -> int:

@@ -4,14 +4,15 @@ import pytest
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.placement import enumerate_placements
-from aoizora.stage2.search import compile_strategy, recompile_cannot_change_q2
+from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.verify import recompile_cannot_change_q2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
 # on v5e:2x4 this strategy compiles to another program over its other placements: its context
-# all-gathers keep a reordering map there (benchmarks/order_dependence.py)
+# all-gathers keep a reordering map there (experiments/order_dependence.py)
 KEYS = ("context=4,tensor=2 | weights=replicated | attn=dense",)
 
 

@@ -147,6 +147,7 @@ def test_per_device_peak_matches_libtpus_own_matmul_estimate(name):
     assert 0.7 * topo.hardware.peak_bf16_flops < achieved <= topo.hardware.peak_bf16_flops
 
 
+@pytest.mark.slow
 def test_cli_topology_json_for_tpu7x_and_its_switch():
     import subprocess
     import sys

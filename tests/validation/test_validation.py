@@ -74,6 +74,7 @@ def allreduce_hlo(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_rank_cli_json(allreduce_hlo):
     out = _cli("rank", "--hlo", str(allreduce_hlo), "--topology", "v5e:2x4", "--mesh", "sp=2,tp=4", "--json")
     assert out.returncode == 0, out.stderr
@@ -87,6 +88,7 @@ def test_rank_cli_json(allreduce_hlo):
     assert best["sim_seconds"] < default["sim_seconds"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -101,6 +103,7 @@ def test_rank_cli_bad_input(allreduce_hlo, args, fragment):
     assert len(lines) == 1 and fragment in lines[0], out.stderr
 
 
+@pytest.mark.slow
 def test_rank_cli_rejects_non_hlo(tmp_path):
     bad = tmp_path / "bad.hlo"
     bad.write_text("HloModule m\n\nENTRY %main (p: f32[4]) -> f32[4] {\n  %p = f32[4]{0} parameter(0\n")

@@ -13,7 +13,7 @@ not compiled. The sweep goes in Q1 order (after the strategies the baselines and
 need, and those Stage 1 dropped for memory, whose compiles check the memory estimate), so the
 first strategy whose Q1 reaches the best simulated latency ends it. The compiles run on the cell's
 executor, as many at once as it runs; a strategy is only pruned when no compile is in flight, so
-nothing a sequential sweep compiles is pruned (`aoizora.stage2.search.BoundedSweep`). The bound is
+nothing a sequential sweep compiles is pruned (`aoizora.stage2.sweep.BoundedSweep`). The bound is
 checked on every compiled strategy (Q1 <= its best simulated pair); should it fail once, nothing is pruned. Without
 the oracle (`oracle=False`, `--quick`) the "oracle" column is the best pair among the strategies
 that were compiled anyway (the planner's Top-K, the expert's and the logical search's), and the
@@ -40,9 +40,9 @@ from aoizora.progress import progress_reporter
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2 import predicted_compile_placement
-from aoizora.stage2.search import (
-    BoundedSweep, Compiled, Scored, StrategyOutcome, compile_strategy, drop_reason, refused_for_memory,
-)
+from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, drop_reason, refused_for_memory
+from aoizora.stage2.sweep import BoundedSweep
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
 from aoizora.workload import Candidate, StrategySpace

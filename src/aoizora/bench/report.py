@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aoizora.stage2.search import refused_for_memory
+from aoizora.stage2.outcomes import refused_for_memory
 
 COLUMNS = [
     ("cell", "cell"), ("model", "model"), ("expert_ms", "expert ms"), ("logical_ms", "logical ms"),

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, parse_algorithm_config, resolve_direction
-from aoizora.hlo.builder import KNOWN_OPCODES, build_program, program_from_compiled
+from aoizora.hlo.builder import build_program, program_from_compiled
+from aoizora.hlo.instructions import KNOWN_OPCODES
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
     Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCost, OpaqueCostHook, OpaqueOp, Program,

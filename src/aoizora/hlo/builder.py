@@ -25,27 +25,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Union
 
 from aoizora.errors import HloModelError
 from aoizora.hlo import attrs as A
-from aoizora.hlo.algorithm import AlgorithmConfig, parse_algorithm_config
 from aoizora.hlo.costs import (
-    ELEMENTWISE_FLOP_OPS,
-    MOVEMENT_OPS,
     FusionCoster,
     estimated_cycles,
     hbm_size,
     instruction_flops,
     io_bytes,
 )
+from aoizora.hlo.instructions import (
+    ASYNC_COLLECTIVE_DONE, ASYNC_COLLECTIVE_START, ASYNC_DONES, ASYNC_STARTS, COLLECTIVE_OPCODES, FREE_CUSTOM_CALLS,
+    FREE_OPS, KNOWN_OPCODES, algorithm_config, array_bytes, async_fusion_config, branch_names, collective_kind,
+    collective_shapes, fused_compute_ops, kernel_name, op_name, traffic, unquote,
+)
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
     Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCostHook, OpaqueOp, Program,
 )
 from aoizora.hlo.shapes import Shape
-from aoizora.hlo.traffic import bytes_sent_per_device
 from aoizora.hlo.trip_count import trip_count
 
 # A value's producers: a tuple of node indices, or a list of element values for tuples.
@@ -54,46 +54,6 @@ Val = Union[tuple[int, ...], "TupleVal"]
 
 class TupleVal(list):  # type: ignore[type-arg]
     """Producers of a tuple value, element by element."""
-
-
-_FREE = frozenset(
-    """parameter constant get-tuple-element tuple bitcast after-all partition-id replica-id
-    add-dependency opt-barrier optimization-barrier domain copy-done slice-done
-    get-dimension-size""".split()
-)
-_COLLECTIVE_OPS = {
-    "all-reduce": CollectiveKind.ALL_REDUCE,
-    "all-gather": CollectiveKind.ALL_GATHER,
-    "reduce-scatter": CollectiveKind.REDUCE_SCATTER,
-    "all-to-all": CollectiveKind.ALL_TO_ALL,
-    "ragged-all-to-all": CollectiveKind.ALL_TO_ALL,
-    "collective-permute": CollectiveKind.COLLECTIVE_PERMUTE,
-}
-_ASYNC_STARTS = {f"{k}-start": v for k, v in _COLLECTIVE_OPS.items()}
-_ASYNC_DONES = {f"{k}-done": v for k, v in _COLLECTIVE_OPS.items()}
-_OTHER_KNOWN = frozenset(
-    """dot convolution fusion custom-call reduce reduce-window select-and-scatter sort map
-    call while conditional copy-start slice-start send send-done recv recv-done infeed outfeed
-    rng rng-get-and-update-state rng-bit-generator fft cholesky triangular-solve topk
-    batch-norm-training batch-norm-inference batch-norm-grad dynamic-reshape
-    set-dimension-size async-start async-update async-done call-start call-done""".split()
-)
-KNOWN_OPCODES = (
-    _FREE | ELEMENTWISE_FLOP_OPS | MOVEMENT_OPS | set(_COLLECTIVE_OPS) | set(_ASYNC_STARTS)
-    | set(_ASYNC_DONES) | _OTHER_KNOWN
-)
-"""Every opcode the builder understands; anything else becomes an ``unknown`` node."""
-
-FREE_CUSTOM_CALLS = frozenset(
-    {"AllocateBuffer", "ConcatBitcast", "Sharding", "SPMDFullToShardShape",
-     "SPMDShardToFullShape", "MoveToHost", "MoveToDevice", "LayoutConstraint",
-     "PrepareAsyncCallStart", "PrepareAsyncCallDone"}
-)
-"""libtpu-internal custom calls that are buffer bookkeeping, costed like compute (bytes only),
-not opaque kernels. (`PrepareAsyncCall*` set up a TPU7x SparseCore call of an offloaded collective.)"""
-
-ASYNC_COLLECTIVE_START = "AsyncCollectiveStart"
-ASYNC_COLLECTIVE_DONE = "AsyncCollectiveDone"
 
 
 def build_program(
@@ -237,7 +197,7 @@ class _Builder:
         """The value of ``inst``: free ops pass their operands' producers on, the others emit nodes."""
         op = inst.opcode
         vals = self.operand_vals(comp, inst, env)
-        if op in _FREE:
+        if op in FREE_OPS:
             return _free_value(inst, vals, args)
         if op == "while":
             return self.while_loop(comp, inst, vals, mult, loop)
@@ -245,11 +205,11 @@ class _Builder:
             callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
             return self.walk(callee, vals, mult, loop)
         site = _Site(comp, inst, _deps(vals), mult, loop)
-        if op in _COLLECTIVE_OPS:
+        if op in COLLECTIVE_OPCODES:
             return self.collective(site, CollectiveMode.SYNC, inst)
-        if op in _ASYNC_STARTS:
+        if op in ASYNC_STARTS:
             return self.collective(site, CollectiveMode.ASYNC, inst)
-        if op in _ASYNC_DONES or (op == "async-done" and self._is_pending(site.deps)):
+        if op in ASYNC_DONES or (op == "async-done" and self._is_pending(site.deps)):
             return self.collective_done(site)
         if op in ("async-start", "call-start"):
             return self.async_call(site, vals)
@@ -276,7 +236,7 @@ class _Builder:
             callee = self.m.computation(inst.attr("to_apply") or inst.attr("calls") or "")
         wrapped = callee.root
         assert wrapped is not None
-        if wrapped.opcode in _COLLECTIVE_OPS:
+        if wrapped.opcode in COLLECTIVE_OPCODES:
             return self.collective(site, CollectiveMode.ASYNC, wrapped, callee)
         if inst.opcode == "async-start":
             return self.compute(site)
@@ -297,7 +257,7 @@ class _Builder:
 
     def custom_call(self, site: _Site) -> Val:
         """A custom call: an async collective's start or done, buffer bookkeeping, or an opaque kernel."""
-        target = _unquote(site.inst.attr("custom_call_target") or "")
+        target = unquote(site.inst.attr("custom_call_target") or "")
         if target == ASYNC_COLLECTIVE_START:
             coll = self._collective_in_callees(site.inst)
             if coll is not None:
@@ -360,10 +320,10 @@ class _Builder:
             self._unknown_in_fusion(inst)
         shapes = list(node.operand_shapes)
         if inst.opcode == "conditional":
-            branches = _branch_names(inst)
+            branches = branch_names(inst)
             node.flops = max((self.fusion.flops(b) for b in branches), default=0.0)
             if any(
-                i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS
+                i.opcode in COLLECTIVE_OPCODES or i.opcode in ASYNC_STARTS
                 for b in branches
                 for i in self.m.computation(b).instructions
             ):  # not modelled: say so rather than drop it silently
@@ -382,7 +342,7 @@ class _Builder:
             node.hbm_bytes = io_bytes(inst, shapes)
         node.fusion_kind = inst.attr("kind")
         if inst.opcode == "custom-call":
-            node.custom_call_target = _unquote(inst.attr("custom_call_target") or "")
+            node.custom_call_target = unquote(inst.attr("custom_call_target") or "")
         return (node.index,)
 
     def opaque(self, site: _Site, target: str | None) -> Val:
@@ -398,8 +358,8 @@ class _Builder:
             operand_shapes=node.operand_shapes,
             result_shape=inst.shape,
             backend_config=inst.backend_config,
-            kernel_name=_kernel_name(inst),
-            op_name=_op_name(inst),
+            kernel_name=kernel_name(inst),
+            op_name=op_name(inst),
             frontend_attributes=inst.attr("frontend_attributes"),
         )
         return (node.index,)
@@ -415,35 +375,35 @@ class _Builder:
         inst = site.inst
         sync = mode in (CollectiveMode.SYNC, CollectiveMode.FUSION)
         node = self._node(site, NodeKind.COLLECTIVE if sync else NodeKind.COLLECTIVE_START)
-        in_shapes, res_shape = _collective_shapes(coll_inst, inner_comp if inner_comp is not None else site.comp)
+        in_shapes, res_shape = collective_shapes(coll_inst, inner_comp if inner_comp is not None else site.comp)
         operand_bytes = sum(s.byte_size for s in in_shapes)
         result_bytes = res_shape.byte_size
-        kind = _collective_kind(coll_inst.opcode, operand_bytes, result_bytes)
+        kind = collective_kind(coll_inst.opcode, operand_bytes, result_bytes)
         groups, pairs = self._participants(coll_inst, kind)
         group_size = len(groups[0]) if groups else 2
         fused_compute: tuple[str, ...] = ()
         if inner_comp is not None and mode is not CollectiveMode.ASYNC:
-            fused_compute = _fused_compute(inner_comp, coll_inst)
+            fused_compute = fused_compute_ops(inner_comp, coll_inst)
             # all-reduce + dynamic-slice fused together is a reduce-scatter
             outer = inst.shape.byte_size
             if kind is CollectiveKind.ALL_REDUCE and group_size > 1 and outer * group_size == result_bytes:
                 kind = CollectiveKind.REDUCE_SCATTER
                 result_bytes = outer
             node.flops = self.fusion.flops(inner_comp.name)
-        payload, send, recv = _traffic(kind, operand_bytes, result_bytes, group_size, pairs)
+        payload, send, recv = traffic(kind, operand_bytes, result_bytes, group_size, pairs)
         dtype = in_shapes[0].leaves()[0].dtype if in_shapes and in_shapes[0].leaves() else res_shape.dtype
         channel = coll_inst.attr("channel_id")
         coll = Collective(
             index=len(self.collectives), name=inst.name, kind=kind, mode=mode, start=node.index, done=node.index,
             groups=groups, source_target_pairs=pairs, dtype=dtype, operand_bytes=operand_bytes,
             result_bytes=result_bytes, payload_bytes=payload,
-            array_bytes=_array_bytes(kind, operand_bytes, result_bytes, group_size),
+            array_bytes=array_bytes(kind, operand_bytes, result_bytes, group_size),
             send_bytes=send, recv_bytes=recv, group_size=group_size, multiplicity=site.mult, loop=site.loop,
             channel_id=int(channel) if channel and channel.isdigit() else None,
             dimensions=A.parse_int_list(coll_inst.attr("dimensions")),
-            algorithm=_algorithm_config(inst, coll_inst), fused_compute=fused_compute,
+            algorithm=algorithm_config(inst, coll_inst), fused_compute=fused_compute,
         )
-        afc = _async_fusion_config(coll_inst)
+        afc = async_fusion_config(coll_inst)
         if afc is not None:
             coll.async_fusion_configs = (afc,)
         node.collective = coll.index
@@ -480,7 +440,7 @@ class _Builder:
         coll = self.collectives[ci]
         coll.steps += (node.index,)
         inner = self._fused_collective(site.inst)
-        afc = _async_fusion_config(inner[1]) if inner else None
+        afc = async_fusion_config(inner[1]) if inner else None
         if afc is not None:
             coll.async_fusion_configs += (afc,)
         self._pending[node.index] = ci  # the done reads the buffers through this node
@@ -518,13 +478,13 @@ class _Builder:
         coll: Instruction | None = None
         role = "fusion"
         for i in comp.instructions:
-            if coll is None and (i.opcode in _COLLECTIVE_OPS or i.opcode in _ASYNC_STARTS):
+            if coll is None and (i.opcode in COLLECTIVE_OPCODES or i.opcode in ASYNC_STARTS):
                 coll = i
                 bc = i.backend_config
                 if isinstance(bc, Mapping) and "async_collective_fusion_config" in bc:
                     role = "step"
             if i.opcode == "custom-call":
-                target = _unquote(i.attr("custom_call_target") or "")
+                target = unquote(i.attr("custom_call_target") or "")
                 if target == ASYNC_COLLECTIVE_START:
                     role = "start"
                 elif target == ASYNC_COLLECTIVE_DONE:
@@ -544,7 +504,7 @@ class _Builder:
                     continue
                 comp = self.m.computation(name)
                 for i in comp.instructions:
-                    if i.opcode in _COLLECTIVE_OPS:
+                    if i.opcode in COLLECTIVE_OPCODES:
                         return comp, i
         return None
 
@@ -613,142 +573,3 @@ def _deps(vals: list[Val]) -> tuple[int, ...]:
                 out.append(i)
     out.sort()
     return tuple(out)
-
-
-def _async_fusion_config(inst: Instruction) -> Mapping[str, Any] | None:
-    bc = inst.backend_config
-    if isinstance(bc, Mapping) and isinstance(bc.get("async_collective_fusion_config"), Mapping):
-        return bc["async_collective_fusion_config"]
-    return None
-
-
-def _unquote(s: str) -> str:
-    return s[1:-1] if len(s) >= 2 and s[0] == '"' and s[-1] == '"' else s
-
-
-def _is_async_collective_custom_call(inst: Instruction, target: str) -> bool:
-    return inst.opcode == "custom-call" and _unquote(inst.attr("custom_call_target") or "") == target
-
-
-def _branch_names(inst: Instruction) -> list[str]:
-    raw = inst.attr("branch_computations")
-    if raw:
-        return [n.strip() for n in raw.strip("{}").split(",") if n.strip()]
-    return [n for n in (inst.attr("true_computation"), inst.attr("false_computation")) if n]
-
-
-def _op_name(inst: Instruction) -> str | None:
-    md = inst.attr("metadata")
-    if not md:
-        return None
-    i = md.find('op_name="')
-    if i < 0:
-        return None
-    j = md.find('"', i + 9)
-    return md[i + 9 : j] if j > 0 else None
-
-
-def _kernel_name(inst: Instruction) -> str | None:
-    """The kernel's name: from the custom-call config, the op_name before ``/pallas_call``,
-    or the instruction name without its ``.N`` suffix."""
-    bc = inst.backend_config
-    if isinstance(bc, Mapping):
-        cc = bc.get("custom_call_config")
-        if isinstance(cc, Mapping):
-            for key in ("kernel_name", "name"):
-                if isinstance(cc.get(key), str):
-                    return cc[key]
-    op_name = _op_name(inst)
-    if op_name and "/pallas_call" in op_name:
-        head = op_name.rsplit("/pallas_call", 1)[0]
-        return head.rsplit("/", 1)[-1] or None
-    base = inst.name.split(".", 1)[0]
-    return base or None
-
-
-def _collective_kind(opcode: str, operand_bytes: int, result_bytes: int) -> CollectiveKind:
-    """The kind of a collective op (``-start`` / ``-done`` spellings included); a custom-call
-    collective without a recognisable inner op is an all-gather when it grows its buffer, else an
-    all-reduce."""
-    for suffix in ("-start", "-done"):
-        if opcode.endswith(suffix):
-            opcode = opcode[: -len(suffix)]
-    kind = _COLLECTIVE_OPS.get(opcode)
-    if kind is None:
-        kind = CollectiveKind.ALL_GATHER if result_bytes > operand_bytes else CollectiveKind.ALL_REDUCE
-    return kind
-
-
-def _collective_shapes(coll_inst: Instruction, where: Computation) -> tuple[list[Shape], Shape]:
-    """(operand shapes, result shape) of the collective op itself, per device."""
-    in_shapes = [where.by_name[o].shape for o in coll_inst.operands if o in where.by_name]
-    if (
-        coll_inst.opcode.endswith("-start")
-        and coll_inst.opcode != "all-reduce-start"  # its (tuple of) results only
-        and coll_inst.shape.is_tuple
-    ):
-        return in_shapes, _start_result(coll_inst, in_shapes)
-    return in_shapes, coll_inst.shape
-
-
-def _fused_compute(inner_comp: Computation, coll_inst: Instruction) -> tuple[str, ...]:
-    """The compute opcodes fused with a collective in the computation that wraps it."""
-    return tuple(
-        i.opcode for i in inner_comp.instructions
-        if i is not coll_inst and i.opcode not in _FREE and i.opcode not in MOVEMENT_OPS
-        and not _is_async_collective_custom_call(i, ASYNC_COLLECTIVE_START)
-    )
-
-
-def _array_bytes(kind: CollectiveKind, operand_bytes: int, result_bytes: int, group_size: int) -> int:
-    """The size of the whole array a collective moves pieces of, per group."""
-    if kind is CollectiveKind.ALL_GATHER:
-        return max(result_bytes, operand_bytes * group_size)
-    if kind is CollectiveKind.ALL_TO_ALL:
-        return operand_bytes * group_size
-    return operand_bytes
-
-
-def _algorithm_config(inst: Instruction, coll_inst: Instruction) -> AlgorithmConfig | None:
-    """libtpu's ``collective_algorithm_config`` of the instruction or of the collective it wraps."""
-    for bc in (inst.backend_config, coll_inst.backend_config):
-        if isinstance(bc, Mapping) and isinstance(bc.get("collective_algorithm_config"), Mapping):
-            cfg = parse_algorithm_config(bc["collective_algorithm_config"])
-            if cfg is not None:
-                return cfg
-    return None
-
-
-def _start_result(inst: Instruction, in_shapes: list[Shape]) -> Shape:
-    """The result buffer inside a ``*-start`` tuple: (operands..., results..., scratch...)."""
-    elems = list(inst.shape.tuple_shapes)
-    n_in = len(in_shapes)
-    if len(elems) > n_in:
-        res = elems[n_in]
-        if n_in > 1 and len(elems) >= 2 * n_in:
-            return Shape("tuple", (), None, tuple(elems[n_in : 2 * n_in]))
-        return res
-    return elems[-1] if elems else inst.shape
-
-
-def _traffic(
-    kind: CollectiveKind,
-    operand_bytes: int,
-    result_bytes: int,
-    n: int,
-    pairs: tuple[tuple[int, int], ...],
-) -> tuple[int, int, int]:
-    """(payload, send, recv) bytes per device under a bandwidth-optimal algorithm (whole bytes)."""
-    s = operand_bytes
-    if kind is not CollectiveKind.COLLECTIVE_PERMUTE:
-        t = int(bytes_sent_per_device(kind, n, Fraction(s))) if n > 1 else 0
-        return s, t, t
-    # collective-permute: a device sends its buffer once per pair it is the source of
-    sends: dict[int, int] = {}
-    recvs: dict[int, int] = {}
-    for a, b in pairs:
-        if a == b:
-            continue
-        sends[a] = sends.get(a, 0) + 1
-        recvs[b] = recvs.get(b, 0) + 1
-    return s, s * max(sends.values(), default=0), s * max(recvs.values(), default=0)

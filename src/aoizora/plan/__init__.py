@@ -3,10 +3,10 @@
 from aoizora.plan.plan import Plan, load_plan
 from aoizora.plan.function_space import FunctionSpace, FunctionStrategy
 from aoizora.plan.planner import (
-    PlanResult, expert_entries, nothing_fits, plan_for_pair, plan_function, plan_space, planning_flags,
+    PlanResult, expert_entries, nothing_fits, plan_for_pair, plan_function, plan_space, plan_wan, planning_flags,
 )
 
 __all__ = [
     "FunctionSpace", "FunctionStrategy", "Plan", "PlanResult", "expert_entries", "load_plan", "nothing_fits",
-    "plan_for_pair", "plan_function", "plan_space", "planning_flags",
+    "plan_for_pair", "plan_function", "plan_space", "plan_wan", "planning_flags",
 ]

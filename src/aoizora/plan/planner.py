@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,10 @@ from aoizora.progress import progress_reporter
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
-from aoizora.stage2.search import EarlyCompiles, Scored, Stage2Summary, StrategyOutcome, run_stage2
+from aoizora.stage2.compiling import EarlyCompiles
+from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
+from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
+from aoizora.stage2.sweep import Stage2Summary
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.workload import ExpertDeployment, StrategySpace
 from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
@@ -91,7 +95,7 @@ def plan_space(
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
     `executor`: where Stage 2 compiles run, up to its `size` at once (default: `DEFAULT_COMPILE_WORKERS`
-    local child processes; `aoizora.stage2.compile_workers.executor_from_spec` makes a Ray one). The
+    local child processes; `aoizora.stage2.executor_from_spec` makes a Ray one). The
     plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
     cached request.
 
@@ -130,10 +134,12 @@ def plan_space(
         # experts compile over JAX's order (see EarlyCompiles), the others over their predicted best
         placements = CompilePlacements(space, topology, {e.key: e.summary for e in stage1.ranked}, options,
                                        jax_default=[ex.key for ex in experts])
-        outcomes, timings, notes, summary = _stage2(
-            space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache, reserve,
-            [e.key for e in stage1.kept], flags, flags_by_key, bounds, [ex.key for ex in experts], executor,
-            early.futures, placements)
+        config = Stage2Config(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
+                              compile_cache=compile_cache, flags=flags, flags_by_key=flags_by_key,
+                              lower_bounds=bounds, baselines=[ex.key for ex in experts], reserve=reserve,
+                              backfill_for=[e.key for e in stage1.kept], compile_placement=placements)
+        stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
+    outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
     notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
     best = _best_pair(outcomes, len(kept), topology)
     baselines = _baselines(outcomes, best, experts, topology, options)
@@ -277,17 +283,15 @@ def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) ->
             "first on Stage 1's predicted collectives (stage2.compile_placements), not JAX's"]
 
 
-def _stage2(space, kept, topology, options, compile_timeout_s, verify_top, progress, console, compile_cache,
-            reserve, backfill_for, flags, flags_by_key, lower_bounds, baselines, executor, started,
-            compile_placement):
+def _stage2(space: StrategySpace, kept: list[tuple[str, Any]], topology: Topology, config: Stage2Config,
+            executor: CompileExecutor, started: Mapping[str, Future[Compiled]], progress: bool,
+            console: Any) -> Stage2Result:
+    """`run_stage2` under a progress bar."""
     label = f"Stage 2: compile and score ({topology.name})"
     with progress_reporter(label, len(kept), console=console, quiet=not progress) as bar:
-        return run_stage2(space, kept, topology, options=options, compile_timeout_s=compile_timeout_s,
-                          verify_top=verify_top, compile_cache=compile_cache, reserve=reserve,
-                          backfill_for=backfill_for, flags=flags, flags_by_key=flags_by_key,
-                          lower_bounds=lower_bounds, baselines=baselines, executor=executor, started=started,
-                          compile_placement=compile_placement, on_compiled=lambda _: bar.advance(),
-                          on_backfill=lambda _: bar.add_to_total(), on_pruned=lambda _: bar.advance())
+        return run_stage2(space, kept, topology, config, executor=executor, started=started,
+                          on_compiled=lambda _: bar.advance(), on_backfill=lambda _: bar.add_to_total(),
+                          on_pruned=lambda _: bar.advance())
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:
@@ -425,3 +429,21 @@ def plan_function(
     topo = get_topology(topology) if isinstance(topology, str) else topology
     space = strategy_space if isinstance(strategy_space, StrategySpace) else FunctionSpace(fn, abstract_args, strategy_space)
     return plan_space(space, topo, **kwargs)
+
+
+def plan_wan(model: str, topology: "Topology | str", resolution: str, frames: int, *,
+             expert_residency: str = "both", **options: Any) -> PlanResult:
+    """Plan a named Wan model at a video shape on a slice, as `aoizora plan --model` does.
+
+    `model`: a name `aoizora models` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology` or
+    its name ("v5e:2x4"); `resolution`: "480p", "720p" or "WxH"; `frames`: 4n+1.
+    `expert_residency`: a Wan 2.2 pipeline's experts both in HBM ("both") or swapped ("swap").
+    Other keywords go to `plan_space` (`top_k`, `verify_top`, `options`, `use_cache`, `progress`,
+    `executor`, ...). Raises ShapeError (unknown model, bad shape), TopologyError or PlanningError.
+    """
+    from aoizora.models.registry import wan_space
+    from aoizora.topology import get_topology
+
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    space = wan_space(model, resolution, frames, generation=topo.generation, expert_residency=expert_residency)
+    return plan_space(space, topo, **options)

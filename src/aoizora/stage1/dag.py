@@ -2,8 +2,8 @@
 
 A `Prediction` is what Stage 1 knows about one lowered strategy: `OpNode`s (compute, HBM
 traffic) and `CommNode`s (collectives written in the program or predicted for the SPMD
-partitioner), with the program's argument, output and temporary bytes. `predict` builds it in
-two parts that share nothing but a stream of value events (`events.py`):
+partitioner), with the program's argument, output and temporary bytes. `predict`
+(`predict.py`) builds it in two parts that share nothing but a stream of value events (`events.py`):
 
 * the sharding propagator (`propagate.py`, rules per op in `op_rules.py`, backward hints in
   `hints.py`) walks the program once, decides every value's sharding and the collectives
@@ -16,17 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aoizora.hlo.program import OpaqueCost
-from aoizora.stage1.ir import IRModule, TensorType
 from aoizora.topology import KernelWork
 from aoizora.workload import KernelCall
-
-if TYPE_CHECKING:
-    from aoizora.stage1.hbm import HbmReport
-    from aoizora.stage1.propagate import Propagation
-
 
 KernelCostHook = Callable[[KernelCall], "OpaqueCost | None"]
 
@@ -158,28 +152,3 @@ class Prediction:
             "outside_bytes": self.outside_bytes,
             "live_peak_temp_bytes": self.live_peak_temp_bytes,
         }
-
-
-def prediction_of(propagation: Propagation, hbm: HbmReport) -> Prediction:
-    """A prediction from the propagator's findings and the HBM model's report on its events."""
-    p = propagation
-    return Prediction(p.mesh_axes, p.nodes, p.argument_bytes, p.output_bytes, hbm.peak_temp_bytes, p.notes,
-                      hbm.outside_bytes, hbm.live_peak_temp_bytes, hbm.hoisted_permutes)
-
-
-def predict(module: IRModule, kernel_cost: KernelCostHook | None = None, hoist_permutes: bool = True,
-            async_collective_fusion: bool = True) -> Prediction:
-    """Build the prediction DAG of a lowered program (see `propagate.py` and `hbm.py` for the rules).
-
-    `hoist_permutes=False` issues each collective permute where it is written instead of as soon as
-    its operand exists: what libtpu's scheduler does when hoisting would not fit in HBM
-    (`stage1.memory.predict_within_hbm`). `async_collective_fusion`: whether libtpu holds a second
-    copy of an all-gathered activation (`HardwareProfile.async_collective_fusion`; `hbm.HbmModel`).
-    """
-    # imported here: the propagator builds this module's nodes, so it imports
-    # this module; the HBM model does not, but stays beside it
-    from aoizora.stage1.hbm import HbmModel
-    from aoizora.stage1.propagate import ShardingPropagator
-
-    hbm = HbmModel(module.funcs, hoist_permutes, async_collective_fusion)
-    return prediction_of(ShardingPropagator(module, kernel_cost, hbm.feed).run(), hbm.report())

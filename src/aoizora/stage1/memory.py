@@ -45,7 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aoizora.stage1.dag import KernelCostHook, Prediction, predict
+from aoizora.stage1.dag import KernelCostHook, Prediction
+from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule
 from aoizora.topology import HardwareProfile
 

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,22 @@ from aoizora.topology import Topology
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 
-ILLEGAL = "illegal"
-LOWERING_FAILED = "lowering-failed"
-OUT_OF_MEMORY = "out-of-memory"
-RANKED = "ranked"
-KEPT = "kept"
+
+class Verdict(StrEnum):
+    """What Stage 1 decided for a strategy; the value is the string plans and caches record."""
+
+    ILLEGAL = "illegal"
+    LOWERING_FAILED = "lowering-failed"
+    OUT_OF_MEMORY = "out-of-memory"
+    RANKED = "ranked"
+    KEPT = "kept"
+
+
+ILLEGAL = Verdict.ILLEGAL
+LOWERING_FAILED = Verdict.LOWERING_FAILED
+OUT_OF_MEMORY = Verdict.OUT_OF_MEMORY
+RANKED = Verdict.RANKED
+KEPT = Verdict.KEPT
 
 
 @dataclass
@@ -48,7 +60,7 @@ class Entry:
     """One strategy's journey through Stage 1."""
 
     candidate: Candidate
-    verdict: str
+    verdict: str  # a Verdict (read back from the Stage 1 cache as its string)
     reasons: tuple[str, ...] = ()
     q1: Q1Result | None = None
     memory: MemoryEstimate | None = None

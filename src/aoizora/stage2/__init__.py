@@ -2,9 +2,13 @@
 from the compiled HLO, score every placement of each with Q2.
 
 Public API:
-- `run_stage2` and its results (`StrategyOutcome`, `Scored`, `Compiled`);
-- `compile_strategy` (one strategy over one device order, through the compile cache), `drop_reason`,
-  `refused_for_memory`, `OUT_OF_HBM` and `OUT_OF_VMEM` (why a strategy was dropped);
+- `run_stage2` (`search.py`), its `Stage2Config` and `Stage2Result`, and the outcomes in it
+  (`StrategyOutcome`, `Scored`, `Compiled`: `outcomes.py`);
+- `compile_strategy` (one strategy over one device order, through the compile cache: `compiling.py`),
+  `drop_reason`, `refused_for_memory`, `memory_kind`, `MemoryKind`, `OUT_OF_HBM` and `OUT_OF_VMEM`
+  (why a strategy was dropped);
+- `BoundedSweep` (`sweep.py`): the compiles in bound order, pruned by Q1;
+- `recompile_cannot_change_q2` (`verify.py`): when the leading pairs need no verifying recompile;
 - `CompileCache`, `CompileRecord`, `default_compile_cache`: libtpu's output kept on disk;
 - `CompileExecutor`, where compiles run: `CompileWorkers` (child processes, killed on timeout or
   Ctrl-C) or a Ray cluster's actors (`aoizora.stage2.ray_executor`); `executor_from_spec` makes one
@@ -16,16 +20,23 @@ Public API:
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers, executor_from_spec
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
-from aoizora.stage2.search import (
-    OUT_OF_HBM, OUT_OF_VMEM, BoundedSweep, CachedCompileError, Compiled, CompileTimeout, EarlyCompiles, Scored,
-    Stage2Summary, StrategyOutcome, compile_strategy, drop_reason, refused_for_memory, run_stage2, shared_compile_placement,
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compiling import EarlyCompiles, compile_strategy, shared_compile_placement
+from aoizora.stage2.outcomes import (
+    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, Compiled, MemoryKind, Scored, StrategyOutcome, drop_reason, memory_kind,
+    refused_for_memory,
 )
+from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
+from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
+from aoizora.stage2.verify import recompile_cannot_change_q2
 
 __all__ = [
     "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
-    "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "Scored",
-    "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
-    "executor_from_spec", "predicted_compile_placement", "refused_for_memory", "run_stage2", "shared_compile_placement",
+    "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
+    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
+    "executor_from_spec", "memory_kind", "predicted_compile_placement", "recompile_cannot_change_q2",
+    "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

@@ -40,7 +40,7 @@ from aoizora.cost import CostModel, Q2Options
 from aoizora.hlo.program import CollectiveKind, Program
 from aoizora.hlo import ProgramBuilder
 from aoizora.placement import MeshSpec, Placement, enumerate_placements
-from aoizora.stage2.search import REORDERING_MAP_ONLY_GENERATIONS
+from aoizora.stage2.verify import REORDERING_MAP_ONLY_GENERATIONS
 from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
 

@@ -19,7 +19,7 @@ Each actor reserves `cpus_per_compile` of Ray's CPUs (a libtpu compile keeps abo
 so Ray never runs more compiles on a node than it has cores for; the pool is no larger than the
 cluster's CPUs allow, since an actor that cannot be placed would wait forever.
 
-This module imports Ray; `aoizora.stage2.compile_workers.executor_from_spec` imports it only when
+This module imports Ray; `aoizora.stage2.executors.executor_from_spec` imports it only when
 Ray is asked for.
 """
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from aoizora import toolchain
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
     searched_splash_tile,
@@ -18,7 +19,6 @@ from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
 
-toolchain = pytest.importorskip("aoizora.toolchain")
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
 # is 9,360 tokens, which no context degree here divides into 128-aligned shards without padding.
@@ -118,6 +118,7 @@ def test_a_space_for_a_generation_runs_every_splash_strategy_with_its_fitted_blo
     assert all(c.strategy.splash_blocks is None for c in xla.candidates(8))
 
 
+@pytest.mark.tpu_compile
 @pytest.mark.parametrize("batch", [1, 2])
 def test_the_largest_query_block_is_what_the_compiler_allows(batch):
     """v5e's `splash_max_block_q` compiles at the length it was measured at and one 128-row step
@@ -129,6 +130,7 @@ def test_the_largest_query_block_is_what_the_compiler_allows(batch):
         compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
 
 
+@pytest.mark.tpu_compile
 def test_the_blocks_fitted_to_a_720p_strategy_compile_for_v6e():
     """Wan's longest calls (720p, 81 frames, data=2 context=4 all-gather: each device attends 18,944
     queries to 75,776 keys) compile with the blocks fitted to v6e's limit, while the block v6e

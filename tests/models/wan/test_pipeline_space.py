@@ -11,7 +11,7 @@ from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.pipeline import WanPipelineConfig
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
-from aoizora.stage2.search import compile_strategy
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
 from aoizora.workload import lowering_inputs_on
@@ -54,6 +54,7 @@ def test_stage1_counts_both_experts(topo_2x4):
     assert mem_both.fits and mem_swap.fits
 
 
+@pytest.mark.tpu_compile
 def test_compiled_step_holds_both_experts(topo_2x4):
     """libtpu's own memory analysis of the compiled step counts the second expert's weights."""
     both, swap = _spaces()

@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from aoizora import toolchain
 from aoizora.errors import ShapeError
 from aoizora.models.wan.config import ROPE_PARTNERS, WAN_T2V_14B
 from aoizora.models.wan.rope import apply_rope
-
-toolchain = pytest.importorskip("aoizora.toolchain")
 
 
 def _complex_reference(x: np.ndarray, angles: np.ndarray) -> np.ndarray:

@@ -60,12 +60,13 @@ def test_ulysses_uses_all_to_all(space, topo_2x4):
     assert kinds == {("all-to-all", ("context",))}
 
 
+@pytest.mark.tpu_compile
 def test_compiled_splash_calls_are_costed_as_themselves():
     """Self- and cross-attention share a kernel name in compiled HLO; each call must get its own
     cost (a cross-attention call once took the far larger self-attention cost)."""
     from aoizora.hlo.program import NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.stage2.search import compile_strategy
+    from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x2")
@@ -165,13 +166,14 @@ def test_ulysses_ring_14b_720p_81_frames(topology):
     assert ("context_ring", "context_ulysses") in gathers
 
 
+@pytest.mark.tpu_compile
 def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     """Stage 2 on a 2D context strategy: five mesh axes place and compile; the compiled all-to-alls
     pair Ulysses neighbours (logical ids differing in the inner axis), the permutes move K/V
     between ring neighbours, and every splash ring step gets the model's own cost."""
     from aoizora.hlo.program import CollectiveKind, NodeKind
     from aoizora.placement import enumerate_placements
-    from aoizora.stage2.search import compile_strategy
+    from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
     topo = get_topology("v5e:2x4")

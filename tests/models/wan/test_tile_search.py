@@ -44,6 +44,7 @@ def test_no_search_where_no_limit_was_measured():
     assert searched_splash_tile(long, 2 * TOKENS_720P_81, 2, "v6e") is None
 
 
+@pytest.mark.tpu_compile
 def test_the_searched_tile_compiles_under_its_limit_and_not_under_the_default():
     # the demo's strategy on v5e (fsdp=2 x context=4, 720p/81): the search raises the 16 MiB default
     strategy = CASES[0][1]

@@ -100,11 +100,13 @@ def _compile_boundary(gen: str, topology: str, batch: int, limit_kib: int | None
                             scoped_vmem_limit_kib=limit_kib)
 
 
+@pytest.mark.tpu_compile
 @pytest.mark.parametrize("gen", MEASURED)
 def test_the_rule_s_boundary_at_the_default_limit_compiles_and_past_it_is_refused(gen):
     _compile_boundary(gen, DATA["slices"][gen], 1, None)
 
 
+@pytest.mark.tpu_compile
 def test_the_rule_s_boundary_at_a_raised_limit_compiles_and_past_it_is_refused():
     """v5e at twice its default limit, local batch 2 (the smaller tiles of a 32 MiB limit keep the
     test's two compiles short)."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
+import diffusers
+import torch
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -20,6 +20,8 @@ from aoizora.models.wan.pipeline import (  # noqa: E402
 )
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
 from wan_testutil import TINY_T2V, bf16_errors, rel_err  # noqa: E402
+
+pytestmark = pytest.mark.parity
 
 # Tiny stand-ins of the Wan 2.2 architectures: A14B experts (Wan 2.1's block), I2V-A14B's channel
 # concatenation (4 noisy + 4 mask + 4 image latent channels, no image tokens), TI2V's 6-channel latent.

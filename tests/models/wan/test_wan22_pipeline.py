@@ -161,6 +161,7 @@ def test_ti2v_latent_geometry():
         VideoShape(81, 720, 1280).latent_shape(WAN22_TI2V_5B)
 
 
+@pytest.mark.slow
 def test_per_token_timestep_shape_is_checked():
     from aoizora.models.wan.model import forward
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
+import diffusers
+import torch
 
 import jax  # noqa: E402
 
@@ -16,6 +16,8 @@ from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
 from wan_testutil import TINY_I2V, TINY_T2V, bf16_errors, make_inputs, rel_err  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
+
+pytestmark = pytest.mark.parity
 
 
 def _reference(cfg, tmp_path, seed):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
+import diffusers
+import torch
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler  # noqa: E402
+
+pytestmark = pytest.mark.parity
 
 
 def _fake_model(x: np.ndarray, t: float, k: int) -> np.ndarray:

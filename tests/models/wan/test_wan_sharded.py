@@ -16,7 +16,10 @@ from aoizora.models.wan.sharding import param_shardings
 from aoizora.models.wan.strategy import Strategy, make_mesh
 from wan_testutil import TINY_I2V, TINY_T2V, rel_err
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 host devices (tests/conftest.py)")
+pytestmark = [
+    pytest.mark.slow,  # runs the model on 8 CPU devices
+    pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 host devices (tests/conftest.py)"),
+]
 
 STRATEGIES = [
     Strategy(data=2, context=4, attention="allgather", weights="gathered"),

@@ -15,7 +15,10 @@ from aoizora.models.wan.sampling import make_forward, opaque_kernel_costs
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
 from wan_testutil import TINY_I2V, rel_err
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 host devices (tests/conftest.py)")
+pytestmark = [
+    pytest.mark.slow,  # runs the model on 8 CPU devices
+    pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 host devices (tests/conftest.py)"),
+]
 
 # head_dim 128 as splash requires; 2 heads, one layer; I2V so the 257 image tokens are padded to 384.
 CFG = TINY_I2V.replace(num_layers=1, num_attention_heads=2, attention_head_dim=128,

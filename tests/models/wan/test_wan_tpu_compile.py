@@ -10,12 +10,13 @@ import re
 
 import pytest
 
+from aoizora import toolchain
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.sampling import lower_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
 
-toolchain = pytest.importorskip("aoizora.toolchain")
+pytestmark = pytest.mark.tpu_compile
 
 VIDEO_720P = VideoShape(81, 720, 1280)
 # 14B's head_dim (128) and layer count, 4 heads instead of 40, narrow FFN and text projection.
@@ -148,7 +149,7 @@ def test_2d_context_and_fixed_splash_blocks_compile(topology, strategy):
 def test_readme_splash_blocks_exceed_v5e_default_scoped_vmem():
     """block_q 3024 × block_kv 2048 needs ~23 MB of scoped VMEM per splash call: over v5e's default
     16 MiB limit, which is why the v5e expert keeps base_wan_14b.yml's default 512 blocks."""
-    from aoizora.stage2.search import OUT_OF_VMEM, drop_reason, refused_for_memory
+    from aoizora.stage2.outcomes import OUT_OF_VMEM, drop_reason, refused_for_memory
 
     cfg = NARROW.replace(num_layers=1)
     strategy = Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)

@@ -66,6 +66,7 @@ def _compiled_on_tpu7x(tile, weights="replicated"):
     return config, compiled.memory_analysis().temp_size_in_bytes, compiled.as_text(), lowered.as_text()
 
 
+@pytest.mark.tpu_compile
 def test_the_tile_removes_libtpus_copy_of_every_stacked_weight_on_tpu7x():
     """Handed over in the runtime's tile, every stacked matrix is copied into (16,128) tiles: temp
     holds at least all of them. Handed over in TPU7x's `tile_16bit`, none is copied."""
@@ -79,6 +80,7 @@ def test_the_tile_removes_libtpus_copy_of_every_stacked_weight_on_tpu7x():
     assert handed and {(int(a), int(b)) for a, b in handed} == {(16, 128)}
 
 
+@pytest.mark.tpu_compile
 def test_sharded_stacks_keep_the_runtimes_tile():
     """libtpu lays a sharded parameter out in (8,128) tiles whatever tile it is handed in (jax then
     refuses the program: "Unexpected XLA layout override"), so sharded stacks are handed over as

@@ -16,7 +16,7 @@ Two ways to find each channel's pair partner, the same rotation (`WanConfig.rope
   MaxDiffusion's `FlaxWanAttention._apply_rope` write it. A minor dimension of 2 does not fit the
   TPU's 128-lane vector layout: libtpu relayouts the pairs around the rotation, and its cost
   estimates for these fusions run several times those of the matmul form
-  (`benchmarks/rope_forms.py`). Kept to compile the programs others measured as they ran them.
+  (`experiments/rope_forms.py`). Kept to compile the programs others measured as they ran them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ instructions (libtpu's cycle estimates at the chip's clock, the roofline where i
 Shapes are (batch, tokens, heads, head_dim) of a strategy's local query: the same element count
 with 40 and with 20 local heads, and a two-sample batch.
 
-    python benchmarks/rope_forms.py [--topologies v5e:2x2,v6e:2x2,tpu7x:2x2x1]
+    .venv/bin/python experiments/rope_forms.py [--topologies v5e:2x2,v6e:2x2,tpu7x:2x2x1]
 
 Compile-only: no TPU, a few seconds per program. The forms' effect on a whole strategy's program
 is measured with `benchmarks/q1_compute_gap.py` at the commits before and after the model's

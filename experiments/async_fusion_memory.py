@@ -1,7 +1,7 @@
 """How much of `memory_analysis()`'s temp lies outside libtpu's buffer assignment, with and without
 async collective fusion.
 
-    .venv/bin/python benchmarks/async_fusion_memory.py v5e:2x2 480p 21 \\
+    .venv/bin/python experiments/async_fusion_memory.py v5e:2x2 480p 21 \\
         "context=4 | weights=gathered | attn=allgather" "context=4 | weights=gathered | attn=ring"
 
 For each Wan strategy: compile it (libtpu, compile-only) with an HLO dump, read the buffer

@@ -1,6 +1,6 @@
 """Probe what the TPU compiler spends time on in the Wan program (bisection helper).
 
-    .venv/bin/python benchmarks/compile_probe.py --topology v5e:2x4 --layers 2 --frames 81 --size 720p \
+    .venv/bin/python experiments/compile_probe.py --topology v5e:2x4 --layers 2 --frames 81 --size 720p \
         [--model 14b|1.3b] [--what step|forward] [--variant allgather] [--kernel auto|xla] [--patch NAME ...]
 
 Prints one JSON line: lower/compile seconds, instruction/fusion counts of the compiled HLO.

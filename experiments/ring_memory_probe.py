@@ -1,6 +1,6 @@
 """Ring attention's memory in libtpu against Stage 1, on small programs (full compiles, ~1 min).
 
-    .venv/bin/python benchmarks/ring_memory_probe.py
+    .venv/bin/python experiments/ring_memory_probe.py
 
 1. A scanned layer whose q, k and v are computed outside a ring `shard_map` (2 steps on v5e:2x2,
    4 on v5e:2x4): libtpu's temp against Stage 1's, in activations.

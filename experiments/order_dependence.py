@@ -7,7 +7,7 @@ the recompile can matter: for each strategy it prints whether the programs compi
 other placements equal the first one's (source locations aside), and for those that differ, the
 first differing field of a collective's backend config.
 
-    python benchmarks/order_dependence.py --topology v5e:2x4 --placements 5
+    .venv/bin/python experiments/order_dependence.py --topology v5e:2x4 --placements 5
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What libtpu holds outside its buffer assignment, on small scanned programs, against Stage 1.
 
-    .venv/bin/python benchmarks/outside_assignment_probe.py            # v5e:2x2 and v5e:2x4
+    .venv/bin/python experiments/outside_assignment_probe.py            # v5e:2x2 and v5e:2x4
 
 `memory_analysis().temp_size_in_bytes` is libtpu's preallocated temp (the buffer assignment,
 read from its dump) plus memory it holds outside it, which its out-of-HBM check does not count.

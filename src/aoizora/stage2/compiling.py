@@ -1,0 +1,172 @@
+"""Compiling one strategy for the slice: through the compile cache, in an executor's process (or
+this one), and the compiles started before Stage 2 (`EarlyCompiles`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from aoizora.errors import AoizoraError
+from aoizora.hlo.builder import build_program
+from aoizora.hlo.program import OpaqueCost, OpaqueOp
+from aoizora.placement import Placement, enumerate_placements
+from aoizora.stage2.compile_cache import CompileCache, CompileRecord
+from aoizora.stage2.compile_workers import (
+    ChildResult, CompileExecutor, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of,
+    memory_bytes,
+)
+from aoizora.stage2.outcomes import CachedCompileError, Compiled, drop_reason, is_out_of_memory
+from aoizora.toolchain import CompilerFlags, compile_lowered
+from aoizora.topology import Topology
+from aoizora.workload import LOWERING_LOCK, StrategySpace
+
+log = logging.getLogger("aoizora.stage2")
+
+
+def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerFlags | None = None) -> Any:
+    """`lowered.compile()` with `flags` in a thread of this process; CompileTimeout after `timeout_s`.
+
+    The fallback for workloads that cannot go to a child process: the compile cannot be stopped,
+    so on timeout the thread is abandoned and runs to its end.
+    """
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["compiled"] = compile_lowered(lowered, flags)
+        except BaseException as exc:  # reported to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["compiled"]
+
+
+def shared_compile_placement(space: StrategySpace, topology: Topology, strategy: Any) -> Placement:
+    """The placement whose device order Stage 2 compiles a strategy over (its first), the program
+    then scored on every placement."""
+    return enumerate_placements(topology, space.mesh_spec(strategy)).placements[0]
+
+
+def compile_strategy(
+    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
+    cache: CompileCache | None = None,
+    flags: CompilerFlags | None = None,
+    executor: CompileExecutor | None = None,
+) -> Compiled:
+    """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
+
+    The program is lowered here and looked up in `cache` first; a miss is compiled by `executor`
+    (default: a child process started for this compile), in a process killed when the compile exceeds
+    `timeout_s` or the caller is interrupted; only a finished compile is stored in `cache`. A
+    space that cannot go to a child process (see `aoizora.stage2.compile_workers`) is compiled in
+    this process, where a timeout abandons the compile instead of stopping it.
+    Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
+    """
+    from aoizora.toolchain import toolchain_versions
+
+    mesh = placement.jax_mesh(topology)
+    with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
+        inputs = space.lowering_inputs(strategy, mesh)
+        lowered = inputs.lower()
+        text = lowered.as_text()
+        entry = None
+        if cache is not None:
+            entry = cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags)
+    hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
+    if cache is not None and entry is not None:
+        record = cache.get(entry)
+        if record is not None:
+            if record.error is not None:
+                raise CachedCompileError(record.error)
+            try:
+                program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
+            except AoizoraError as exc:  # unparseable: the entry is not trusted, the program is compiled again
+                cache.discard(entry, f"{type(exc).__name__}: {exc}")
+            else:
+                return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name,
+                                from_cache=True)
+    label = f"{key} / {placement.name} / {topology.name}"
+    t0 = time.perf_counter()
+    try:
+        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, executor)
+    except Exception as exc:  # timeouts are not cached: only the compiler's refusal for memory is
+        if cache is not None and entry is not None and is_out_of_memory(exc):
+            cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
+                                           label=label))
+        raise
+    program = build_program(result.hlo_text, opaque_cost=hook, device_ids=result.device_ids)
+    if cache is not None and entry is not None:
+        cache.put(entry, CompileRecord(result.hlo_text, program.device_ids, result.memory_bytes,
+                                       result.compile_seconds, label=label))
+    return Compiled(key, program, result.memory_bytes, result.compile_seconds, placement.name)
+
+
+def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, placement: Placement, lowered: Any,
+                  text: str, timeout_s: float | None, flags: CompilerFlags | None,
+                  executor: CompileExecutor | None) -> ChildResult:
+    """Compile a program the cache did not have: by `executor` when the workload can go there."""
+    if executor is None:
+        with CompileWorkers(1) as own:
+            return _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, own)
+    job = executor.job(space, strategy, topology.name, placement, flags, text)
+    if job is not None:
+        try:
+            return executor.compile(job, timeout_s)
+        except WorkloadNotTransferable as exc:
+            log.warning("aoizora: compiling %s in this process, where a timeout cannot stop a compile (%s)",
+                        space.name, exc)
+            executor.refuse(space)
+    t0 = time.perf_counter()
+    compiled = compile_with_timeout(lowered, timeout_s, flags)
+    seconds = time.perf_counter() - t0
+    return ChildResult(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled), seconds)
+
+
+class EarlyCompiles:
+    """Compiles started before Stage 2, for strategies it compiles whatever Stage 1 ranks (the
+    expert deployments: baselines, compiled first and never pruned), so that they run while Stage 1
+    lowers. Each compiles over its strategy's first placement (JAX's default order) with its own
+    flags, in `executor` (the one Stage 2 uses, which bounds the compiles running at once);
+    `run_stage2(started=early.futures)` takes the results instead of compiling again. JAX's
+    default order on every generation, not the predicted best of `aoizora.stage2.compile_order`:
+    an expert is a baseline as deployed (on JAX's order), so its reported time is then its own
+    compile's, and the prediction needs Stage 1's analysis, which waiting for would lose the overlap.
+
+    A context manager: leaving it by an exception (Ctrl-C included) closes `executor`, killing the
+    compiles in flight, as `run_stage2` does; leaving it normally leaves `executor` open (after
+    Stage 2 no early compile is running: Stage 2 waited for each).
+    """
+
+    def __init__(self, space: StrategySpace, topology: Topology, timeout_s: float | None,
+                 cache: CompileCache | None, executor: CompileExecutor) -> None:
+        self.space, self.topology, self.timeout_s, self.cache = space, topology, timeout_s, cache
+        self.executor = executor
+        self.futures: dict[str, Future[Compiled]] = {}
+        self._threads: ThreadPoolExecutor | None = None
+
+    def start(self, key: str, strategy: Any, flags: CompilerFlags | None) -> None:
+        """Start compiling `strategy` (under `key`) in the background."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(self.executor.size, thread_name_prefix="aoizora-early-compile")
+        placement = shared_compile_placement(self.space, self.topology, strategy)
+        self.futures[key] = self._threads.submit(compile_strategy, self.space, strategy, key, self.topology,
+                                                 placement, self.timeout_s, self.cache, flags, self.executor)
+
+    def __enter__(self) -> "EarlyCompiles":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.executor.close()  # kills a compile still running: its thread returns at once
+        if self._threads is not None:
+            self._threads.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
