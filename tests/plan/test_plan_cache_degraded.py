@@ -62,7 +62,7 @@ def test_a_plan_that_lost_a_strategy_to_memory_is_cached(tmp_path, monkeypatch):
 def test_a_plan_whose_compile_timed_out_does_not_answer_the_next_request(tmp_path, monkeypatch):
     """A strategy's compile times out (as under `--compile-timeout 3` on a busy host): the plan lacks
     it and is not cached, so the same request made again plans with it."""
-    import aoizora.stage2.search as search
+    import aoizora.stage2.compiling as search
 
     monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path))
     real = search._compile_miss
