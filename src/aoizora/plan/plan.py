@@ -14,6 +14,7 @@ import numpy as np
 
 from aoizora.errors import PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
+from aoizora.plan.consistency import check_consistency, check_strategy_mesh
 from aoizora.plan.schema import validate_plan_json
 from aoizora.toolchain import CompilerFlags
 
@@ -164,7 +165,8 @@ def check_plan(data: Any, source: str = "plan") -> None:
 
     Beyond the schema: finite numbers; axis names distinct and as many as the sizes; the mesh uses
     every device of the slice; the slice name, generation, shape and device kinds describe the same
-    slice; the device coordinates are integers inside the slice, one per device.
+    slice; the device coordinates are integers inside the slice, one per device; every field that
+    restates another agrees with it (`aoizora.plan.consistency`).
     """
     validate_plan_json(data, source=source)
     fix = "re-run `aoizora plan` to write a new one"
@@ -173,22 +175,25 @@ def check_plan(data: Any, source: str = "plan") -> None:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
     names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
     if len(names) != len(sizes):
-        raise PlanFormatError(f"{source} names {len(names)} mesh axes but gives {len(sizes)} sizes; {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but mesh.axis_sizes gives {len(sizes)}; {fix}")
     if len(set(names)) != len(names):
-        raise PlanFormatError(f"{source} repeats a mesh axis name in {names}; {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names repeats a mesh axis name in {names}; {fix}")
+    check_strategy_mesh(data, source, fix)
     topo = data["topology"]
     _check_slice(topo, source, fix)
     cores = int(topo["cores_per_chip"])
     n_devices = math.prod(topo["shape"]) * cores
     if math.prod(sizes) != n_devices:
         raise PlanFormatError(
-            f"{source} has mesh sizes {sizes} ({math.prod(sizes)} devices) on {topo['name']} with {n_devices}; {fix}"
+            f"{source} field mesh.axis_sizes is {sizes} ({math.prod(sizes)} devices) but topology {topo['name']} "
+            f"has {n_devices} (shape x cores_per_chip); {fix}"
         )
     _check_coords(data["placement"]["device_coords"], tuple(sizes), topo, f"{source} placement.device_coords", fix)
     same = data.get("baselines", {}).get("same_strategy_jax_default", {})
     if isinstance(same, dict) and "device_coords" in same:
         _check_coords(same["device_coords"], tuple(sizes), topo,
                       f"{source} baselines.same_strategy_jax_default.device_coords", fix)
+    check_consistency(data, source, fix)
 
 
 def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
@@ -200,19 +205,20 @@ def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
         generation, shape = parse_topology_name(topo["name"])
         profile = hardware_profile(topo["generation"])
     except TopologyError as exc:
-        raise PlanFormatError(f"{source} names a slice aoizora does not know ({exc}); {fix}") from None
+        raise PlanFormatError(f"{source} field topology names a slice aoizora does not know ({exc}); {fix}") from None
     if generation != profile.generation:
         raise PlanFormatError(
-            f"{source} names slice {topo['name']} but generation {topo['generation']}; {fix}"
+            f"{source} field topology.generation is {topo['generation']} but topology.name is {topo['name']}; {fix}"
         )
     if list(shape) != list(topo["shape"]):
         raise PlanFormatError(
-            f"{source} names slice {topo['name']} but gives shape {'x'.join(map(str, topo['shape']))}; {fix}"
+            f"{source} field topology.shape gives shape {'x'.join(map(str, topo['shape']))} but topology.name is "
+            f"{topo['name']}; {fix}"
         )
     foreign = sorted(set(topo["device_kinds"]) - set(profile.device_kinds))
     if foreign:
         raise PlanFormatError(
-            f"{source} is for {topo['name']} but lists device kind(s) {', '.join(foreign)} "
+            f"{source} field topology.device_kinds lists for {topo['name']} device kind(s) {', '.join(foreign)} "
             f"(a {profile.generation} chip is {' or '.join(profile.device_kinds)}); {fix}"
         )
 
