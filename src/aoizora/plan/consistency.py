@@ -119,10 +119,20 @@ def check_strategy_mesh(data: dict[str, Any], source: str, fix: str) -> None:
     mesh = _strategy_mesh(strategy["mesh"])
     if mesh is None:
         raise _fail(source, "strategy.mesh", "is not a mesh (axis name to size)", fix)
-    if mesh[0] != names:
-        raise _fail(source, "strategy.mesh", f"names axes {mesh[0]} but mesh.axis_names is {names}", fix)
-    if mesh[1] != sizes:
-        raise _fail(source, "strategy.mesh", f"has sizes {mesh[1]} but mesh.axis_sizes is {sizes}", fix)
+    if not same_mesh(mesh[0], mesh[1], names, sizes):
+        stated = ",".join(f"{n}={v}" for n, v in zip(*mesh))
+        raise _fail(source, "strategy.mesh", f"is {stated} but mesh is "
+                    f"{','.join(f'{n}={v}' for n, v in zip(names, sizes))}", fix)
+
+
+def same_mesh(names_a: list[str], sizes_a: list[int], names: list[str], sizes: list[int]) -> bool:
+    """Whether mesh (`names`, `sizes`) is mesh a, up to axes of size 1 left out (a plan's mesh may
+    drop a strategy's unused axes): the same axes larger than 1 in the same order, and no other axis."""
+    full = dict(zip(names_a, sizes_a))
+    big = [(n, s) for n, s in zip(names_a, sizes_a) if s > 1]
+    return (all(n in full and full[n] == s for n, s in zip(names, sizes))
+            and [(n, s) for n, s in zip(names, sizes) if s > 1] == big
+            and [n for n in names_a if n in names] == names)
 
 
 def _check_strategy_key(strategy: dict[str, Any], names: list[str], sizes: list[int], source: str, fix: str) -> None:
@@ -163,7 +173,7 @@ def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix
         parsed = Strategy.from_description(strategy)
     except StrategyError as exc:
         raise _fail(source, "strategy", f"is not a Wan strategy ({str(exc).split(';')[0]})", fix) from None
-    if list(parsed.mesh_axes) != names:
+    if not same_mesh(list(parsed.mesh_axes), list(parsed.mesh_shape), names, list(data["mesh"]["axis_sizes"])):
         raise _fail(source, "mesh.axis_names", f"is {names} but a {parsed.attention} Wan strategy's mesh is "
                     f"{list(parsed.mesh_axes)}", fix)
     reasons = parsed.splash_blocks.reasons() if parsed.splash_blocks is not None else []
