@@ -97,22 +97,59 @@ def _check_output_file(path: str | None, option: str) -> None:
     """Raise OutputPathError unless a file can be written at `path` (checked before any long work)."""
     if path is None:
         return
+    if path.endswith(("/", os.sep)):
+        raise OutputPathError(f"{option} {path} ends in '/', which names a folder; pass a file path such as "
+                              f"{path}plan.json")
     target = Path(path)
     if target.is_dir():
         raise OutputPathError(f"{option} {path} is a directory; pass a file path such as {target / 'plan.json'}")
+    if target.exists() and not target.is_file():
+        raise OutputPathError(f"{option} {path} is not a regular file (a device, FIFO or socket), which aoizora "
+                              "never replaces; pass a file path")
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputPathError(f"{option} {path} cannot be written (permission denied); pass a writable path")
     _check_writable_dir(target.parent, option, path)
 
 
-def _check_output_dir(path: str | None, option: str) -> None:
-    """Raise OutputPathError unless `path` is (or can be made) a writable directory."""
+def _check_output_dir(path: str | None, option: str, files: list[Path] | tuple[Path, ...] = ()) -> None:
+    """Raise OutputPathError unless `path` is (or can be made) a writable directory in which `files`
+    (the command writes them) are regular files or do not exist yet."""
     if path is None:
         return
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise OutputPathError(f"{option} {path} exists and is not a directory; pass a directory path")
+    for file in files:
+        if file.exists() and not file.is_file():
+            raise OutputPathError(f"{option} {path} holds {file.name}, which is not a regular file and which aoizora "
+                                  "would replace; pass another directory")
     _check_writable_dir(target, option, path)
+
+
+def _real(path: str | Path) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _check_outputs_apart(outputs: list[tuple[str, str | None, list[Path]]],
+                         inputs: tuple[tuple[str, str], ...] = ()) -> None:
+    """Raise OutputPathError if one output would overwrite an input or another output.
+
+    `outputs` are (option, path given, files written there): a file option writes the path itself, a
+    folder option writes its files into the path. Paths are compared after resolving links.
+    """
+    given = [(option, path, {_real(f) for f in files}) for option, path, files in outputs if path is not None]
+    for option, path, written in given:
+        for label, source in inputs:
+            if _real(source) in written:
+                raise OutputPathError(f"{option} {path} would overwrite {label} {source}; pass another path")
+    for i, (option, path, written) in enumerate(given):
+        for other, other_path, other_written in given[i + 1:]:
+            mine, theirs = _real(path), _real(other_path)
+            if written & other_written or mine in other_written or theirs in written \
+                    or any(theirs.startswith(f + os.sep) for f in written) \
+                    or any(mine.startswith(f + os.sep) for f in other_written):
+                raise OutputPathError(f"{option} {path} and {other} {other_path} would overwrite each other; "
+                                      "pass separate paths")
 
 
 def _check_writable_dir(directory: Path, option: str, given: str) -> None:
@@ -440,9 +477,16 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     if stage1_only and (out_path or report_dir or export_to):
         raise click.UsageError("--stage1-only makes no plan to write; drop --out, --report and --export, "
                                "or drop --stage1-only")
+    from aoizora.export import exported_files
+    from aoizora.report.html import report_files
+
+    export_dir = export_to[1] if export_to else None
     _check_output_file(out_path, "--out")
-    _check_output_dir(report_dir, "--report")
-    _check_output_dir(export_to[1] if export_to else None, "--export")
+    _check_output_dir(report_dir, "--report", report_files(report_dir) if report_dir else ())
+    _check_output_dir(export_dir, "--export", exported_files(export_dir) if export_dir else ())
+    _check_outputs_apart([("--out", out_path, [Path(out_path)] if out_path else []),
+                          ("--report", report_dir, report_files(report_dir) if report_dir else []),
+                          ("--export", export_dir, exported_files(export_dir) if export_dir else [])])
     topo = get_topology(topology_name)
     request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo)
     if export_to:
@@ -661,11 +705,11 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
         from aoizora.runtime.runner import ensure_host_devices
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
-    from aoizora.bench import GRIDS, BenchOptions, markdown, parse_cell, quick_grid, run_bench
+    from aoizora.bench import GRIDS, BenchOptions, markdown, output_files, parse_cell, quick_grid, run_bench
     from aoizora.stage2.compile_workers import executor_from_spec
     from aoizora.toolchain import CompilerFlags, environment_flags
 
-    _check_output_dir(out_dir, "--out")
+    _check_output_dir(out_dir, "--out", output_files(out_dir))
     grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else GRIDS[grid_name]())
     if report_only and not cells and not quick:
         grid = None  # every finished cell in --out
@@ -687,9 +731,10 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
 def explain(plan_path: str, out_dir: str) -> None:
     """An HTML report of a plan: link-load heatmaps, strategies and placements, a step timeline."""
     from aoizora.plan import load_plan
-    from aoizora.report.html import write_report
+    from aoizora.report.html import report_files, write_report
 
-    _check_output_dir(out_dir, "--out")
+    _check_output_dir(out_dir, "--out", report_files(out_dir))
+    _check_outputs_apart([("--out", out_dir, report_files(out_dir))], inputs=(("the plan", plan_path),))
     path = write_report(load_plan(plan_path), out_dir)
     click.echo(f"wrote {path}")
 
@@ -706,10 +751,9 @@ def export(plan_path: str, framework: str, out_dir: str, as_json: bool) -> None:
     from aoizora.export import exported_files, write_maxdiffusion_export
     from aoizora.plan import load_plan
 
-    _check_output_dir(out_dir, "--out")
+    _check_output_dir(out_dir, "--out", exported_files(out_dir))
+    _check_outputs_apart([("--out", out_dir, exported_files(out_dir))], inputs=(("the plan", plan_path),))
     plan = load_plan(plan_path)
-    if Path(plan_path).resolve() in {p.resolve() for p in exported_files(out_dir)}:
-        raise OutputPathError(f"--out {out_dir} would overwrite the plan {plan_path}; pass another directory")
     run = write_maxdiffusion_export(plan, out_dir)
     if as_json:
         print_json({**run.to_json(), "generate_wan": run.generate_wan_line(),

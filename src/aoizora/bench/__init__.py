@@ -15,7 +15,7 @@ from typing import Any, Callable
 from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
 from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell, quick_grid
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell, run_cell_with_fallback
-from aoizora.bench.report import markdown, summary, write_outputs
+from aoizora.bench.report import markdown, output_files, summary, write_outputs
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor
 
@@ -97,6 +97,9 @@ def _grid_order(path: Path) -> tuple[str, int, int, str]:
 
 def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as a file made by open(), not mkstemp's owner-only mode
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(tmp, path)
@@ -106,5 +109,5 @@ __all__ = [
     "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "cell_metrics", "full_grid",
     "held_out_grid",
     "logical_search",
-    "markdown", "parse_cell", "quick_grid", "run_bench", "run_cell", "summary", "write_outputs",
+    "markdown", "output_files", "parse_cell", "quick_grid", "run_bench", "run_cell", "summary", "write_outputs",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.errors import PlanFormatError, PlanMismatchError
+from aoizora.errors import OutputPathError, PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
 from aoizora.plan.consistency import check_consistency, check_strategy_mesh
 from aoizora.plan.schema import validate_plan_json
@@ -90,11 +90,16 @@ class Plan:
 
     # --- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write atomically (temp file, then rename): never a half-written plan."""
+        """Write atomically (temp file, then rename): never a half-written plan. The file gets the
+        mode a new file takes under the process umask; a path that names anything but a regular
+        file (a directory, a device, a FIFO) is refused, never replaced."""
         path = Path(path)
+        if path.exists() and not path.is_file():
+            raise OutputPathError(f"{path} exists and is not a regular file; pass a file path for the plan")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".plan-", suffix=".json", dir=path.parent)
         try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it owner-only
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(self.data, fh, indent=2, allow_nan=False)
                 fh.write("\n")
@@ -103,6 +108,12 @@ class Plan:
             Path(tmp).unlink(missing_ok=True)
             raise
         return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:

@@ -39,6 +39,15 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: The files `write_report` writes into its folder.
+REPORT_FILES: tuple[str, ...] = ("index.html", "links.png", "timeline.png")
+
+
+def report_files(out_dir: str | Path) -> list[Path]:
+    """The files `write_report` writes into `out_dir`."""
+    return [Path(out_dir, name) for name in REPORT_FILES]
+
+
 def write_report(plan: Plan, out_dir: str | Path) -> Path:
     """Write `index.html` (and the same images as PNG files) into `out_dir`; returns the HTML path.
 
