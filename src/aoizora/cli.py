@@ -93,6 +93,26 @@ class _Seconds(click.ParamType):
         return seconds
 
 
+class _PositiveFinite(click.ParamType):
+    """A positive, finite number (click's FloatRange lets NaN and infinity through)."""
+
+    name = "NUMBER"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number; use e.g. 1", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r} is not a positive finite number; use e.g. 1", param, ctx)
+        return number
+
+
+#: Most denoising steps `run`, `measure` and `bench --measure` time: Wan samples with 50 (40 for
+#: Wan 2.2), and the scheduler holds a table of every step, so an absurd count fails inside JAX.
+MAX_STEPS = 10_000
+
+
 def _check_output_file(path: str | None, option: str) -> None:
     """Raise OutputPathError unless a file can be written at `path` (checked before any long work)."""
     if path is None:
@@ -323,7 +343,7 @@ _EXECUTOR_OPTIONS = [
         "libtpu, aoizora and LIBTPU_INIT_ARGS/XLA_FLAGS, which is checked).",
     ),
     click.option(
-        "--ray-cpus-per-compile", type=click.FloatRange(min=0, min_open=True), default=None,
+        "--ray-cpus-per-compile", type=_PositiveFinite(), default=None,
         help=f"CPUs a compile reserves on a Ray cluster (default {DEFAULT_RAY_CPUS_PER_COMPILE:g}: a libtpu "
         "compile keeps about one core busy).",
     ),
@@ -630,7 +650,7 @@ def _run_report(report, title: str) -> None:
 
 @cli.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="A plan from `aoizora plan`.")
-@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1, max=MAX_STEPS), default=3, show_default=True)
 @click.option("--check", is_flag=True, help="Compare with the same steps on a single device.")
 @click.option("--checkpoint", type=click.Path(), default=None, help="diffusers WanTransformer3DModel weights.")
 @click.option("--distributed", is_flag=True, help="Call jax.distributed.initialize() (multi-host slices).")
@@ -651,7 +671,8 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
 
 @cli.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Timed steps (after warm-up).")
+@click.option("--steps", type=click.IntRange(min=1, max=MAX_STEPS), default=5, show_default=True,
+              help="Timed steps (after warm-up).")
 @click.option("--checkpoint", type=click.Path(), default=None)
 @click.option("--distributed", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -684,7 +705,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
 @click.option("--exhaustive-oracle", is_flag=True,
               help="Compile every legal strategy, also those whose Q1 (a lower bound) proves they cannot win.")
 @click.option("--measure", is_flag=True, help="Time the plans on the devices present instead of simulating them.")
-@click.option("--measure-steps", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--measure-steps", type=click.IntRange(min=1, max=MAX_STEPS), default=5, show_default=True)
 @click.option("--fresh", is_flag=True, help="Recompute cells even if --out holds results with the same options.")
 @click.option("--report-only", is_flag=True,
               help="Run nothing: tabulate and plot the cells already in --out/cells (all of them unless --cell or "
@@ -765,20 +786,29 @@ def export(plan_path: str, framework: str, out_dir: str, as_json: bool) -> None:
         click.echo(f"note: {note}", err=True)
 
 
+#: Largest HLO text read. The compiled step of a 14B Wan model prints to a few MiB; the cap keeps
+#: a wrong path (a device such as /dev/zero, a checkpoint) from being read whole into memory.
+MAX_HLO_BYTES = 256 * 2**20
+
+
 def _read_text(path: str) -> str:
     from aoizora.errors import AoizoraError
 
-    if path == "-":
-        try:
-            return sys.stdin.buffer.read().decode("utf-8")
-        except UnicodeDecodeError:
-            raise AoizoraError("cannot read standard input: not UTF-8 text; pipe in compiled HLO text") from None
+    where = "standard input" if path == "-" else path
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise AoizoraError(f"cannot read {path}: {reason}; pass an existing HLO text file") from exc
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_HLO_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_HLO_BYTES + 1)
+        if len(raw) > MAX_HLO_BYTES:
+            raise AoizoraError(f"cannot read {where}: larger than {MAX_HLO_BYTES // 2**20} MiB, far more than "
+                               "compiled HLO text; pass an HLO text file")
+        return raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError, MemoryError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text" if isinstance(
+            exc, UnicodeDecodeError) else "it does not fit in memory"
+        raise AoizoraError(f"cannot read {where}: {reason}; pass an existing HLO text file") from None
 
 
 def main() -> None:

@@ -19,6 +19,11 @@ from aoizora.plan.schema import validate_plan_json
 from aoizora.toolchain import CompilerFlags
 
 
+#: Largest plan file read. A plan of a 14B model with its Stage 1 table is under 1 MiB; the cap
+#: keeps a wrong path (a device such as /dev/zero, a video) from being read whole into memory.
+MAX_PLAN_BYTES = 64 * 2**20
+
+
 @dataclass
 class Plan:
     """A validated plan file. `data` is the JSON document; the properties read it."""
@@ -119,9 +124,15 @@ def _umask() -> int:
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read and validate a plan file; PlanFormatError says what is wrong with a bad one."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)  # capped: /dev/zero or a huge file is not read whole
     except OSError as exc:
         raise PlanFormatError(f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
+    except MemoryError:
+        raise PlanFormatError(f"plan {path} does not fit in memory; pass the path `aoizora plan --out` wrote") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanFormatError(f"plan {path} is larger than {MAX_PLAN_BYTES // 2**20} MiB, far more than a plan; "
+                              "pass the path `aoizora plan --out` wrote")
     return plan_from_bytes(raw, source=f"plan {path}")
 
 
