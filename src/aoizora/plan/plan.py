@@ -197,7 +197,8 @@ def check_plan(data: Any, source: str = "plan") -> None:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
     names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
     if len(names) != len(sizes):
-        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but mesh.axis_sizes gives {len(sizes)}; {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives {len(sizes)} sizes "
+                              f"(mesh.axis_sizes); {fix}")
     if len(set(names)) != len(names):
         raise PlanFormatError(f"{source} field mesh.axis_names repeats a mesh axis name in {names}; {fix}")
     check_strategy_mesh(data, source, fix)
@@ -230,7 +231,7 @@ def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
         raise PlanFormatError(f"{source} field topology names a slice aoizora does not know ({exc}); {fix}") from None
     if generation != profile.generation:
         raise PlanFormatError(
-            f"{source} field topology.generation is {topo['generation']} but topology.name is {topo['name']}; {fix}"
+            f"{source} field topology.name {topo['name']} disagrees with topology.generation {topo['generation']}; {fix}"
         )
     if list(shape) != list(topo["shape"]):
         raise PlanFormatError(
