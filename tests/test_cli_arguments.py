@@ -83,9 +83,9 @@ def test_dev_zero_as_a_plan_is_refused_with_one_line(tmp_path, monkeypatch):
 
 
 def test_dev_zero_as_hlo_is_refused_with_one_line(monkeypatch):
-    import aoizora.cli as cli_module
+    import aoizora.cli.paths as paths
 
-    monkeypatch.setattr(cli_module, "MAX_HLO_BYTES", 1 << 20)
+    monkeypatch.setattr(paths, "MAX_HLO_BYTES", 1 << 20)
     refused(["hlo", "/dev/zero"], "larger than 1 MiB")
 
 
