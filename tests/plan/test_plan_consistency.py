@@ -154,3 +154,29 @@ def test_any_redundant_field_changed_is_refused(case):
     field, doc = case
     with pytest.raises(PlanFormatError):
         check_plan(doc)
+
+
+# --- a plan derived for another pair (bench --measure) restates that pair, not the chosen one --------
+@pytest.mark.parametrize("vmem", [None, 32768])
+def test_a_plan_for_another_pair_is_consistent(vmem):
+    from aoizora.placement import MeshSpec, enumerate_placements
+    from aoizora.plan import load_plan
+    from aoizora.plan.planner import plan_for_pair
+    from aoizora.topology import get_topology
+
+    plan = load_plan(TILES)  # its strategy sets a scoped-VMEM limit, recorded in its compiler flags
+    topo = get_topology(plan.topology_name)
+    description = {k: v for k, v in plan.strategy.items() if k not in ("key", "scoped_vmem_kib")}
+    description["mesh"] = {"data": 2, "fsdp": 1, "context": 4, "tensor": 1}
+    if vmem is not None:
+        description["scoped_vmem_kib"] = vmem
+    from aoizora.models.wan.space import strategy_key
+    from aoizora.models.wan.strategy import Strategy
+
+    key = strategy_key(Strategy.from_description(description))
+    placement = enumerate_placements(topo, MeshSpec(("data", "fsdp", "context", "tensor"), (2, 1, 4, 1))).placements[0]
+    pair = plan_for_pair(plan, key, description, placement, topo,
+                         {"step_seconds": 1.0, "compute_seconds": 0.9, "exposed_comm_seconds": 0.1})
+    assert pair.strategy["key"] == key and "baselines" not in pair.data
+    flags = dict(pair.compiler_flags.items)
+    assert flags.get("xla_tpu_scoped_vmem_limit_kib") == (None if vmem is None else str(vmem))
