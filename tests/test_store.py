@@ -118,6 +118,18 @@ def test_write_json_atomic_leaves_the_old_file_when_it_fails(tmp_path):
     assert path.read_text() == '{"a": 1}' and [p.name for p in tmp_path.iterdir()] == ["doc.json"]
 
 
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_take_the_umask(tmp_path, umask, mode):
+    """As a file `open()` makes (mkstemp alone makes it owner-only): plans, bench cells, cache entries."""
+    old = os.umask(umask)
+    try:
+        path = write_json_atomic(tmp_path / "doc.json", {"a": 1})
+        entry = _store(tmp_path / "cache").store("k", {"a": 1})
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == mode and os.stat(entry).st_mode & 0o777 == mode
+
+
 def test_a_write_that_fails_at_the_rename_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
     """What `Plan.save`, the bench's cells and every cache entry rely on: never part of a file."""
     from aoizora.plan.plan import Plan

@@ -2,7 +2,8 @@
 
 `write_json_atomic` writes a document through a temporary file in the target's folder and a
 rename, so a reader sees the old file or the new one, never half of one (what `Plan.save`, the
-bench's cells and every cache entry use).
+bench's cells and every cache entry use); the file gets the mode `open()` would give a new file
+under the process umask.
 
 `ChecksummedStore` keeps one JSON entry per key under a folder: the entry names its key and holds
 a SHA-256 checksum of its payload. No entry is trusted: one is used only if it reads back as
@@ -54,17 +55,26 @@ def one_line(text: str, limit: int = 200) -> str:
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None], *, prefix: str = ".aoizora-",
                  suffix: str = ".tmp") -> Path:
-    """Write `path` with `write(binary file)` through a temporary file in its folder and a rename."""
+    """Write `path` with `write(binary file)` through a temporary file in its folder and a rename;
+    the file takes the process umask as one made by `open()` does."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~process_umask())  # mkstemp makes it owner-only
             write(fh)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def process_umask() -> int:
+    """The process umask (read by setting it, so set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None, newline: bool = False,

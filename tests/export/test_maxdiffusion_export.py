@@ -46,8 +46,10 @@ def plan_with(base: Path, strategy: Strategy, *, model: str | None = None, order
     coords = coords[np.random.default_rng(order_seed).permutation(len(coords))]
     doc["placement"]["device_coords"] = coords.reshape(*strategy.mesh_shape, 4).tolist()
     doc.pop("baselines")  # placed for the original strategy's mesh
+    doc["workload"]["kernel"] = strategy.kernel
     if model is not None:
         doc["workload"]["name"] = model
+    doc["request"]["workload"] = doc["workload"]  # the request restates the workload
     return Plan(doc)
 
 

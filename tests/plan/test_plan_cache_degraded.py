@@ -9,7 +9,7 @@ from aoizora.topology import get_topology
 from tests.plan.plan_doc import plan_doc
 from tests.plan.test_plan import ARGS, STRATEGIES, mlp
 
-REQUEST = {"workload": {"name": "w"}, "topology": "v5e:2x2"}
+REQUEST = {"workload": plan_doc()["workload"], "topology": "v5e:2x2"}  # the plan's own: a plan restates its request
 
 
 def _plan(**edits) -> Plan:

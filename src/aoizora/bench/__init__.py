@@ -3,11 +3,11 @@
 from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
 from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell, quick_grid
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell
-from aoizora.bench.report import markdown, summary, write_outputs
+from aoizora.bench.report import markdown, output_files, summary, write_outputs
 from aoizora.bench.run import run_bench
 
 __all__ = [
     "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "cell_metrics", "full_grid",
-    "held_out_grid", "logical_search", "markdown", "parse_cell", "quick_grid", "run_bench", "run_cell",
-    "summary", "write_outputs",
+    "held_out_grid", "logical_search", "markdown", "output_files", "parse_cell", "quick_grid", "run_bench",
+    "run_cell", "summary", "write_outputs",
 ]

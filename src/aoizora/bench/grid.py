@@ -8,6 +8,7 @@ frame counts, the smaller model), so its recall and memory accuracy are out of s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 TOPOLOGIES = ("v5e:2x2", "v5e:2x4", "v5e:4x4")
@@ -54,10 +55,23 @@ def quick_grid(model: str = MODEL) -> list[Cell]:
 
 
 def parse_cell(text: str, model: str = MODEL) -> Cell:
-    """`v5e:2x4/720p/81` or `v5e:2x4/480p/81/wan2.1-t2v-1.3b` -> Cell (for `--cell`)."""
-    from aoizora.errors import BenchError
+    """`v5e:2x4/720p/81` or `v5e:2x4/480p/81/wan2.1-t2v-1.3b` -> Cell (for `--cell`).
+
+    The whole cell is checked here (slice name, model, resolution, frame count), so that a bench of
+    several cells refuses a bad one before it runs the first.
+    """
+    from aoizora.errors import AoizoraError, BenchError
+    from aoizora.models.registry import model_config, model_key, video_shape
+    from aoizora.topology.slice import parse_topology_name
 
     parts = text.split("/")
-    if len(parts) not in (3, 4) or not parts[2].isdigit():
+    if len(parts) not in (3, 4) or not re.fullmatch(r"[0-9]{1,6}", parts[2]):
         raise BenchError(f"cell {text!r} is not TOPOLOGY/RESOLUTION/FRAMES[/MODEL], e.g. v5e:2x4/720p/81")
-    return Cell(parts[0], parts[1], int(parts[2]), parts[3] if len(parts) == 4 else model)
+    cell = Cell(parts[0], parts[1], int(parts[2]), parts[3] if len(parts) == 4 else model)
+    try:
+        generation, shape = parse_topology_name(cell.topology)
+        name = model_key(cell.model)
+        video_shape(model_config(name), cell.resolution, cell.frames)
+    except AoizoraError as exc:
+        raise BenchError(f"cell {text!r}: {exc}") from None
+    return Cell(f"{generation}:{'x'.join(map(str, shape))}", cell.resolution, cell.frames, name)

@@ -239,6 +239,15 @@ def markdown(docs: list[dict[str, Any]], current: str | None = None) -> str:
     return "\n".join(lines)
 
 
+#: The files `write_outputs` writes into the bench folder (beside the cells/ folder of cell results).
+OUTPUT_FILES: tuple[str, ...] = ("results.json", "results.csv", "table.md", "speedups.png", "q2_vs_sim.png")
+
+
+def output_files(out_dir: str | Path) -> list[Path]:
+    """The files `write_outputs` writes into `out_dir`."""
+    return [Path(out_dir, name) for name in OUTPUT_FILES]
+
+
 def write_outputs(docs: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -148,6 +148,9 @@ class _Parser:
                     raise lx.error(f"computation {comp.name!r} defined twice", save)
                 computations[comp.name] = comp
                 if comp.is_entry:
+                    if entry is not None:
+                        # the analysis reads one entry: a second would be silently ignored
+                        raise lx.error(f"second ENTRY computation {comp.name!r} (the first is {entry.name!r})", save)
                     entry = comp
             elif tok.text[0].isalpha():
                 self.section()
@@ -209,6 +212,7 @@ class _Parser:
             if c == "":
                 raise lx.error(f"computation {name!r} is not closed (input truncated?)")
             inst = self.instruction()
+            self._check_meaning(inst)
             if inst.name in comp.by_name:
                 raise lx.error(f"instruction {inst.name!r} defined twice", inst.pos)
             comp.instructions.append(inst)
@@ -246,6 +250,32 @@ class _Parser:
         return Instruction(
             name, shape, opcode, operands, attrs, backend_config, is_root, start, literal, param_no
         )
+
+    def _check_meaning(self, inst: Instruction) -> None:
+        """Refuse an instruction that parses but would be analysed into wrong numbers: a while loop
+        with a negative known trip count, a collective-permute that sends to (or from) a device twice
+        (XLA's CollectivePermute semantics: no two pairs share a source or a target)."""
+        if inst.opcode == "while" and isinstance(inst.backend_config, dict):
+            known = inst.backend_config.get("known_trip_count")
+            n = known.get("n") if isinstance(known, dict) else None
+            try:
+                negative = n is not None and int(n) < 0
+            except (TypeError, ValueError):
+                negative = False
+            if negative:
+                raise self.lx.error(f"while {inst.name!r} has a negative known_trip_count {n}", inst.pos)
+        if inst.opcode in ("collective-permute", "collective-permute-start") and inst.attr("source_target_pairs"):
+            from aoizora.hlo.attrs import parse_pairs
+
+            try:
+                pairs = parse_pairs(inst.attr("source_target_pairs"))
+            except HloParseError as exc:
+                raise self.lx.error(f"{inst.opcode} {inst.name!r}: {str(exc).split(';')[0]}", inst.pos) from None
+            for side, ids in (("target", [t for _, t in pairs]), ("source", [s for s, _ in pairs])):
+                repeated = sorted({d for d in ids if ids.count(d) > 1})
+                if repeated:
+                    raise self.lx.error(f"{inst.opcode} {inst.name!r} names device {repeated[0]} as a {side} "
+                                        "of more than one pair", inst.pos)
 
     def _instruction_head(self) -> tuple[str, bool]:
         """(name, is root) of ``[ROOT] %name =``."""

@@ -11,11 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.errors import PlanFormatError, PlanMismatchError
+from aoizora.errors import OutputPathError, PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
+from aoizora.plan.consistency import check_consistency, check_strategy_mesh
 from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
+
+
+#: Largest plan file read. A plan of a 14B model with its Stage 1 table is under 1 MiB; the cap
+#: keeps a wrong path (a device such as /dev/zero, a video) from being read whole into memory.
+MAX_PLAN_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -89,8 +95,12 @@ class Plan:
 
     # --- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write atomically (temp file, then rename): never a half-written plan."""
+        """Write atomically (`aoizora.store.write_json_atomic`): never a half-written plan. The file
+        gets the mode a new file takes under the process umask; a path that names anything but a
+        regular file (a directory, a device, a FIFO) is refused, never replaced."""
         path = Path(path)
+        if path.exists() and not path.is_file():
+            raise OutputPathError(f"{path} exists and is not a regular file; pass a file path for the plan")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, self.data, indent=2, newline=True, prefix=".plan-")
         return path
@@ -99,9 +109,15 @@ class Plan:
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read and validate a plan file; PlanFormatError says what is wrong with a bad one."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_PLAN_BYTES + 1)  # capped: /dev/zero or a huge file is not read whole
     except OSError as exc:
         raise PlanFormatError(f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
+    except MemoryError:
+        raise PlanFormatError(f"plan {path} does not fit in memory; pass the path `aoizora plan --out` wrote") from None
+    if len(raw) > MAX_PLAN_BYTES:
+        raise PlanFormatError(f"plan {path} is larger than {MAX_PLAN_BYTES // 2**20} MiB, far more than a plan; "
+                              "pass the path `aoizora plan --out` wrote")
     return plan_from_bytes(raw, source=f"plan {path}")
 
 
@@ -156,7 +172,8 @@ def check_plan(data: Any, source: str = "plan") -> None:
 
     Beyond the schema: finite numbers; axis names distinct and as many as the sizes; the mesh uses
     every device of the slice; the slice name, generation, shape and device kinds describe the same
-    slice; the device coordinates are integers inside the slice, one per device.
+    slice; the device coordinates are integers inside the slice, one per device; every field that
+    restates another agrees with it (`aoizora.plan.consistency`).
     """
     validate_plan_json(data, source=source)
     fix = "re-run `aoizora plan` to write a new one"
@@ -165,22 +182,26 @@ def check_plan(data: Any, source: str = "plan") -> None:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
     names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
     if len(names) != len(sizes):
-        raise PlanFormatError(f"{source} names {len(names)} mesh axes but gives {len(sizes)} sizes; {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives {len(sizes)} sizes "
+                              f"(mesh.axis_sizes); {fix}")
     if len(set(names)) != len(names):
-        raise PlanFormatError(f"{source} repeats a mesh axis name in {names}; {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names repeats a mesh axis name in {names}; {fix}")
+    check_strategy_mesh(data, source, fix)
     topo = data["topology"]
     _check_slice(topo, source, fix)
     cores = int(topo["cores_per_chip"])
     n_devices = math.prod(topo["shape"]) * cores
     if math.prod(sizes) != n_devices:
         raise PlanFormatError(
-            f"{source} has mesh sizes {sizes} ({math.prod(sizes)} devices) on {topo['name']} with {n_devices}; {fix}"
+            f"{source} field mesh.axis_sizes is {sizes} ({math.prod(sizes)} devices) but topology {topo['name']} "
+            f"has {n_devices} (shape x cores_per_chip); {fix}"
         )
     _check_coords(data["placement"]["device_coords"], tuple(sizes), topo, f"{source} placement.device_coords", fix)
     same = data.get("baselines", {}).get("same_strategy_jax_default", {})
     if isinstance(same, dict) and "device_coords" in same:
         _check_coords(same["device_coords"], tuple(sizes), topo,
                       f"{source} baselines.same_strategy_jax_default.device_coords", fix)
+    check_consistency(data, source, fix)
 
 
 def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
@@ -192,19 +213,20 @@ def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
         generation, shape = parse_topology_name(topo["name"])
         profile = hardware_profile(topo["generation"])
     except TopologyError as exc:
-        raise PlanFormatError(f"{source} names a slice aoizora does not know ({exc}); {fix}") from None
+        raise PlanFormatError(f"{source} field topology names a slice aoizora does not know ({exc}); {fix}") from None
     if generation != profile.generation:
         raise PlanFormatError(
-            f"{source} names slice {topo['name']} but generation {topo['generation']}; {fix}"
+            f"{source} field topology.name {topo['name']} disagrees with topology.generation {topo['generation']}; {fix}"
         )
     if list(shape) != list(topo["shape"]):
         raise PlanFormatError(
-            f"{source} names slice {topo['name']} but gives shape {'x'.join(map(str, topo['shape']))}; {fix}"
+            f"{source} field topology.shape gives shape {'x'.join(map(str, topo['shape']))} but topology.name is "
+            f"{topo['name']}; {fix}"
         )
     foreign = sorted(set(topo["device_kinds"]) - set(profile.device_kinds))
     if foreign:
         raise PlanFormatError(
-            f"{source} is for {topo['name']} but lists device kind(s) {', '.join(foreign)} "
+            f"{source} field topology.device_kinds lists for {topo['name']} device kind(s) {', '.join(foreign)} "
             f"(a {profile.generation} chip is {' or '.join(profile.device_kinds)}); {fix}"
         )
 

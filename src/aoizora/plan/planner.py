@@ -18,6 +18,7 @@ from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.placement import JAX_DEFAULT
 from aoizora.progress import progress_reporter
+from aoizora.plan.consistency import SCOPED_VMEM_FLAG
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.stage2.compile_order import CompilePlacements
@@ -398,6 +399,15 @@ def plan_for_pair(plan: Plan, key: str, description: dict[str, Any], placement: 
     doc["placement"] = {"name": placement.name, "description": placement.description,
                         "device_coords": placement.coords(topology).tolist(), "verified_compile": False}
     doc["prediction"] = dict(prediction)
+    doc.pop("baselines", None)  # the chosen strategy's, not this pair's
+    # the pair compiles with its own scoped-VMEM limit; the chosen strategy's limit, if it set one,
+    # is not the pair's (then libtpu's default, or the flags' own, applies)
+    flags = dict(CompilerFlags.parse(doc.get("compiler", {}).get("libtpu_args", "")).items)
+    if plan.strategy.get("scoped_vmem_kib") is not None:
+        flags.pop(SCOPED_VMEM_FLAG, None)
+    if description.get("scoped_vmem_kib") is not None:
+        flags[SCOPED_VMEM_FLAG] = str(description["scoped_vmem_kib"])
+    doc["compiler"] = {"libtpu_args": str(CompilerFlags(tuple(sorted(flags.items()))))}
     doc["notes"] = list(doc.get("notes", [])) + [f"derived from the plan for {plan.strategy['key']} to run {key}"]
     return Plan(doc)
 

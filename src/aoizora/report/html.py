@@ -74,6 +74,15 @@ def toolchain_summary(toolchain: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in toolchain.items())
 
 
+#: The files `write_report` writes into its folder.
+REPORT_FILES: tuple[str, ...] = ("index.html", "links.png", "timeline.png")
+
+
+def report_files(out_dir: str | Path) -> list[Path]:
+    """The files `write_report` writes into `out_dir`."""
+    return [Path(out_dir, name) for name in REPORT_FILES]
+
+
 def write_report(plan: Plan, out_dir: str | Path) -> Path:
     """Write `index.html` (and the same images as PNG files) into `out_dir`; returns the HTML path.
 

@@ -58,6 +58,10 @@ class HardwareProfile:
     clock_hz: float
     hop_latency_s: float
     wraparound: str  # rule name, see `wraps`
+    #: the generation's largest public slice, no larger than its pod: most chips, and (2-D pods) the
+    #: longest side; None: not bounded
+    largest_slice_chips: int | None = None
+    largest_slice_dim: int | None = None
     collective_launch_s: float = 0.0  # fixed time of every collective however small (launch and completion)
     mxu_dim: int = 128  # side of the MXU's systolic array: a matmul dimension below it leaves the array part-empty
     #: score elements per second the splash attention kernel's vector work (max, subtract, exp,

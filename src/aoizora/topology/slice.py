@@ -111,6 +111,13 @@ def parse_topology_name(name: str) -> tuple[str, tuple[int, ...]]:
         )
     if any(n < 1 for n in shape):
         raise TopologyError(f"slice dimensions must be positive in {name!r}")
+    chips, side = profile.largest_slice_chips, profile.largest_slice_dim
+    if (chips is not None and math.prod(shape) > chips) or (side is not None and max(shape) > side):
+        bound = f"{chips} chips" + (f", no side longer than {side}" if side is not None else "")
+        raise TopologyError(
+            f"{name!r} is larger than the largest {generation} slice ({bound}, a whole pod); "
+            f"name a slice within one pod, e.g. {generation}:{'x'.join(['2'] * profile.ici_dims)}"
+        )
     return generation, shape
 
 

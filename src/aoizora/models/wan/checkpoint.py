@@ -32,6 +32,10 @@ _DTYPES = {
 #: safetensors/src/tensor.rs, MAX_HEADER_SIZE, commit 000a16f45cff0d4169ca15b67ea002895234d671);
 #: a larger length field means the file is not safetensors.
 MAX_HEADER_BYTES = 100_000_000
+#: What the model's weights may be stored as: every Wan parameter is floating point (converted to
+#: the parameter's dtype on load). An integer or boolean label over a weight means the header lies
+#: about the data (float32 bytes labelled I32 have the same size) or the file is not this model's.
+WEIGHT_DTYPES = ("F32", "BF16", "F16", "F64")
 #: Tensors diffusers itself ignores on load.
 IGNORED = ("norm_added_q",)
 
@@ -214,7 +218,7 @@ def load_params(
 
 
 def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, "SafetensorsFile"]:
-    """Check every tensor's presence and shape (and, with `strict`, that nothing is left over)
+    """Check every tensor's presence, shape and dtype (and, with `strict`, that nothing is left over)
     from the safetensors headers alone; returns where each tensor lives. Raises `CheckpointError`
     naming the first bad tensor."""
     files = [SafetensorsFile(f) for f in _files(path)]
@@ -236,6 +240,13 @@ def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool
                 raise CheckpointError(
                     f"tensor {src} has shape {got}, the config expects {want}; pass the checkpoint of the "
                     "planned model (its config.json must match)"
+                )
+            stored = where[src].header[src]["dtype"]
+            if stored not in WEIGHT_DTYPES:
+                raise CheckpointError(
+                    f"tensor {src} is stored as {stored}, but the model's weights are floating point "
+                    f"({', '.join(WEIGHT_DTYPES)}); the file's header mislabels its data or it is not this model's "
+                    "checkpoint: pass the diffusers checkpoint as published"
                 )
             used.add(src)
     if strict:

@@ -187,7 +187,8 @@ def load_expert_params(path: str | os.PathLike, pipeline: WanPipelineConfig, sha
         try:
             validate_checkpoint(folder, cfg, strict=strict)
         except CheckpointError as exc:
-            raise CheckpointError(f"{folder.name}/: {exc}") from exc
+            role = "only" if len(folders) == 1 else ("high-noise", "low-noise")[folders.index(folder)]
+            raise CheckpointError(f"{role} expert {folder.name}/: {exc}") from exc
     shardings = shardings or [None] * len(folders)
     return [load_params(folder, cfg, shardings=sh, strict=strict)
             for folder, cfg, sh in zip(folders, pipeline.experts, shardings)]

@@ -1,0 +1,232 @@
+"""Cross-checks of a plan file's redundant fields: every field that restates another must agree with it.
+
+A plan states several facts more than once (the slice by name and by shape, the mesh in `mesh` and in
+`strategy`, the scoped-VMEM limit in the strategy and in the compiler flags, the link loads once per
+link of the slice, ...). A hand-edited or corrupted plan whose copies disagree would run, export or
+be explained as something it was not planned as; `check_consistency` refuses it, naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from aoizora.errors import CompilerFlagError, PlanFormatError
+from aoizora.placement import MeshSpec
+from aoizora.topology.hardware import hardware_profile
+from aoizora.toolchain import CompilerFlags
+
+#: The libtpu flag a strategy's scoped-VMEM limit is compiled with (`Strategy.scoped_vmem_kib`).
+SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"
+_MESH_SEGMENT = re.compile(r"(single|[A-Za-z_][A-Za-z0-9_]*=[0-9]+(,[A-Za-z_][A-Za-z0-9_]*=[0-9]+)*)")
+
+
+def _fail(source: str, field: str, what: str, fix: str) -> PlanFormatError:
+    return PlanFormatError(f"{source} field {field} {what}; {fix}")
+
+
+def check_consistency(data: dict[str, Any], source: str, fix: str) -> None:
+    """Raise PlanFormatError naming the first field of `data` that disagrees with another.
+
+    `data` has passed the schema and the slice/mesh/coordinate checks of `check_plan`.
+    """
+    names, sizes = list(data["mesh"]["axis_names"]), list(data["mesh"]["axis_sizes"])
+    _check_topology_restated(data, source, fix)
+    flags = _check_compiler(data, source, fix)
+    _check_strategy_key(data["strategy"], names, sizes, source, fix)
+    _check_scoped_vmem(data["strategy"], flags, source, fix)
+    _check_wan_strategy(data, names, source, fix)
+    links = expected_link_count(data["topology"])
+    _check_prediction(data["prediction"], links, "prediction", source, fix)
+    same = data.get("baselines", {}).get("same_strategy_jax_default")
+    if isinstance(same, dict):
+        where = "baselines.same_strategy_jax_default"
+        if "strategy" in same and same["strategy"] != data["strategy"]["key"]:
+            raise _fail(source, f"{where}.strategy", f"is {same['strategy']!r} but the plan's strategy is "
+                        f"{data['strategy']['key']!r} (the baseline is the same strategy)", fix)
+        _check_prediction(same, links, where, source, fix)
+
+
+def expected_link_count(topo: dict[str, Any]) -> int:
+    """Directed links of the slice a plan's `topology` describes: ICI links by the generation's
+    wraparound rule, plus the two die-to-die links of every two-core chip that has them."""
+    profile = hardware_profile(topo["generation"])
+    shape = tuple(topo["shape"])
+    wrap = profile.wraps(shape)
+    chips = math.prod(shape)
+    ici = sum((2 * n if w else 2 * (n - 1)) * (chips // n) for n, w in zip(shape, wrap) if n > 1)
+    d2d = 2 * chips if int(topo["cores_per_chip"]) == 2 and profile.d2d_bandwidth_Bps is not None else 0
+    return ici + d2d
+
+
+def _check_topology_restated(data: dict[str, Any], source: str, fix: str) -> None:
+    topo = data["topology"]
+    if "wrap" in topo:
+        wrap = list(hardware_profile(topo["generation"]).wraps(tuple(topo["shape"])))
+        if topo["wrap"] != wrap:
+            raise _fail(source, "topology.wrap", f"is {topo['wrap']} but a {topo['name']} slice wraps {wrap}", fix)
+    request = data.get("request")
+    if not isinstance(request, dict):
+        return
+    if "topology" in request:
+        from aoizora.errors import TopologyError
+        from aoizora.topology.slice import parse_topology_name
+
+        try:
+            generation, shape = parse_topology_name(str(request["topology"]))
+        except TopologyError:
+            generation, shape = "", ()
+        if (generation, list(shape)) != (topo["generation"], list(topo["shape"])):
+            raise _fail(source, "request.topology", f"is {request['topology']!r} but the plan is for {topo['name']}",
+                        fix)
+    if "workload" in request and request["workload"] != data["workload"]:
+        raise _fail(source, "request.workload", "differs from the plan's workload", fix)
+
+
+def _check_compiler(data: dict[str, Any], source: str, fix: str) -> CompilerFlags:
+    text = data.get("compiler", {}).get("libtpu_args", "")
+    try:
+        flags = CompilerFlags.parse(text)
+    except CompilerFlagError as exc:
+        raise _fail(source, "compiler.libtpu_args", f"is not a list of compiler flags ({exc})".split(";")[0], fix) from None
+    if str(flags) != text:
+        raise _fail(source, "compiler.libtpu_args", "is not in the form `aoizora plan` writes (each flag once, "
+                    "--name=value, sorted by name)", fix)
+    return flags
+
+
+def _strategy_mesh(value: Any) -> tuple[list[str], list[int]] | None:
+    """(names, sizes) of a strategy's `mesh` (an object of axis sizes, or `a=2,b=4` text); None if neither."""
+    if isinstance(value, dict):
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+            return list(value), list(value.values())
+        return None
+    if isinstance(value, str):
+        try:
+            spec = MeshSpec.parse(value)
+        except Exception:  # noqa: BLE001 - any parse failure is "not a mesh"
+            return None
+        return list(spec.axis_names), list(spec.axis_sizes)
+    return None
+
+
+def check_strategy_mesh(data: dict[str, Any], source: str, fix: str) -> None:
+    """The strategy's own mesh (when it states one) is the plan's `mesh`, axis for axis."""
+    strategy, names, sizes = data["strategy"], list(data["mesh"]["axis_names"]), list(data["mesh"]["axis_sizes"])
+    if "mesh" not in strategy:
+        return
+    mesh = _strategy_mesh(strategy["mesh"])
+    if mesh is None:
+        raise _fail(source, "strategy.mesh", "is not a mesh (axis name to size)", fix)
+    if not same_mesh(mesh[0], mesh[1], names, sizes):
+        stated = ",".join(f"{n}={v}" for n, v in zip(*mesh))
+        raise _fail(source, "strategy.mesh", f"is {stated} but mesh is "
+                    f"{','.join(f'{n}={v}' for n, v in zip(names, sizes))}", fix)
+
+
+def same_mesh(names_a: list[str], sizes_a: list[int], names: list[str], sizes: list[int]) -> bool:
+    """Whether mesh (`names`, `sizes`) is mesh a, up to axes of size 1 left out (a plan's mesh may
+    drop a strategy's unused axes): the same axes larger than 1 in the same order, and no other axis."""
+    full = dict(zip(names_a, sizes_a))
+    big = [(n, s) for n, s in zip(names_a, sizes_a) if s > 1]
+    return (all(n in full and full[n] == s for n, s in zip(names, sizes))
+            and [(n, s) for n, s in zip(names, sizes) if s > 1] == big
+            and [n for n in names_a if n in names] == names)
+
+
+def _check_strategy_key(strategy: dict[str, Any], names: list[str], sizes: list[int], source: str, fix: str) -> None:
+    """The key's leading `axis=size,...` segment (axes larger than 1) and its `weights=`/`attn=` segments
+    restate the mesh and the strategy's fields."""
+    segments = strategy["key"].split(" | ")
+    if _MESH_SEGMENT.fullmatch(segments[0]):
+        mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes) if s > 1) or "single"
+        if segments[0] != mesh:
+            raise _fail(source, "strategy.key", f"names mesh {segments[0]!r} but the plan's mesh is {mesh!r}", fix)
+    for label, field in (("weights", "weights"), ("attn", "attention")):
+        stated = next((s.split("=", 1)[1] for s in segments[1:] if s.startswith(f"{label}=")), None)
+        if stated is not None and field in strategy and strategy[field] != stated:
+            raise _fail(source, f"strategy.{field}", f"is {strategy[field]!r} but strategy.key says {label}={stated}",
+                        fix)
+
+
+def _check_scoped_vmem(strategy: dict[str, Any], flags: CompilerFlags, source: str, fix: str) -> None:
+    if strategy.get("scoped_vmem_kib") is None:
+        return
+    flag = dict(flags.items).get(SCOPED_VMEM_FLAG)
+    if flag != str(strategy["scoped_vmem_kib"]):
+        raise _fail(source, "strategy.scoped_vmem_kib",
+                    f"is {strategy['scoped_vmem_kib']} but compiler.libtpu_args sets --{SCOPED_VMEM_FLAG}={flag}", fix)
+
+
+def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix: str) -> None:
+    """A plan of a Wan model: its strategy must be a Wan strategy of this mesh and video."""
+    from aoizora.models.registry import PIPELINES
+
+    if data["workload"]["name"] not in PIPELINES:
+        return
+    from aoizora.errors import StrategyError
+    from aoizora.models.wan.strategy import Strategy
+
+    strategy = data["strategy"]
+    try:
+        parsed = Strategy.from_description(strategy)
+    except StrategyError as exc:
+        raise _fail(source, "strategy", f"is not a Wan strategy ({str(exc).split(';')[0]})", fix) from None
+    if not same_mesh(list(parsed.mesh_axes), list(parsed.mesh_shape), names, list(data["mesh"]["axis_sizes"])):
+        raise _fail(source, "mesh.axis_names", f"is {names} but a {parsed.attention} Wan strategy's mesh is "
+                    f"{list(parsed.mesh_axes)}", fix)
+    reasons = parsed.splash_blocks.reasons() if parsed.splash_blocks is not None else []
+    if reasons:
+        raise _fail(source, "strategy.splash_blocks", reasons[0], fix)
+    fitted = data["workload"].get("splash_blocks")
+    if isinstance(fitted, str) and fitted.startswith("fitted to ") and fitted != f"fitted to {data['topology']['generation']}":
+        raise _fail(source, "workload.splash_blocks", f"says {fitted!r} but the plan is for {data['topology']['name']}",
+                    fix)
+    shapes = data["workload"]["shapes"]
+    video = [shapes.get("frames"), shapes.get("height"), shapes.get("width")]
+    if "video" in strategy and strategy["video"] != video:
+        raise _fail(source, "strategy.video", f"is {strategy['video']} but workload.shapes gives {video}", fix)
+    if "kernel" in strategy and "kernel" in data["workload"] and strategy["kernel"] != data["workload"]["kernel"]:
+        raise _fail(source, "strategy.kernel", f"is {strategy['kernel']!r} but workload.kernel is "
+                    f"{data['workload']['kernel']!r}", fix)
+    from aoizora.models.wan.space import strategy_key
+
+    key = strategy_key(parsed)
+    # an expert deployment's key names its flags after the strategy's own segments
+    if not (strategy["key"] == key or strategy["key"].startswith(key + " | ")):
+        raise _fail(source, "strategy.key", f"is {strategy['key']!r} but the strategy it describes is {key!r}", fix)
+
+
+def _check_prediction(section: dict[str, Any], links: int, where: str, source: str, fix: str) -> None:
+    """Link loads one per link of the slice; collectives and timeline entries well formed."""
+    loads = section.get("link_bytes")
+    if loads is not None:
+        if not isinstance(loads, list) or not all(_number(v) and v >= 0 for v in loads):
+            raise _fail(source, f"{where}.link_bytes", "is not a list of non-negative byte counts", fix)
+        if len(loads) != links:
+            raise _fail(source, f"{where}.link_bytes", f"holds {len(loads)} values but the slice has {links} links", fix)
+    collectives = section.get("collectives")
+    if collectives is not None:
+        if not isinstance(collectives, list):
+            raise _fail(source, f"{where}.collectives", "is not a list", fix)
+        for i, c in enumerate(collectives):
+            ok = (isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("kind"), str)
+                  and _number(c.get("seconds")) and c["seconds"] >= 0)
+            if not ok:
+                raise _fail(source, f"{where}.collectives[{i}]",
+                            "is not a collective (an object with name, kind and seconds >= 0)", fix)
+    timeline = section.get("timeline")
+    if timeline is not None:
+        if not isinstance(timeline, list):
+            raise _fail(source, f"{where}.timeline", "is not a list", fix)
+        for i, e in enumerate(timeline):
+            ok = (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("kind"), str)
+                  and _number(e.get("start")) and _number(e.get("end")) and 0 <= e["start"] <= e["end"])
+            if not ok:
+                raise _fail(source, f"{where}.timeline[{i}]",
+                            "is not a timeline entry (an object with kind, name and 0 <= start <= end)", fix)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
