@@ -153,3 +153,38 @@ def test_chunked_ulysses_needs_the_all_to_all_exchange():
     mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
     with pytest.raises(ShapeError, match="chunks"):
         make_denoise_step(cfg, sched, strategy, mesh)(params, lat, sched.init_state(lat), tc, tu)
+
+
+def test_a_step_of_two_videos_is_two_steps_of_one():
+    """B videos a step: the CFG batch is 2B (the B conditional samples, then the B unconditional),
+    and each video's update is the one a step of that video alone makes."""
+    cfg = TINY_T2V
+    sched = UniPCScheduler(4, shift=5.0)
+    params = init_params(cfg, seed=3)
+    (lat_a, tc_a, tu_a, _, _), (lat_b, tc_b, tu_b, _, _) = _inputs(cfg, VIDEO, seed=0), _inputs(cfg, VIDEO, seed=5)
+    one = make_denoise_step(cfg, sched)
+    ref_a, _ = one(params, lat_a, sched.init_state(lat_a), tc_a, tu_a)
+    ref_b, _ = one(params, lat_b, sched.init_state(lat_b), tc_b, tu_b)
+    strategy = Strategy(data=2, context=4, attention="ulysses", weights="gathered")
+    mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
+    two = make_denoise_step(cfg, sched, strategy, mesh, videos=2)
+    lat = jnp.concatenate([lat_a, lat_b])
+    out, _ = two(jax.device_put(params, param_shardings(cfg, strategy, mesh)), lat, sched.init_state(lat),
+                 jnp.concatenate([tc_a, tc_b]), jnp.concatenate([tu_a, tu_b]))
+    assert rel_err(out[:1] - lat_a, ref_a - lat_a) < 1e-5
+    assert rel_err(out[1:] - lat_b, ref_b - lat_b) < 1e-5
+
+
+def test_a_space_lowers_the_program_of_its_batch():
+    """A space of CFG batch 4 (two videos) lowers a step of two videos, the batch its kernels are costed at."""
+    from aoizora.errors import ShapeError
+    from aoizora.models.wan.space import WanSpace
+
+    strategy = Strategy(data=2, context=4, attention="ulysses", weights="gathered")
+    mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])
+    for batch, videos in ((2, 1), (4, 2)):
+        inputs = WanSpace(TINY_T2V, VIDEO, batch=batch, kernel="xla").lowering_inputs(strategy, mesh)
+        assert inputs.args[1].shape[0] == videos  # the latents
+        assert inputs.args[3].shape[0] == videos  # the conditional text
+    with pytest.raises(ShapeError, match="2 per video"):
+        WanSpace(TINY_T2V, VIDEO, batch=3)

@@ -96,7 +96,7 @@ class WanPipelineSpace(WanSpace):
         fn, args = inp.fn, inp.args
         if self.pipeline.expand_timesteps:
             fn = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
-                                   expand_timesteps=True).jitted
+                                   expand_timesteps=True, videos=self.videos).jitted
         if not self.resident_experts:
             return LoweringInputs(fn, args, inp.kwargs, inp.jit_kwargs)
         others = tuple(abstract_params(cfg, strategy, mesh) for cfg in self.resident_experts)

@@ -61,9 +61,10 @@ def denoise_step(
 ) -> tuple[jnp.ndarray, dict]:
     """One denoising step: the transformer on the CFG batch (cond, uncond), guidance, scheduler.
 
-    latents (1, C_out, T, H, W) float32; text_* (1, 512, text_dim); Wan 2.1 I2V also takes the
-    image embedding (1, 257, image_dim); I2V models take the conditioning latent
-    (1, C_in − C_out, T, H, W), concatenated on channels. With `expand_timesteps` (Wan 2.2
+    latents (B, C_out, T, H, W) float32 for B videos; text_* (B, 512, text_dim); Wan 2.1 I2V also
+    takes the image embedding (B, 257, image_dim); I2V models take the conditioning latent
+    (B, C_in − C_out, T, H, W), concatenated on channels. The transformer runs on 2B samples:
+    the B conditional ones, then the B unconditional ones. With `expand_timesteps` (Wan 2.2
     TI2V-5B) the transformer gets one timestep per token, and `condition` (1, C_out, T, H, W), if
     given, is the image latent that replaces the first latent frame, whose tokens get timestep 0
     (diffusers' `WanImageToVideoPipeline` with `expand_timesteps`). Returns the next latents and
@@ -75,12 +76,13 @@ def denoise_step(
         x, t = _expanded_inputs(config, latents, condition, t)
     elif condition is not None:
         x = jnp.concatenate([x, condition.astype(x.dtype)], axis=1)
+    videos = latents.shape[0]
     x = jnp.concatenate([x, x], axis=0).astype(config.dtype)
-    t = jnp.broadcast_to(t, (2, *t.shape))
+    t = jnp.broadcast_to(t, (2 * videos, *t.shape))
     text = jnp.concatenate([text_cond, text_uncond], axis=0).astype(config.dtype)
     img = None if image is None else jnp.concatenate([image, image], axis=0).astype(config.dtype)
     out = forward(params, x, t, text, img, config=config, strategy=strategy, mesh=mesh).astype(jnp.float32)
-    cond, uncond = out[:1], out[1:]
+    cond, uncond = out[:videos], out[videos:]
     guided = uncond + guidance_scale * (cond - uncond)
     return scheduler.step(state, guided, latents)
 
@@ -104,11 +106,12 @@ def _expanded_inputs(config: WanConfig, latents: jnp.ndarray, condition: jnp.nda
 
 def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | None = None, mesh: Mesh | None = None,
                       guidance_scale: float = 5.0, expand_timesteps: bool = False,
-                      compiler_options: dict[str, str] | None = None) -> Callable:
+                      compiler_options: dict[str, str] | None = None, videos: int = 1) -> Callable:
     """Jitted denoise_step(params, latents, state, text_cond, text_uncond, image=None, condition=None)
-    for a strategy on a mesh. Latents/state/conditions are replicated; params use the strategy's
-    shardings; activations are sharded inside. `compiler_options`: libtpu/XLA flags of the compile
-    (a plan's `compiler_options()`, so the program run is the program planned)."""
+    for a strategy on a mesh, for `videos` videos a step (a CFG batch of 2 × videos). Latents/state/
+    conditions are replicated; params use the strategy's shardings; activations are sharded inside.
+    `compiler_options`: libtpu/XLA flags of the compile (a plan's `compiler_options()`, so the
+    program run is the program planned)."""
     def fn(params, latents, state, text_cond, text_uncond, image=None, condition=None):
         return denoise_step(params, latents, state, text_cond, text_uncond, image, condition, config=config,
                             scheduler=scheduler, guidance_scale=guidance_scale, strategy=strategy, mesh=mesh,
@@ -118,7 +121,7 @@ def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | No
     if strategy is None:
         return jax.jit(fn, compiler_options=options)
     check_mesh(strategy, mesh)
-    validate_strategy(strategy, config, batch=2)
+    validate_strategy(strategy, config, batch=2 * videos)
     rep = replicated(mesh)
     ps = param_shardings(config, strategy, mesh)
     return _with_defaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep),

@@ -98,18 +98,19 @@ def abstract_forward_inputs(config: WanConfig, video: VideoShape, strategy: Stra
     return out
 
 
-def abstract_step_inputs(config: WanConfig, video: VideoShape, mesh: Mesh, scheduler: Any) -> dict[str, Any]:
-    """Abstract arguments of `denoise_step` (one sample; CFG doubles it inside), replicated."""
+def abstract_step_inputs(config: WanConfig, video: VideoShape, mesh: Mesh, scheduler: Any,
+                         videos: int = 1) -> dict[str, Any]:
+    """Abstract arguments of `denoise_step` (`videos` samples; CFG doubles them inside), replicated."""
     _, t, h, w = video.latent_shape(config)
     rep = replicated(mesh)
     sd = jax.ShapeDtypeStruct
-    lat = sd((1, config.out_channels, t, h, w), jnp.float32, sharding=rep)
+    lat = sd((videos, config.out_channels, t, h, w), jnp.float32, sharding=rep)
     state = jax.eval_shape(scheduler.init_state, lat)
     state = jax.tree.map(lambda a: sd(a.shape, a.dtype, sharding=rep), state)
-    text = sd((1, config.text_len, config.text_dim), config.dtype, sharding=rep)
+    text = sd((videos, config.text_len, config.text_dim), config.dtype, sharding=rep)
     out = {"latents": lat, "state": state, "text_cond": text, "text_uncond": text, "image": None, "condition": None}
     if config.is_i2v:
-        out["image"] = sd((1, config.image_len, config.image_dim), config.dtype, sharding=rep)
+        out["image"] = sd((videos, config.image_len, config.image_dim), config.dtype, sharding=rep)
     if config.condition_channels:  # I2V's mask + image latent, concatenated on channels
-        out["condition"] = sd((1, config.condition_channels, t, h, w), jnp.float32, sharding=rep)
+        out["condition"] = sd((videos, config.condition_channels, t, h, w), jnp.float32, sharding=rep)
     return out

@@ -28,7 +28,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from aoizora.errors import StrategyError
+from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
@@ -105,7 +105,10 @@ class WanSpace(StrategySpace):
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment | None = None, kernel_profile: str = DEFAULT_KERNEL_PROFILE):
+        if batch < 2 or batch % 2:
+            raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
+        self.videos = batch // 2  # videos a step denoises
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
         # Splash blocks fitted to each strategy's lengths and the generation's VMEM (`blocks`);
@@ -206,8 +209,10 @@ class WanSpace(StrategySpace):
         return MeshSpec(strategy.mesh_axes, strategy.mesh_shape)
 
     def lowering_inputs(self, strategy: Strategy, mesh: Any) -> LoweringInputs:
-        step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale)
-        a = abstract_step_inputs(self.config, self.video, mesh, self.scheduler)
+        # the program of the space's CFG batch: batch / 2 videos a step, as its kernels are costed
+        step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
+                                 videos=self.videos)
+        a = abstract_step_inputs(self.config, self.video, mesh, self.scheduler, videos=self.videos)
         args = (abstract_params(self.config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
                 a["text_uncond"], a["image"], a["condition"])
         self._meshes[strategy] = mesh  # for costing its kernels if Stage 2 compiles it
