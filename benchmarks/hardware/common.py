@@ -32,6 +32,10 @@ Build = Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]
 """Given a `jax.sharding.Mesh`, the jitted function and its abstract inputs (ShapeDtypeStructs)."""
 
 
+#: What an entry's figures were used for: nothing (held out), or fitting a constant of the model it checks.
+HELD_OUT, IN_SAMPLE = "held out", "in-sample"
+
+
 @dataclass(frozen=True)
 class Source:
     """Where a published figure comes from: repository + path + commit, or a URL."""
@@ -79,6 +83,8 @@ class Config:
     flags: str = ""
     #: costs the program's opaque kernels (e.g. the Wan model's splash calls), as Stage 2 does
     opaque_cost: Callable[[Any], Any] | None = None
+    #: the attention kernel profile that costs those kernels (`aoizora.models.wan.kernel_profiles`), if any
+    kernel_profile: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class TimedEntry:
     measured_note: str = ""  # how the figure was obtained (e.g. converted from a bandwidth)
     notes: str = ""
     group: str = ""  # entries of one source sweep share a group
+    basis: str = HELD_OUT
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,7 @@ class ComparisonEntry:
     measured_unit: str
     higher_is_better: bool
     notes: str = ""
+    basis: str = HELD_OUT
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,7 @@ class PipelineEntry:
     measured_total_s: tuple[float, ...]
     steps: int
     notes: str = ""
+    basis: str = HELD_OUT
 
 
 Entry = TimedEntry | ComparisonEntry | PipelineEntry
@@ -165,7 +174,8 @@ def strategy_space_config(name: str, topology: str, space: Any, strategy: Any, s
 
     mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
     return Config(name, topology, mesh_axes, build, setup=setup, flags=flags,
-                  opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op))
+                  opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op),
+                  kernel_profile=getattr(strategy, "kernel_profile", ""))
 
 
 def default_order_ids(topology: Any, mesh: tuple[tuple[str, int], ...]) -> np.ndarray:
@@ -206,8 +216,11 @@ def predict(config: Config, cache: Any) -> Prediction:
     except AoizoraError as exc:
         raise NotRunnable(f"slice {config.topology}: {exc}") from exc
     mesh = placement.jax_mesh(topology)
-    fn, args = config.build(mesh)
-    lowered = fn.lower(*args)
+    try:
+        fn, args = config.build(mesh)
+        lowered = fn.lower(*args)
+    except AoizoraError as exc:  # a setup this tree refuses (e.g. an illegal strategy) is a result, not a crash
+        raise NotRunnable(f"{config.name}: {str(exc).splitlines()[0][:200]}") from exc
     ids = [int(d.id) for d in mesh.devices.flat]
     flags = CompilerFlags.parse(config.flags)
     key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions(), flags)
@@ -244,3 +257,29 @@ def sharded(shape: Sequence[int], dtype: Any, mesh: Any, *spec: Any) -> Any:
     from jax.sharding import NamedSharding, PartitionSpec
 
     return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def wan_config(name: str, topology: str, model: str, resolution: str, frames: int, strategy: Any, *,
+               flags: str = "", setup: str = "", batch: int = 2, generation: str | None = None,
+               rope_partner: str | None = None, ulysses_exchange: str | None = None) -> Config:
+    """A `Config` of one Wan deployment: `strategy` of `model`'s strategy space at the video shape,
+    its CFG batch `batch` (2 per video), compiled for `topology` with `flags` (LIBTPU_INIT_ARGS
+    syntax). `generation` None keeps the strategy's own splash blocks; a generation fits blocks to
+    it when the strategy names none, as a plan of that generation compiles them."""
+    import dataclasses
+
+    from aoizora.models.registry import wan_space
+    from aoizora.models.wan.blocks import fitted_splash_blocks
+    from aoizora.topology import hardware_profile
+
+    space = wan_space(model, resolution, frames, generation=generation, rope_partner=rope_partner,
+                      ulysses_exchange=ulysses_exchange, batch=batch, kernel_profile=strategy.kernel_profile)
+    if strategy.splash_blocks is None and generation is not None:
+        blocks = fitted_splash_blocks(strategy, space.video.tokens(space.config), space.batch,
+                                      hardware_profile(generation).splash_max_block_q)
+        if blocks is not None:
+            strategy = dataclasses.replace(strategy, splash_blocks=blocks)
+    blocks = strategy.splash_blocks.describe() if strategy.splash_blocks else "the kernel's own"
+    described = (f"{topology}, {model} {resolution}/{frames}f, CFG batch {batch}, {space.key_of(strategy)}, "
+                 f"splash blocks {blocks}" + (f"; {setup}" if setup else ""))
+    return strategy_space_config(name, topology, space, strategy, described, flags)

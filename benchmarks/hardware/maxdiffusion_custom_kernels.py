@@ -21,7 +21,7 @@ absolute times.
 
 from __future__ import annotations
 
-from common import ComparisonEntry, Config, Source, strategy_space_config
+from common import IN_SAMPLE, ComparisonEntry, Config, Source, strategy_space_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 FIXED_M = Source(REPO, "(commit message)", "8dd630549ce1cb55e167a66102dcc3aef4cc1926",
@@ -63,7 +63,7 @@ def entries() -> list:
             (_config("plain", "ulysses_ring", "maxdiffusion-custom"),
              _config("fixed-m", "ulysses_ring", "maxdiffusion-custom-fixed-m")),
             (109.3 / STEPS, 105.3 / STEPS), "s", higher_is_better=False,
-            notes="in-sample: the profiles' MXU shares come from the same commit message"),
+            notes="in-sample: the profiles' MXU shares come from the same commit message", basis=IN_SAMPLE),
         ComparisonEntry(
             "maxdiffusion/wan22-v7x-8-pr430", "Wan 2.2 A14B 720p/81f denoise step, v7x-8, custom kernel: "
             "2D context (U2 x R2) vs Ulysses (held out)", PR_430,

@@ -27,7 +27,8 @@ sys.path.insert(0, str(HERE))
 from common import ComparisonEntry, Entry, NotRunnable, PipelineEntry, Prediction, TimedEntry, predict  # noqa: E402
 
 MODULES = ("scaling_book", "marin_ppermute", "ironwood_all_gather", "maxtext_1239", "maxdiffusion_wan",
-           "maxdiffusion_custom_kernels")
+           "maxdiffusion_custom_kernels", "maxdiffusion_readme_ring", "maxdiffusion_batch_scaling",
+           "maxdiffusion_ulysses_fixed_m", "maxdiffusion_ulysses_forms", "gpu_tpu_pedia")
 
 
 def all_entries() -> list[Entry]:
@@ -57,7 +58,8 @@ def run_comparison(entry: ComparisonEntry, cache: Any) -> dict[str, Any]:
     preds = [predict(c, cache) for c in entry.configs]
     configs = []
     for c, m, p in zip(entry.configs, entry.measured, preds):
-        row: dict[str, Any] = {"name": c.name, "setup": c.setup, "measured": m, **_prediction_json(p)}
+        row: dict[str, Any] = {"name": c.name, "setup": c.setup, "kernel_profile": c.kernel_profile, "measured": m,
+                               **_prediction_json(p)}
         if entry.measured_unit == "s":
             row["q2_over_measured"] = p.q2_s / m
             row["sim_over_measured"] = p.sim_s / m
@@ -116,7 +118,8 @@ def run_pipeline(entry: PipelineEntry, cache: Any) -> dict[str, Any]:
     out["measured_order_fastest_first"] = [entry.configs[i].name for i in
                                            sorted(range(len(preds)), key=lambda i: entry.measured_total_s[i])]
     for i, (c, p) in enumerate(zip(entry.configs, preds)):
-        row: dict[str, Any] = {"name": c.name, "setup": c.setup, "measured_total_seconds": entry.measured_total_s[i],
+        row: dict[str, Any] = {"name": c.name, "setup": c.setup, "kernel_profile": c.kernel_profile,
+                               "measured_total_seconds": entry.measured_total_s[i],
                                **_prediction_json(p),
                                "measured_step_difference_seconds": (entry.measured_total_s[i] - entry.measured_total_s[best])
                                / entry.steps}
@@ -132,10 +135,10 @@ def run_pipeline(entry: PipelineEntry, cache: Any) -> dict[str, Any]:
 
 def run_entry(entry: Entry, cache: Any) -> dict[str, Any]:
     head: dict[str, Any] = {"key": entry.key, "title": entry.title, "source": entry.source.to_json(),
-                            "notes": entry.notes}
+                            "notes": entry.notes, "basis": entry.basis}
     if isinstance(entry, TimedEntry):
         head.update(setup=entry.config.setup, topology=entry.config.topology, measured_note=entry.measured_note,
-                    group=entry.group)
+                    group=entry.group, kernel_profile=entry.config.kernel_profile)
     try:
         if isinstance(entry, TimedEntry):
             body = run_timed(entry, cache)
