@@ -80,3 +80,34 @@ def test_json_has_no_nan():
     assert json.loads(json.dumps(doc, allow_nan=False)) == {"a": None, "b": [None, 1.0], "c": {"d": None}}
 
 
+
+
+def test_the_wan_table_in_results_is_the_generators_output_on_the_committed_data():
+    import wan_table
+
+    root = SUITE.parents[1]
+    data = json.loads((root / "docs" / "data" / "hardware" / "wan_on_tpu.json").read_text())
+    expected = wan_table.table(wan_table.load([root / "docs" / "data" / "hardware" / "wan_on_tpu.json"]))
+    assert expected.count("\n") >= 10
+    assert expected in (root / "docs" / "results.md").read_text()
+    # every Wan entry of the suite is in the committed run, and the run says which were fitted
+    keys = {e["key"] for e in data["entries"]}
+    assert {e.key for e in run.all_entries() if e.key.startswith(wan_table.WAN_SOURCES)} <= keys
+    assert {e["basis"] for e in data["entries"]} <= {"held out", "in-sample"}
+
+
+def test_the_wan_table_reads_each_entry_kind():
+    import wan_table
+
+    pipeline = {"key": "maxdiffusion/p", "runnable": True, "kind": "pipeline", "basis": "held out",
+                "measured_fastest": "a", "configs": [
+                    {"name": "a", "kernel_profile": "jax-splash", "measured_step_ratio_to_fastest_given_q2": 1.0,
+                     "q2_step_ratio_to_fastest": 1.0, "sim_step_ratio_to_fastest": 1.0},
+                    {"name": "b", "kernel_profile": "tokamax-splash", "measured_step_ratio_to_fastest_given_q2": 1.2,
+                     "q2_step_ratio_to_fastest": 1.1, "sim_step_ratio_to_fastest": 1.05}]}
+    timed = {"key": "gpu-tpu-pedia/t", "runnable": True, "kind": "timed", "basis": "in-sample",
+             "measured_seconds": 4.0, "q2_seconds": 5.0, "sim_seconds": 4.0, "kernel_profile": ""}
+    (row,) = wan_table.rows(pipeline)
+    assert "step b / a" in row and "| 1.200 | 1.100 | 1.050 | -10.0 pt | tokamax-splash | held out |" in row
+    (row,) = wan_table.rows(timed)
+    assert "| 4.00 s | 5.00 s | 4.00 s | +25.0 % | jax-splash | in-sample |" in row
