@@ -3,6 +3,7 @@ host cannot start, SIGHUP, and interrupts outside a command. One line each, neve
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -120,6 +121,63 @@ def test_a_stop_outside_a_command_is_one_line(monkeypatch, capfd, stop, code, li
         cli_module.main()
     assert exit_info.value.code == code
     assert _lines(capfd.readouterr().err) == [line]
+
+
+def _session_processes(sid: int) -> dict[int, str]:
+    """The live processes of session `sid` (a zombie has ended), by pid, with their command lines."""
+    found = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                state, _ppid, _pgrp, session = f.read().rsplit(")", 1)[1].split()[:4]
+            if state != "Z" and int(session) == sid:
+                pid = int(stat.split("/")[2])
+                with open(f"/proc/{pid}/cmdline") as f:
+                    found[pid] = f.read().replace("\0", " ")
+        except (OSError, ValueError):  # ended while read
+            continue
+    return found
+
+
+def _left_after_killing_the_parent(args, tmp_path, child_marker: str, after_s: float,
+                                   started_s: float = 60.0) -> dict[int, str]:
+    """Start the CLI with `args` in a session of its own; `after_s` seconds after a child whose
+    command line holds `child_marker` appeared, SIGKILL the parent alone (nothing of the parent's
+    runs after that) and return what of the session is still alive 2 s later."""
+    env = {**os.environ, "AOIZORA_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, env=env)
+    sid = proc.pid
+    try:
+        deadline = time.monotonic() + started_s
+        while not any(child_marker in cmd for cmd in _session_processes(sid).values()):
+            assert proc.poll() is None, f"the command ended (exit {proc.returncode}) before a child started"
+            assert time.monotonic() < deadline, f"no child {child_marker!r} within {started_s:.0f} s"
+            time.sleep(0.1)
+        time.sleep(after_s)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 2.0
+        while (left := _session_processes(sid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return left
+    finally:
+        for pid in _session_processes(sid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.0, 2.0], ids=["worker-starting", "worker-at-work"])
+def test_no_stage1_worker_or_resource_tracker_outlives_a_killed_plan(tmp_path, after_s):
+    """Once a Stage 1 worker and multiprocessing's resource tracker lived on for 10 to 38 s. Killed
+    as a worker starts, the parent may die before the worker could ask to die with it."""
+    args = ("plan", "--model", "wan2.1-t2v-14b", "--topology", "tpu7x:2x2x2", "--resolution", "720p", "--frames", "81",
+            "--no-cache", "--stage1-only")
+    assert _left_after_killing_the_parent(args, tmp_path, "spawn_main", after_s) == {}
 
 
 # --- the README's reliability paragraph: each sentence and the tests that hold it to its word ---------

@@ -1,10 +1,12 @@
 """A stop signal inside `interrupts_not_lost` ends the block with an exception, at once, even when
-it lands where Python cannot raise, and prints nothing."""
+it lands where Python cannot raise, and prints nothing. A child that asked to die with its parent
+(`die_with_parent`) does, however the parent dies."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -91,3 +93,52 @@ def test_sighup_ends_the_block_as_terminated():
             os.kill(os.getpid(), signal.SIGHUP)
             time.sleep(5)
     assert stopped.value.signum == signal.SIGHUP
+
+
+# A parent that starts a child which dies with it, prints the child's pid and waits to be killed.
+_PARENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import sys, time; from aoizora.interrupts import die_with_parent; "
+                          f"die_with_parent({os.getpid()}); print('ready', flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline() == "ready\\n"
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a no-op off Linux")
+def test_a_child_that_dies_with_its_parent_goes_when_the_parent_is_sigkilled():
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        child = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 1.0
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a no-op off Linux")
+def test_a_child_whose_parent_is_already_gone_exits_at_once():
+    """The parent died before the child asked: no signal would come, so the child ends itself."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    code = subprocess.run([sys.executable, "-c", f"from aoizora.interrupts import die_with_parent; "
+                           f"die_with_parent({gone.pid}); print('lived')"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (code.returncode, code.stdout) == (1, "")
+

@@ -1,11 +1,14 @@
 """Stop signals as exceptions: Ctrl-C (SIGINT), a scheduler's stop (SIGTERM) and a closed terminal
 (SIGHUP) end a command by unwinding it, so every clean-up on the way (compile workers, caches,
-pools) runs and nothing half-done is written, and never get lost where Python cannot raise."""
+pools) runs and nothing half-done is written, and never get lost where Python cannot raise. A
+parent that dies without a clean-up (SIGKILL) takes the children that asked it along (`die_with_parent`)."""
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import importlib
+import os
 import signal
 import sys
 import threading
@@ -85,7 +88,8 @@ def start_resource_tracker_deaf_to_hangups() -> None:
     """Start multiprocessing's resource tracker (shared by every worker pool of this process) with
     SIGHUP blocked, which it keeps: it ignores SIGINT and SIGTERM on its own, but a closing
     terminal's SIGHUP, sent to the whole process group, would kill it and the command would warn
-    that it "died unexpectedly". It ends with this process either way (its pipe closes)."""
+    that it "died unexpectedly". It ends when the last holder of its pipe does: this process and
+    Stage 1's workers (which `start_child` ties to this process), even when this one is SIGKILLed."""
     from multiprocessing import resource_tracker
 
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
@@ -93,3 +97,34 @@ def start_resource_tracker_deaf_to_hangups() -> None:
         resource_tracker.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a child process, at its start: be killed (SIGKILL) when the parent `parent_pid` dies,
+    however it dies (SIGKILL and crashes included, which run no clean-up of the parent's), so that
+    no child outlives the command. If the parent is already gone (it died before this call), exit
+    at once. Linux only (`prctl(PR_SET_PDEATHSIG)`); elsewhere a no-op.
+
+    The kernel ties the signal to the parent's *thread* that started the child: start the child
+    from a thread that outlives it (as a pool started and shut down by one call does)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # a refusal (a sandbox's seccomp filter) leaves the parent's own clean-up, as off Linux
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # died between our start and the prctl: no signal will come
+        os._exit(1)
+
+
+def start_child(parent_pid: int, initializer: str, *args: Any) -> None:
+    """A worker pool's initializer: `die_with_parent(parent_pid)`, then the initializer named
+    "module:function", called with `args`. Named rather than passed, so that a new worker imports
+    the initializer's module (Stage 1's takes most of a second) only once it dies with its parent."""
+    die_with_parent(parent_pid)
+    module, name = initializer.split(":")
+    getattr(importlib.import_module(module), name)(*args)

@@ -27,6 +27,7 @@ import numpy as np
 
 from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
+from aoizora.interrupts import start_child
 from aoizora.stage1.ir import read_module
 from aoizora.defaults import DEFAULT_TOP_K
 from aoizora.progress import progress_reporter
@@ -391,9 +392,10 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
             g = pending.popleft()
             running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
 
-    pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=_init_worker,
-                               initargs=(blob, topology.name, settings.overlap, settings.memory_slack,
-                                         settings.keep_predictions))
+    # the workers die with this process, even SIGKILLed; started by this thread, which outlives them
+    pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=start_child,
+                               initargs=(os.getpid(), f"{__name__}:_init_worker", blob, topology.name,
+                                         settings.overlap, settings.memory_slack, settings.keep_predictions))
     try:
         feed(pool)
         while pending:
