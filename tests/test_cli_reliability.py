@@ -139,12 +139,12 @@ def _session_processes(sid: int) -> dict[int, str]:
     return found
 
 
-def _left_after_killing_the_parent(args, tmp_path, child_marker: str, after_s: float,
-                                   started_s: float = 60.0) -> dict[int, str]:
+def _left_after_killing_the_parent(args, tmp_path, child_marker: str, after_s: float, env_extra=(),
+                                   grace_s: float = 2.0, started_s: float = 60.0) -> dict[int, str]:
     """Start the CLI with `args` in a session of its own; `after_s` seconds after a child whose
     command line holds `child_marker` appeared, SIGKILL the parent alone (nothing of the parent's
-    runs after that) and return what of the session is still alive 2 s later."""
-    env = {**os.environ, "AOIZORA_CACHE_DIR": str(tmp_path / "cache")}
+    runs after that) and return what of the session is still alive `grace_s` seconds later."""
+    env = {**os.environ, "AOIZORA_CACHE_DIR": str(tmp_path / "cache"), **dict(env_extra)}
     proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env)
     sid = proc.pid
@@ -157,7 +157,7 @@ def _left_after_killing_the_parent(args, tmp_path, child_marker: str, after_s: f
         time.sleep(after_s)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + grace_s
         while (left := _session_processes(sid)) and time.monotonic() < deadline:
             time.sleep(0.05)
         return left
@@ -178,6 +178,15 @@ def test_no_stage1_worker_or_resource_tracker_outlives_a_killed_plan(tmp_path, a
     args = ("plan", "--model", "wan2.1-t2v-14b", "--topology", "tpu7x:2x2x2", "--resolution", "720p", "--frames", "81",
             "--no-cache", "--stage1-only")
     assert _left_after_killing_the_parent(args, tmp_path, "spawn_main", after_s) == {}
+
+
+@pytest.mark.slow
+def test_the_compiler_environment_probe_does_not_outlive_a_killed_command(tmp_path):
+    """The probe of XLA_FLAGS (a child importing jax, seconds) lived on to its end. A second: the
+    probe may end on its own within a longer wait."""
+    args = ("plan", "--model", "wan2.1-t2v-1.3b", "--topology", "v5e:2x2", "--no-cache")
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "LIBTPU_INIT_ARGS": ""}
+    assert _left_after_killing_the_parent(args, tmp_path, "jax.devices", 0.0, env.items(), grace_s=1.0) == {}
 
 
 # --- the README's reliability paragraph: each sentence and the tests that hold it to its word ---------

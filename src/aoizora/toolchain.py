@@ -164,6 +164,13 @@ _XLA_UNKNOWN = re.compile(r"Unknown flags? in XLA_FLAGS: *(.*)")
 _LIBTPU_UNKNOWN = re.compile(r"Unknown command line flag '([^']*)'")
 
 
+def _probe_dying_with(parent_pid: int) -> str:
+    """The probe, ended with its parent (`die_with_parent`) however the parent dies. Where this
+    package cannot be imported (a path the parent set up itself), the probe runs untied."""
+    return (f"try:\n    from aoizora.interrupts import die_with_parent\nexcept ImportError:\n    pass\n"
+            f"else:\n    die_with_parent({parent_pid})\n{_ENVIRONMENT_PROBE}")
+
+
 def check_compiler_environment(verdicts: str | os.PathLike[str] | None = None) -> None:
     """Raise CompilerFlagError, naming the variable, unless XLA and libtpu start with this process's
     `XLA_FLAGS` and `LIBTPU_INIT_ARGS` (nothing to check when both are unset).
@@ -185,8 +192,8 @@ def check_compiler_environment(verdicts: str | os.PathLike[str] | None = None) -
     if store is not None and store.load(key) is not None:
         return
     try:
-        child = subprocess.run([sys.executable, "-c", _ENVIRONMENT_PROBE], capture_output=True, text=True,
-                               timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        child = subprocess.run([sys.executable, "-c", _probe_dying_with(os.getpid())], capture_output=True,
+                               text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     except subprocess.TimeoutExpired:  # a host too slow to tell: the command itself will find out
         return
     if child.returncode != 0:
