@@ -181,6 +181,16 @@ def test_no_stage1_worker_or_resource_tracker_outlives_a_killed_plan(tmp_path, a
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.0, 3.0], ids=["child-starting", "child-at-work"])
+def test_no_compile_process_outlives_a_killed_plan(tmp_path, after_s):
+    """A compile process lives as long as its parent however the parent dies: without its parent
+    it would compile on, for minutes, for nobody."""
+    args = ("plan", "--model", "wan2.1-t2v-1.3b", "--topology", "v5e:2x2", "--resolution", "480p", "--frames", "5",
+            "--no-cache", "--out", str(tmp_path / "plan.json"))
+    assert _left_after_killing_the_parent(args, tmp_path, "compile_workers import main", after_s) == {}
+
+
+@pytest.mark.slow
 def test_the_compiler_environment_probe_does_not_outlive_a_killed_command(tmp_path):
     """The probe of XLA_FLAGS (a child importing jax, seconds) lived on to its end. A second: the
     probe may end on its own within a longer wait."""

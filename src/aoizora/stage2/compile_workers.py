@@ -449,7 +449,10 @@ def _exit_when_orphaned(parent_pid: int, poll_s: float = ORPHAN_POLL_S) -> None:
     """End this child as soon as its parent is gone. A parent killed outside Python's control
     (SIGKILL, SIGTERM, a crash) cannot close its workers, and a child busy compiling reads no pipe
     that would tell it: without this it would compile on, for minutes, for nobody. (libtpu's
-    compile releases the GIL, so this thread runs during it.)"""
+    compile releases the GIL, so this thread runs during it.) Not `interrupts.die_with_parent`: the
+    kernel sends its signal when the parent's *thread* that started the child ends, and a child is
+    started by whichever compile thread needed it first (Stage 2's pools of threads end, the
+    children are kept for the next compiles)."""
     while os.getppid() == parent_pid:
         time.sleep(poll_s)
     os._exit(1)
