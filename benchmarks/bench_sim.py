@@ -20,9 +20,9 @@ import argparse
 import statistics
 import time
 
+from aoizora.hlo.synthetic import PINCER, ProgramBuilder, algorithm
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import simulate
-from aoizora.hlo.synthetic import PINCER, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 
 LAYERS = 40

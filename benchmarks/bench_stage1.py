@@ -16,8 +16,8 @@ import time
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
 from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 

@@ -18,8 +18,8 @@ import time
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.compiling import compile_strategy
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 

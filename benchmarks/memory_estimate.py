@@ -20,13 +20,13 @@ from typing import Any
 from aoizora.models.registry import wan_space
 from aoizora.models.wan.space import strategy_from_key
 from aoizora.plan.planner import expert_entries
-from aoizora.stage2.outcomes import OUT_OF_HBM
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory
-from aoizora.workload import lowering_inputs_on
+from aoizora.stage1.predict import predict
+from aoizora.stage2.outcomes import OUT_OF_HBM
 from aoizora.toolchain import environment_flags
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
 
 GIB = 2**30
 

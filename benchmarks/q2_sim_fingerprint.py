@@ -18,8 +18,8 @@ import argparse
 import gzip
 import hashlib
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np

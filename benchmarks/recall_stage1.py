@@ -21,13 +21,12 @@ from scipy.stats import spearmanr
 
 import aoizora  # noqa: F401
 from aoizora.cost.model import CostModel
-from aoizora.placement import enumerate_placements
 from aoizora.models.registry import wan_space
-from aoizora.placement import jax_default_placement
-from aoizora.stage2.compiling import compile_strategy
+from aoizora.placement import enumerate_placements, jax_default_placement
 from aoizora.stage1 import run_stage1
-from aoizora.workloads import TransformerSpace
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 

@@ -14,7 +14,6 @@ import json
 import re
 import time
 
-import jax
 import jax.numpy as jnp
 
 from aoizora.models.wan import model as wm

@@ -27,7 +27,8 @@ def probe(topology: str, name: str, seq: int) -> tuple[float, float, float, floa
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.stage1 import predict, read_module

@@ -10,10 +10,10 @@ from aoizora.bench import BenchOptions, Cell, logical_search, markdown, parse_ce
 from aoizora.bench.baselines import AlphaBeta
 from aoizora.cli import cli
 from aoizora.errors import BenchError
-from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage1 import run_stage1
-from aoizora.workloads import TransformerSpace
+from aoizora.stage2.compile_cache import CompileCache
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
@@ -347,9 +347,9 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     the best of Stage 1's strategies alone, so a strategy pruned below that best is compiled for it."""
     from types import SimpleNamespace
 
+    from aoizora.bench.harness import search_only_choice
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
-    from aoizora.bench.harness import search_only_choice
     from aoizora.stage2.search import Stage2Config, run_stage2
     from aoizora.stage2.sweep import Stage2Summary
 

@@ -90,7 +90,8 @@ def test_compiled_all_to_all_over_the_cores_is_much_cheaper_than_across_chips():
     """libtpu's own all-to-all for tpu7x:2x2x1, u=2,r=4, 16 MiB per device: u on the cores vs across chips."""
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.builder import program_from_compiled
     from aoizora.placement import jax_default_placement

@@ -15,7 +15,7 @@ from aoizora.errors import ExportError
 from aoizora.export import export_plan, read_command, write_maxdiffusion_export
 from aoizora.export.maxdiffusion import ATTENTION_NAMES, MODEL_CONFIGS, VARIANTS, facts
 from aoizora.export.maxdiffusion_command import _typed
-from aoizora.export.run_with_plan import generate_wan_argv, plan_device_array, planned_create_device_mesh, LaunchError
+from aoizora.export.run_with_plan import LaunchError, generate_wan_argv, plan_device_array, planned_create_device_mesh
 from aoizora.models.registry import model_config, video_shape
 from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
 from aoizora.models.wan.space import strategy_key

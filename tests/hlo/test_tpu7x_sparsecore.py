@@ -2,7 +2,8 @@
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.parser import parse_hlo

@@ -10,8 +10,8 @@ from aoizora.cli import cli
 from aoizora.errors import CompilerFlagError
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.plan import FunctionStrategy, plan_function
-from aoizora.stage2.compile_cache import CompileCache
 from aoizora.plan.function_space import FunctionSpace
+from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.toolchain import CompilerFlags, check_compiler_flags
 from aoizora.topology import get_topology

@@ -1,14 +1,14 @@
 """Algorithm-config mapping, ring orders and the transfer DAGs of the simulator."""
 
 import pytest
+from simhelpers import device_at, identity_placement, placement_from_chips
 
 from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import CollectiveKind
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.sim import best_ring_order, ring_direction, simulate
 from aoizora.sim.algorithms import build_plan, nd_layout, ring_link_loads
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
-from simhelpers import device_at, identity_placement, placement_from_chips
 
 S = 2**24
 

@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from simhelpers import identity_placement
 
 from aoizora.errors import AoizoraError, SimulationError
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import max_min_rates, simulate
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
-from simhelpers import identity_placement
 
 S = 2**24
 

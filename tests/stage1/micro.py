@@ -9,13 +9,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.program import Program
 from aoizora.stage1.dag import Prediction
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule, group_axes, read_module
+from aoizora.stage1.predict import predict
 
 
 @dataclass

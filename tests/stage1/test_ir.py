@@ -34,7 +34,6 @@ def test_scan_trip_count_calls_and_shardings(topo_2x4):
 
 def test_shard_map_body_and_collectives(topo_2x4):
     import jax
-
     from micro import mesh_2x4, sds
 
     mesh = mesh_2x4(topo_2x4, ("data", "tensor"), (2, 4))

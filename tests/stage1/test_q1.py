@@ -108,7 +108,6 @@ def _gather_beside_matmul(topology, collective: str, dependent: bool):
     other or (dependent) the matmul consuming the collective's result."""
     import jax
     from jax.sharding import PartitionSpec as P
-
     from micro import case, mesh_2x4, sds
 
     mesh = mesh_2x4(topology)
@@ -152,7 +151,6 @@ def _ring_permute(topology):
     """shard_map: every device sends its 8 MiB block to the next one along "y" (a ring of 4)."""
     import jax
     from jax.sharding import PartitionSpec as P
-
     from micro import case, mesh_2x4, sds
 
     mesh = mesh_2x4(topology)

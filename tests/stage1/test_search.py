@@ -5,15 +5,16 @@ import json
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from rich.console import Console
 
 from aoizora.hlo.program import OpaqueCost
 from aoizora.placement import MeshSpec
 from aoizora.stage1 import run_stage1
+from aoizora.stage1.search import ILLEGAL, KEPT, OUT_OF_MEMORY
 from aoizora.workload import Candidate, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.workloads import TransformerSpace
-from aoizora.stage1.search import ILLEGAL, KEPT, OUT_OF_MEMORY
 
 
 def test_axis_assignments():
@@ -164,8 +165,8 @@ def test_strategies_sharing_lowering_work_are_grouped():
     """Wan strategies with the same context and tensor sizes build the same splash kernels
     (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
     from aoizora.models.wan.config import PRESETS, VideoShape
-    from aoizora.stage1.search import Entry, RANKED, affinity_groups
     from aoizora.models.wan.space import WanSpace
+    from aoizora.stage1.search import RANKED, Entry, affinity_groups
 
     space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))
     legal = [Entry(c, RANKED) for c in space.candidates(8) if c.legal]

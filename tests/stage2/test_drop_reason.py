@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from aoizora.stage2.outcomes import (
-    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, CompileTimeout, drop_reason, memory_kind, refused_for_memory,
+    OUT_OF_HBM,
+    OUT_OF_VMEM,
+    CachedCompileError,
+    CompileTimeout,
+    drop_reason,
+    memory_kind,
+    refused_for_memory,
 )
 
 # the first lines libtpu 0.0.42.1 raises (an HBM overflow of a whole program; a splash block too

@@ -37,18 +37,18 @@ from aoizora.errors import BenchError, ExecutorError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.progress import progress_reporter
+from aoizora.stage1 import run_stage1
+from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
+from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, drop_reason, refused_for_memory
 from aoizora.stage2.sweep import BoundedSweep
-from aoizora.stage1 import run_stage1
-from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
-from aoizora.workload import Candidate, StrategySpace
 from aoizora.toolchain import CompilerFlags, source_fingerprint
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
+from aoizora.workload import Candidate, StrategySpace
 
 
 class NoStrategyFits(BenchError):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aoizora.bench.grid import Cell
 from aoizora.bench.harness import BenchOptions, cell_metrics, run_cell_with_fallback

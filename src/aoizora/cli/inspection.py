@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-
 import click
 
 from aoizora.cli.base import (
-    _ring_options, cli,
+    _ring_options,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _read_text

@@ -9,15 +9,22 @@ from typing import Any
 
 import click
 
-from aoizora.defaults import (
-    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP,
-)
-from aoizora.errors import PlanningError
 from aoizora.cli.base import (
-    _libtpu_args_option, _ring_options, _Seconds, _workers_option, cli,
+    _libtpu_args_option,
+    _ring_options,
+    _Seconds,
+    _workers_option,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _check_output_dir, _check_output_file, _check_outputs_apart
+from aoizora.defaults import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_COMPILE_WORKERS,
+    DEFAULT_TOP_K,
+    DEFAULT_VERIFY_TOP,
+)
+from aoizora.errors import PlanningError
 
 
 @cli.command()
@@ -170,8 +177,8 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
         return {"model": model, "resolution": "720p" if resolution is None else resolution,
                 "frames": 81 if frames is None else frames, "kernel_profile": kernel_profile or "jax-splash"}
     from aoizora.export import read_command
-    from aoizora.models.wan.strategy import validate_strategy
     from aoizora.models.registry import model_config, video_shape
+    from aoizora.models.wan.strategy import validate_strategy
     from aoizora.workload import ExpertDeployment
 
     cmd = read_command(command)

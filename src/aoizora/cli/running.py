@@ -6,14 +6,19 @@ import sys
 
 import click
 
-from aoizora.defaults import (
-    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K,
-)
 from aoizora.cli.base import (
-    MAX_STEPS, _libtpu_args_option, _Seconds, _workers_option, cli,
+    MAX_STEPS,
+    _libtpu_args_option,
+    _Seconds,
+    _workers_option,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
+from aoizora.defaults import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_TOP_K,
+)
 
 
 def _run_report(report, title: str) -> None:

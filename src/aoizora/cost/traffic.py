@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aoizora.cost.links import Incidence
-from aoizora.placement import orders
 from aoizora.hlo.program import Collective, CollectiveKind
 from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
+from aoizora.placement import orders
 
 _BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at most)
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 try:  # beside the exported plan
     from plan_devices import DeviceMismatch, arrange_devices

@@ -12,7 +12,14 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from aoizora.hlo.program import (
-    AlgorithmConfig, Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, Program,
+    AlgorithmConfig,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    Program,
 )
 from aoizora.hlo.shapes import Shape
 

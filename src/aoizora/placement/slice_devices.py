@@ -8,7 +8,8 @@ installation without aoizora arranges its devices by the same rule.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

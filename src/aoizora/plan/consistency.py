@@ -14,8 +14,8 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, PlanFormatError
 from aoizora.placement import MeshSpec
-from aoizora.topology.hardware import hardware_profile
 from aoizora.toolchain import CompilerFlags
+from aoizora.topology.hardware import hardware_profile
 
 #: The libtpu flag a strategy's scoped-VMEM limit is compiled with (`Strategy.scoped_vmem_kib`).
 SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"

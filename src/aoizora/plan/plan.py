@@ -18,7 +18,6 @@ from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
 
-
 #: Largest plan file read. A plan of a 14B model with its Stage 1 table is under 1 MiB; the cap
 #: keeps a wrong path (a device such as /dev/zero, a video) from being read whole into memory.
 MAX_PLAN_BYTES = 64 * 2**20

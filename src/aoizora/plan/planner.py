@@ -13,23 +13,29 @@ from typing import Any
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
-from aoizora.plan import cache
-from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.placement import JAX_DEFAULT
-from aoizora.progress import progress_reporter
+from aoizora.plan import cache
 from aoizora.plan.consistency import SCOPED_VMEM_FLAG
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
+from aoizora.progress import progress_reporter
+from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
+from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
 from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
 from aoizora.stage2.sweep import Stage2Summary
-from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
-from aoizora.workload import ExpertDeployment, StrategySpace
-from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
+from aoizora.toolchain import (
+    CompilerFlags,
+    check_compiler_flags,
+    environment_flags,
+    source_fingerprint,
+    toolchain_versions,
+)
 from aoizora.topology import Topology
+from aoizora.workload import ExpertDeployment, StrategySpace
 
 
 @dataclass(frozen=True)
@@ -329,7 +335,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         **space.plan_details(chosen.strategy, topology),
         "schema_version": SCHEMA_VERSION,
         "aoizora_version": aoizora.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "request": request,
         "workload": space.workload(),
         "topology": {
@@ -424,8 +430,8 @@ def nothing_fits(space: StrategySpace, topology: Topology, stage1: Stage1Result)
 def plan_function(
     fn: Any,
     abstract_args: Any,
-    strategy_space: "StrategySpace | list",
-    topology: "Topology | str",
+    strategy_space: StrategySpace | list,
+    topology: Topology | str,
     **kwargs: Any,
 ) -> PlanResult:
     """Plan a user's own JAX function through the same two stages.
@@ -441,7 +447,7 @@ def plan_function(
     return plan_space(space, topo, **kwargs)
 
 
-def plan_wan(model: str, topology: "Topology | str", resolution: str, frames: int, *,
+def plan_wan(model: str, topology: Topology | str, resolution: str, frames: int, *,
              expert_residency: str = "both", **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan --model` does.
 

@@ -274,7 +274,7 @@ class Plan:
         self.n_senders += 1
         return self.n_senders - 1
 
-    def finish(self, members: tuple[int, ...]) -> "Plan":
+    def finish(self, members: tuple[int, ...]) -> Plan:
         """Index dependents and per-device involvement once the DAG is built."""
         self.members = members
         self.dependents = [[] for _ in self.src]

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import PlacementError, SimulationError
+from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
-from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.sim.algorithms import Plan, build_plan
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult

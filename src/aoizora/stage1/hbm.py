@@ -36,7 +36,13 @@ from typing import Any
 from aoizora.errors import AoizoraError
 from aoizora.stage1.events import CollectiveIssued, OpFinished, OpStarted, RegionEntered, RegionLeft, Value, ValueEvent
 from aoizora.stage1.fusion import (
-    NON_COMPUTING, UNFUSED_COLLECTIVES, VIEW_OPS, fusion_ends, last_uses, permute_issue_points, relayout,
+    NON_COMPUTING,
+    UNFUSED_COLLECTIVES,
+    VIEW_OPS,
+    fusion_ends,
+    last_uses,
+    permute_issue_points,
+    relayout,
 )
 from aoizora.stage1.heap import Timeline
 from aoizora.stage1.ir import COLLECTIVE_OPS, RETURN_OPS, Func, Op, Region, TensorType, called_op_names, same_shape
@@ -156,7 +162,7 @@ class HbmModel:
             raise EventStreamError(f"not a value event: {event!r}")
         handler(event)
 
-    def feed_all(self, events: Iterable[ValueEvent]) -> "HbmModel":
+    def feed_all(self, events: Iterable[ValueEvent]) -> HbmModel:
         for e in events:
             self.feed(e)
         return self

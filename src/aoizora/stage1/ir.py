@@ -86,7 +86,7 @@ class Sharding:
     unreduced: tuple[str, ...] = ()
 
     @staticmethod
-    def replicated_of(rank: int, mesh: str = "") -> "Sharding":
+    def replicated_of(rank: int, mesh: str = "") -> Sharding:
         return Sharding(mesh, tuple(() for _ in range(rank)))
 
     @property
@@ -126,7 +126,7 @@ class Op:
     operand_types: tuple[TensorType | None, ...]
     result_types: tuple[TensorType | None, ...]
     attrs: dict[str, Any]
-    regions: list["Region"] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
 
 
 @dataclass

@@ -46,8 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aoizora.stage1.dag import KernelCostHook, Prediction
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule
+from aoizora.stage1.predict import predict
 from aoizora.topology import HardwareProfile
 
 GIB = 2**30
@@ -100,7 +100,7 @@ class MemoryEstimate:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "MemoryEstimate":
+    def from_json(cls, d: dict) -> MemoryEstimate:
         """The estimate `to_json` wrote (its derived fields are recomputed, not read)."""
         return cls(float(d["argument_bytes"]), float(d["output_bytes"]), float(d["temp_bytes"]), int(d["hbm_bytes"]),
                    float(d["slack"]), float(d["outside_bytes"]))

@@ -11,11 +11,19 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aoizora.workload import KernelCall
 from aoizora.stage1.ir import (
-    COLLECTIVE_OPS, Op, Sharding, TensorType, axis_size, contains_op, dot_free_dims, group_axes, same_shape,
+    COLLECTIVE_OPS,
+    Op,
+    Sharding,
+    TensorType,
+    axis_size,
+    contains_op,
+    dot_free_dims,
+    group_axes,
+    same_shape,
 )
 from aoizora.stage1.shardings import fit, merge, replicated, reshape_groups, with_dims
+from aoizora.workload import KernelCall
 
 if TYPE_CHECKING:
     from aoizora.stage1.propagate import ShardingPropagator

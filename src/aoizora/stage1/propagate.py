@@ -40,7 +40,14 @@ from typing import Any
 
 from aoizora.stage1.dag import CommNode, KernelCostHook, Node, OpNode
 from aoizora.stage1.events import (
-    CollectiveCause, CollectiveIssued, OpFinished, OpStarted, RegionEntered, RegionLeft, Value, ValueEvent,
+    CollectiveCause,
+    CollectiveIssued,
+    OpFinished,
+    OpStarted,
+    RegionEntered,
+    RegionLeft,
+    Value,
+    ValueEvent,
 )
 from aoizora.stage1.hints import BackwardHints
 from aoizora.stage1.ir import RETURN_OPS, IRModule, Op, Region, Sharding, TensorType

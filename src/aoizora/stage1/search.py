@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
+from aoizora.defaults import DEFAULT_TOP_K
+from aoizora.progress import progress_reporter
 from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
 from aoizora.stage1.ir import read_module
-from aoizora.defaults import DEFAULT_TOP_K
-from aoizora.progress import progress_reporter
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 from aoizora.topology import Topology
+from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 

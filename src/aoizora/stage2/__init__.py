@@ -20,13 +20,20 @@ Public API:
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
-from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles, compile_strategy, shared_compile_placement
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.outcomes import (
-    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, Compiled, MemoryKind, Scored, StrategyOutcome, drop_reason, memory_kind,
+    OUT_OF_HBM,
+    OUT_OF_VMEM,
+    CachedCompileError,
+    Compiled,
+    MemoryKind,
+    Scored,
+    StrategyOutcome,
+    drop_reason,
+    memory_kind,
     refused_for_memory,
 )
 from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2

@@ -11,14 +11,13 @@ from aoizora.errors import ExecutorError
 from aoizora.hlo.algorithm import RingOrder
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
+from aoizora.stage2 import compiling
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor
-from aoizora.stage2 import compiling
 from aoizora.stage2.outcomes import StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
-
 
 #: Generations on which libtpu 0.0.42.1's compiled program depends on the mesh's device order only
 #: through each collective's ``has_reordering_map``: `experiments/order_dependence.py` compiles a small

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.errors import MeshSpecError
 from aoizora.hlo.builder import program_from_compiled

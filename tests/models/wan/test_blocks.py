@@ -10,15 +10,20 @@ import pytest
 from aoizora import toolchain
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
+    KV_ALIGN,
+    LARGE_BLOCK_KV,
+    LARGE_BLOCK_KV_COMPUTE,
+    SPLASH_LIMIT_LENGTH,
+    compile_splash_call,
+    fitted_splash_blocks,
+    local_batch,
     searched_splash_tile,
-    KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call, fitted_splash_blocks,
-    local_batch, self_attention_lengths,
+    self_attention_lengths,
 )
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
-
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
 # is 9,360 tokens, which no context degree here divides into 128-aligned shards without padding.

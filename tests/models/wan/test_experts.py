@@ -1,16 +1,21 @@
 """The expert Wan deployments: sourced data, per generation, legal strategies."""
 
+import re
 from types import SimpleNamespace
 
 from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
-import re
-
 from aoizora.models.wan.experts import (
-    MAXDIFFUSION, MAXDIFFUSION_COMMIT, TODAYS_WAN_EXPERTS, TPU_RECIPES, WAN_EXPERTS, experts_for, newest_documented,
+    MAXDIFFUSION,
+    MAXDIFFUSION_COMMIT,
+    TODAYS_WAN_EXPERTS,
+    TPU_RECIPES,
+    WAN_EXPERTS,
+    experts_for,
+    newest_documented,
 )
-from aoizora.toolchain import CompilerFlags
 from aoizora.models.wan.space import WanSpace, strategy_key
+from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
 
 VIDEO = VideoShape(81, 720, 1280)

@@ -9,16 +9,19 @@ import pytest
 
 from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.pipeline import WanPipelineConfig
+from aoizora.models.wan.pipeline_space import (
+    WanPipelineSpace,
+    expert_bytes_per_device,
+    host_to_device_bandwidth,
+    swap_estimate,
+)
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
-from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
-from aoizora.workload import lowering_inputs_on
-from aoizora.models.wan.pipeline_space import (
-    WanPipelineSpace, expert_bytes_per_device, host_to_device_bandwidth, swap_estimate,
-)
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
 
 VIDEO = VideoShape(5, 128, 128)  # 128 tokens
 # two 2-layer experts of Wan 2.1 1.3B's width: cheap to lower and compile, real block shapes

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.errors import StrategyError
+from aoizora.models.wan.config import PRESETS, VideoShape
+from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.stage1 import analyse
-from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
 
 VIDEO = VideoShape(5, 128, 128)  # 2 latent frames x 8 x 8 tokens after patchify = 128 tokens
 
@@ -91,8 +91,8 @@ def test_compiled_splash_calls_are_costed_as_themselves():
 
 def test_stage1_and_stage2_cost_a_splash_call_alike():
     from aoizora.models.wan.attention import splash_cost
-    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
+    from aoizora.workload import KernelCall
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
     q = TensorType((40, 4736, 128), "bf16")
@@ -204,8 +204,8 @@ def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
     """With fixed splash blocks K/V are streamed once per block_q rows, not per the kernel's own pick."""
     from aoizora.models.wan.attention import splash_cost
     from aoizora.models.wan.strategy import SplashBlocks
-    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
+    from aoizora.workload import KernelCall
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
     q = TensorType((40, 6048, 128), "bf16")  # padded to 2 blocks of 3024

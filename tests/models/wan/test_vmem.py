@@ -10,7 +10,11 @@ import pytest
 from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call
 from aoizora.models.wan.strategy import SplashBlocks
 from aoizora.models.wan.vmem import (
-    COEFFICIENTS, coefficients_from_data, effective_limit_kib, splash_blocks_fit, splash_working_set_bytes,
+    COEFFICIENTS,
+    coefficients_from_data,
+    effective_limit_kib,
+    splash_blocks_fit,
+    splash_working_set_bytes,
 )
 from aoizora.topology import hardware_profile
 

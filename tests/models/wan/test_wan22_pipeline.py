@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.registry import model_config, pipeline_config, video_shape
@@ -18,7 +19,6 @@ from aoizora.models.wan.checkpoint import save_params
 from aoizora.models.wan.config import WAN22_TI2V_5B, WAN_T2V_14B, VideoShape
 from aoizora.models.wan.params import init_params, param_shapes
 from aoizora.models.wan.pipeline import WanPipelineConfig, load_expert_params, load_pipeline_config
-from wan_testutil import TINY_T2V
 
 MODEL_INDEX = {
     "_class_name": "WanPipeline", "_diffusers_version": "0.42.1", "boundary_ratio": 0.875,

@@ -217,7 +217,7 @@ def load_params(
     return tree
 
 
-def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, "SafetensorsFile"]:
+def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, SafetensorsFile]:
     """Check every tensor's presence, shape and dtype (and, with `strict`, that nothing is left over)
     from the safetensors headers alone; returns where each tensor lives. Raises `CheckpointError`
     naming the first bad tensor."""

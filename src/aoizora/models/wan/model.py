@@ -4,7 +4,8 @@ strategy-aware code path for single-device and sharded execution."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,14 @@ from aoizora.errors import ShapeError
 from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import WanConfig, grid_of_latent
 from aoizora.models.wan.rope import apply_rope, rope_tables
-from aoizora.models.wan.strategy import Strategy, check_mesh, logical_rules, logical_to_spec, padded_length, validate_strategy
+from aoizora.models.wan.strategy import (
+    Strategy,
+    check_mesh,
+    logical_rules,
+    logical_to_spec,
+    padded_length,
+    validate_strategy,
+)
 
 F32 = jnp.float32
 

@@ -9,7 +9,8 @@ is one `jax.lax.scan` (compact compiled programs, one sharding annotation per we
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp

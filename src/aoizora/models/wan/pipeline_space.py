@@ -30,9 +30,9 @@ from aoizora.models.wan.params import param_dtype, param_table
 from aoizora.models.wan.pipeline import WanPipelineConfig
 from aoizora.models.wan.sampling import make_denoise_step
 from aoizora.models.wan.sharding import abstract_params
+from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.strategy import Strategy, logical_rules
 from aoizora.workload import LoweringInputs
-from aoizora.models.wan.space import WanSpace
 
 RESIDENCIES: tuple[str, ...] = ("both", "swap")
 #: Transfers of one expert per video when swapping: the low-noise one in at the boundary, the

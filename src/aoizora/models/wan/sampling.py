@@ -3,7 +3,8 @@ and a sampling loop over it; plus the jitted, mesh-aware transformer forward."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,12 @@ from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.model import forward
 from aoizora.models.wan.sharding import (
-    abstract_forward_inputs, abstract_params, abstract_step_inputs, batch_sharding, param_shardings, replicated,
+    abstract_forward_inputs,
+    abstract_params,
+    abstract_step_inputs,
+    batch_sharding,
+    param_shardings,
+    replicated,
 )
 from aoizora.models.wan.strategy import Strategy, check_mesh, validate_strategy
 

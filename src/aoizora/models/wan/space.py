@@ -33,19 +33,25 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
-    context_splits, describe_tile,
+    ATTENTION_VARIANTS,
+    MESH_AXES,
+    ULYSSES_CHUNK_CHOICES,
+    WEIGHT_MODES,
+    SplashBlocks,
+    Strategy,
+    check_strategy,
+    context_splits,
+    describe_tile,
 )
 from aoizora.placement import MeshSpec
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
-from aoizora.workload import KernelCall
-from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
-from aoizora.models.wan.experts import legal_expert_strategies
+from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, StrategySpace, axis_assignments
 
 
 def strategy_key(st: Strategy) -> str:

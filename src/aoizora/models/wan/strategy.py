@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -162,7 +163,7 @@ class Strategy:
         return dict(zip(self.mesh_axes, self.mesh_shape))
 
     @classmethod
-    def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> "Strategy":
+    def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> Strategy:
         """The strategy whose `axis_sizes` are `sizes` (4 axes, or the 5 of a 2D context mesh)."""
         sizes = {k: int(v) for k, v in sizes.items()}
         if "context_ring" in sizes or "context_ulysses" in sizes:
@@ -173,7 +174,7 @@ class Strategy:
         return cls(**sizes, **fields)  # type: ignore[arg-type]
 
     @classmethod
-    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> "Strategy":
+    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> Strategy:
         """The strategy a plan describes (`plan.strategy`: mesh, attention, weights, and the Ulysses
         chunks, splash blocks and weight tile when set), to run the plan with."""
         try:
