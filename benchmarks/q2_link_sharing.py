@@ -169,7 +169,7 @@ def main() -> None:
     sims = [r[4] for r in rows]
     for label, column in (("Q2 in turn", 2), ("Q2 shared", 3)):
         values = [r[column] for r in rows]
-        worst = max(abs(v / s - 1) for v, s in zip(values, sims))
+        worst = max(abs(v / s - 1) for v, s in zip(values, sims, strict=True))
         pick = min(rows, key=lambda r: r[column])
         print(f"{label}: Spearman ρ with the simulator {spearmanr(values, sims).statistic:.3f}, "
               f"worst |Q2/sim - 1| {worst * 100:.1f} %, picks {pick[0]} @ {pick[1]} "

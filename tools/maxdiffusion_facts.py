@@ -143,7 +143,7 @@ def create_device_mesh_facts(tree: ast.Module) -> dict[str, Any]:
     args = fn.args
     defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
     params = [{"name": a.arg, "default": (ast.literal_eval(d) if d is not None else "<required>")}
-              for a, d in zip(args.args, defaults)]
+              for a, d in zip(args.args, defaults, strict=True)]
     orders = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ici_parallelism" \

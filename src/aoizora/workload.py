@@ -180,7 +180,7 @@ def axis_assignments(num_devices: int, axis_names: Sequence[str]) -> Iterator[di
         for s in sizes:
             prod *= s
         if prod == num_devices:
-            yield dict(zip(axis_names, sizes))
+            yield dict(zip(axis_names, sizes, strict=True))
 
 
 def mesh_of(sizes: dict[str, int]) -> MeshSpec:

@@ -34,7 +34,7 @@ def test_plan_function_example_from_readme(tmp_path, monkeypatch):
 
     # The mesh the example builds puts each device where the plan says.
     assert mesh.axis_names == plan.axis_names and mesh.devices.shape == plan.axis_sizes
-    for idx, device in zip(np.ndindex(*plan.axis_sizes), mesh.devices.flat):
+    for idx, device in zip(np.ndindex(*plan.axis_sizes), mesh.devices.flat, strict=True):
         assert list(device.coords[:2]) == list(plan.device_coords[idx])
 
 
@@ -53,4 +53,4 @@ def test_readme_reads_what_run_output_trust_results_links_in_that_order():
     marks = ["placement", "make demo", "## What comes out", "## How far to trust the numbers",
              "## Headline results", "## Read more"]
     positions = [text.find(m) for m in marks]
-    assert -1 not in positions and positions == sorted(positions), dict(zip(marks, positions))
+    assert -1 not in positions and positions == sorted(positions), dict(zip(marks, positions, strict=True))

@@ -47,7 +47,7 @@ def test_run_stage1_counts_ranks_and_topk(topo_2x4):
     assert c["lowering_failed"] == 0 and c["ranked"] > 3 and c["kept"] == 3
     ranked = res.ranked
     assert [e.rank for e in ranked] == list(range(1, len(ranked) + 1))
-    assert all(a.q1.seconds <= b.q1.seconds for a, b in zip(ranked, ranked[1:]))
+    assert all(a.q1.seconds <= b.q1.seconds for a, b in zip(ranked, ranked[1:], strict=False))
     assert [e.verdict for e in ranked[:3]] == [KEPT] * 3
     assert all(e.reasons for e in res.entries if e.verdict == ILLEGAL)
     out = buf.getvalue()

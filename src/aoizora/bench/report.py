@@ -295,7 +295,7 @@ def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
     written.append(path)
 
     fig, ax = plt.subplots(figsize=(5, 5))
-    for d, label in zip(docs, labels):
+    for d, label in zip(docs, labels, strict=True):
         ax.scatter([p["sim_seconds"] * 1e3 for p in d["pairs"]], [p["q2_seconds"] * 1e3 for p in d["pairs"]], s=8,
                    label=label)
     lim = [p for d in docs for p in d["pairs"]]

@@ -229,7 +229,7 @@ def _grid_lines(
                 axis_of_dim.append(spans[k])
             along = axis_of_dim[d]
             lines: dict[tuple[int, ...], list[int]] = {}
-            for row, p in zip(group, pos):
+            for row, p in zip(group, pos, strict=True):
                 lines.setdefault(tuple(int(v) for i, v in enumerate(p) if i != along), []).append(int(row))
             return [tuple(v) for v in lines.values()]
     grid = np.array(group).reshape(dims)

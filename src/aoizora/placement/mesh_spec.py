@@ -57,4 +57,4 @@ class MeshSpec:
             )
 
     def __str__(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes, strict=True))

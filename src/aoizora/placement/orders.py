@@ -21,7 +21,7 @@ def raster(sizes: tuple[int, ...]) -> Order:
 
 def _raster_index(values: tuple[int, ...], sizes: tuple[int, ...]) -> int:
     idx = 0
-    for v, n in zip(values, sizes):
+    for v, n in zip(values, sizes, strict=True):
         idx = idx * n + v
     return idx
 

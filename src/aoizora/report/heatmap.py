@@ -50,7 +50,7 @@ def link_heatmaps(
     )
     two_cores = topology.cores_per_chip == 2
     half_w = _HALF_WIDE if two_cores else _HALF
-    for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy)):
+    for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy, strict=True)):
         shown = _shown_axes(coords.shape[:-1], axis_names)
         labels = _position_labels(topology, coords, [i for i, _ in shown])
         key = f"in each chip: its device's\n({', '.join(n for _, n in shown)})" if shown else "one device"
@@ -90,7 +90,7 @@ def _shown_axes(sizes: tuple[int, ...], axis_names: Sequence[str] | None) -> lis
     names = list(axis_names) if axis_names is not None else [f"axis {i}" for i in range(len(sizes))]
     if len(names) != len(sizes):
         raise ValueError(f"{len(names)} axis names for a mesh of {len(sizes)} axes")
-    return [(i, n) for i, (n, size) in enumerate(zip(names, sizes)) if size > 1]
+    return [(i, n) for i, (n, size) in enumerate(zip(names, sizes, strict=True)) if size > 1]
 
 
 def _position_labels(topology: Topology, coords: np.ndarray, shown: Sequence[int]) -> dict[tuple[int, ...], str]:

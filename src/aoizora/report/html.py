@@ -43,8 +43,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def mesh_summary(names: Sequence[str], sizes: Sequence[int]) -> str:
     """The mesh as the strategy key names it (axes longer than 1), and the axes of size 1 it also has."""
-    used = ",".join(f"{n}={s}" for n, s in zip(names, sizes) if s > 1) or "one device"
-    unit = [n for n, s in zip(names, sizes) if s == 1]
+    used = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "one device"
+    unit = [n for n, s in zip(names, sizes, strict=True) if s == 1]
     return used + (f" (axes of size 1: {', '.join(unit)})" if unit else "")
 
 

@@ -15,7 +15,7 @@ from aoizora.topology import Topology
 def print_topology(topo: Topology, console: Console | None = None) -> None:
     console = console or Console()
     chip, dev = topo.chip_hardware, topo.hardware
-    wrap = ", ".join(f"axis {i} ({n})" for i, (n, w) in enumerate(zip(topo.shape, topo.wrap)) if w) or "none"
+    wrap = ", ".join(f"axis {i} ({n})" for i, (n, w) in enumerate(zip(topo.shape, topo.wrap, strict=True)) if w) or "none"
     n_d2d = sum(1 for l in topo.links if l.kind == "d2d")
     d2d = f" + {n_d2d} directed die-to-die links (cores to ICI: {topo.core_ici})" if n_d2d else ""
     console.print(

@@ -24,7 +24,7 @@ def timeline_figure(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Fig
     title says how long the remaining iterations take.
     """
     fig, axes = plt.subplots(len(rows), 1, figsize=(10, 1.6 * len(rows) + 0.6), squeeze=False)
-    for ax, (title, segments) in zip(axes[:, 0], rows):
+    for ax, (title, segments) in zip(axes[:, 0], rows, strict=True):
         loops = [seg for seg in segments if seg["kind"] == "loop"]
         if loops:
             first = loops[0]

@@ -283,7 +283,7 @@ class Plan:
                 self.dependents[p].append(t)
         self.by_device = {d: [] for d in members}
         self.involvement = {d: 0 for d in members}
-        for t, (s, d) in enumerate(zip(self.src, self.dst)):
+        for t, (s, d) in enumerate(zip(self.src, self.dst, strict=True)):
             self.by_device[s].append(t)
             self.involvement[s] += 1
             if d != s:
@@ -355,7 +355,7 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
         out = []
         others = [range(n) if k != dim else range(1) for k, n in enumerate(sizes)]
         for base in itertools.product(*others):
-            start = sum(b * st for b, st in zip(base, strides))
+            start = sum(b * st for b, st in zip(base, strides, strict=True))
             line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
             if reorder:
                 line = best_ring_order(topology, line, bidirectional)
@@ -400,7 +400,7 @@ def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int,
     out = []
     for idx in itertools.product(*(range(n) for n in sizes)):
         c = list(lows)
-        for axis, i in zip(used, idx):
+        for axis, i in zip(used, idx, strict=True):
             c[axis] = lows[axis] + i
         d = chips.get(tuple(c))
         if d is None:

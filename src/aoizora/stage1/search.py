@@ -382,7 +382,7 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
     def collect(block: bool) -> None:
         done = [f for f in running if f.done()] if not block else [next(as_completed(running))]
         for fut in done:
-            for e, a in zip(running.pop(fut), fut.result()):
+            for e, a in zip(running.pop(fut), fut.result(), strict=True):
                 apply(e, a)
                 advance()
 

@@ -171,7 +171,7 @@ class Topology:
             by_chip.setdefault(chip, []).append(int(dev.id))
         expected = math.prod(shape)
         if len(by_chip) != expected or any(
-            any(not 0 <= c < n for c, n in zip(chip, shape)) for chip in by_chip
+            any(not 0 <= c < n for c, n in zip(chip, shape, strict=True)) for chip in by_chip
         ):
             raise TopologyError(
                 f"libtpu describes {len(by_chip)} chips for {self.name}, expected {expected} in a {shape} grid"

@@ -45,7 +45,7 @@ def collective_microprograms(topology: Topology, mesh_spec: MeshSpec, payload_by
         compiled = jax.jit(fn).lower(x).compile()
         return NamedProgram(tag, program_from_compiled(compiled))
 
-    axes: list[str | tuple[str, ...]] = [a for a, n in zip(names, mesh_spec.axis_sizes) if n > 1]
+    axes: list[str | tuple[str, ...]] = [a for a, n in zip(names, mesh_spec.axis_sizes, strict=True) if n > 1]
     if len(axes) > 1:
         axes.append(tuple(axes))  # type: ignore[arg-type]
     for axis in axes:
@@ -87,7 +87,7 @@ def default_suite(topology: Topology, mesh_spec: MeshSpec, which: str = "all") -
         roles = ["batch", "seq", "heads"][-len(names):] if len(names) <= 3 else None
         if roles is None:
             raise MeshSpecError(f"the built-in transformer suite takes meshes of up to 3 axes, not {mesh_spec}")
-        rules = {role: name for role, name in zip(roles, names)}
+        rules = {role: name for role, name in zip(roles, names, strict=True)}
         if "heads" in rules:
             rules["mlp"] = rules["heads"]
         cfg = TransformerConfig(layers=4, dim=1024, heads=16, head_dim=64, mlp=4096, seq=4096, batch=2)

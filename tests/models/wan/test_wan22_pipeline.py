@@ -68,7 +68,7 @@ def test_two_expert_folder_with_a_sharded_expert(two_experts):
     assert pipe.boundary_ratio == 0.875 and pipe.shift == 12.0 and pipe.transformer == TINY_T2V
     assert pipe.transformer_2 == TINY_T2V and pipe.boundary_timestep == 875.0
     got = load_expert_params(root, pipe)
-    for want, loaded in zip((hi, lo), got):
+    for want, loaded in zip((hi, lo), got, strict=True):
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), want, loaded)
     # the experts differ (the second is not the first loaded twice)
     assert not np.array_equal(np.asarray(got[0]["blocks"]["ff1"]["w"]), np.asarray(got[1]["blocks"]["ff1"]["w"]))

@@ -282,7 +282,7 @@ def save_params(params: dict, config: WanConfig, path: str | os.PathLike) -> Non
             node = node[k]
         arr = np.asarray(jax.device_get(node))
         items = [arr[i] for i in range(config.num_layers)] if spec.stacked else [arr]
-        for src, a in zip(_sources(spec, config), items):
+        for src, a in zip(_sources(spec, config), items, strict=True):
             if spec.kind == "linear":
                 a = a.T
             elif spec.kind == "conv":

@@ -191,7 +191,7 @@ def load_expert_params(path: str | os.PathLike, pipeline: WanPipelineConfig, sha
 
     root = Path(path)
     folders = [root / name for name in EXPERT_FOLDERS[: len(pipeline.experts)]]
-    for folder, cfg in zip(folders, pipeline.experts):
+    for folder, cfg in zip(folders, pipeline.experts, strict=True):
         try:
             validate_checkpoint(folder, cfg, strict=strict)
         except CheckpointError as exc:
@@ -199,7 +199,7 @@ def load_expert_params(path: str | os.PathLike, pipeline: WanPipelineConfig, sha
             raise CheckpointError(f"{role} expert {folder.name}/: {exc}") from exc
     shardings = shardings or [None] * len(folders)
     return [load_params(folder, cfg, shardings=sh, strict=strict)
-            for folder, cfg, sh in zip(folders, pipeline.experts, shardings)]
+            for folder, cfg, sh in zip(folders, pipeline.experts, shardings, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------

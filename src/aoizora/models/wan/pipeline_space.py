@@ -57,7 +57,7 @@ def expert_bytes_per_device(config: WanConfig, strategy: Strategy) -> int:
     for spec in param_table(config):
         used: set[str] = set()
         local = []
-        for n, name in zip(spec.shape, spec.axes):
+        for n, name in zip(spec.shape, spec.axes, strict=True):
             axes = [a for a in (rules.get(name) or ()) if a not in used] if name else []
             used.update(axes)
             local.append(-(-n // math.prod(sizes[a] for a in axes)))
@@ -125,7 +125,7 @@ class WanPipelineSpace(WanSpace):
             "experts": [
                 {"name": name, "role": role, "steps": steps.count(i), "guidance_scale": p.guidance(i)}
                 for i, (name, role) in enumerate(zip(("transformer", "transformer_2"),
-                                                     ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",)))
+                                                     ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",), strict=False))
                 if i < len(p.experts)
             ],
             "boundary_ratio": p.boundary_ratio,

@@ -160,7 +160,7 @@ class Strategy:
 
     @property
     def axis_sizes(self) -> dict[str, int]:
-        return dict(zip(self.mesh_axes, self.mesh_shape))
+        return dict(zip(self.mesh_axes, self.mesh_shape, strict=True))
 
     @classmethod
     def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> Strategy:
