@@ -56,7 +56,7 @@ def main() -> None:
                 continue  # not compiled, or failed for another reason
             st = compiled_strategy(key, experts, space.kernel)
             lowered = lowering_inputs_on(space, st, topo).lower()
-            pred = predict(read_module(lowered), lambda call, st=st: space.kernel_cost(st, call),
+            pred = predict(read_module(lowered), lambda call, st=st, space=space: space.kernel_cost(st, call),
                            async_collective_fusion=topo.hardware.async_collective_fusion)
             mem = estimate_memory(pred, topo.hardware)
             if refused or not mem.fits:

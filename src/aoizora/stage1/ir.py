@@ -232,24 +232,26 @@ class IRModule:
         for op, _ in self.walk():
             if op.name != "sdy.manual_computation":
                 continue
-            colls, targets = [], []
-
-            def rec(ops: list[Op]) -> None:
-                for o in ops:
-                    if o.name in COLLECTIVE_OPS:
-                        colls.append(o.attrs["collective"])
-                    if o.name == "stablehlo.custom_call":
-                        targets.append(o.attrs["target"])
-                    if o.name == "func.call":
-                        rec(self.funcs[o.attrs["callee"]].body.ops)
-                    for r in o.regions:
-                        rec(r.ops)
-
-            rec(op.regions[0].ops)
+            colls: list[ExplicitCollective] = []
+            targets: list[str] = []
+            self._collect_calls(op.regions[0].ops, colls, targets)
             out.append(
                 ManualComputationInfo(op.attrs["in_shardings"], op.attrs["out_shardings"], op.attrs["manual_axes"], colls, targets)
             )
         return out
+
+    def _collect_calls(self, ops: list[Op], colls: list[ExplicitCollective], targets: list[str]) -> None:
+        """Append the collectives and custom-call targets of `ops`, called functions and nested regions
+        included, in program order."""
+        for o in ops:
+            if o.name in COLLECTIVE_OPS:
+                colls.append(o.attrs["collective"])
+            if o.name == "stablehlo.custom_call":
+                targets.append(o.attrs["target"])
+            if o.name == "func.call":
+                self._collect_calls(self.funcs[o.attrs["callee"]].body.ops, colls, targets)
+            for r in o.regions:
+                self._collect_calls(r.ops, colls, targets)
 
     def while_loops(self) -> list[WhileInfo]:
         return [WhileInfo(op.attrs.get("trip_count"), op.attrs.get("induction_arg")) for op, _ in self.walk() if op.name == "stablehlo.while"]

@@ -223,7 +223,7 @@ class ShardingPropagator:
             self.emit(OpStarted(op, tuple(self.value(v, t, s)
                                                    for v, t, s in zip(op.operands, op.operand_types, ins, strict=True))))
             outs = self.op(op, ins, mult, manual)
-            for r, t, s in zip(op.results, op.result_types, outs, strict=True):
+            for r, _t, s in zip(op.results, op.result_types, outs, strict=True):
                 env[r] = s
             if op.name in PREFETCH_PRESERVING and op.operands and (self.frame, op.operands[0]) in self.prefetchable:
                 self.prefetchable.update((self.frame, r) for r in op.results)

@@ -134,7 +134,10 @@ def test_chunked_ulysses_ring_repeats_collectives_and_kernels_per_chunk(space, t
     assert sum(n.multiplicity for n in ring_steps) == 2 * 2 * 30
     # the all-to-all payload per chunk is half the unchunked one: the same bytes in total
     whole, _, _, _, _ = analyse(space, dataclasses.replace(st, ulysses_chunks=1), topo_2x4)
-    a2a_bytes = lambda p: sum(c.recv_bytes * c.multiplicity for c in p.comms if c.kind == "all-to-all")
+
+    def a2a_bytes(p):
+        return sum(c.recv_bytes * c.multiplicity for c in p.comms if c.kind == "all-to-all")
+
     assert a2a_bytes(pred) == a2a_bytes(whole)
 
 
