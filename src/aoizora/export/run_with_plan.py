@@ -67,8 +67,8 @@ def planned_create_device_mesh(spec: dict[str, Any], device_array: Any) -> Calla
         if devices is not None and {id(d) for d in devices} != planned:
             raise LaunchError("MaxDiffusion asks for a mesh over other devices than the plan's slice")
         if logging:
-            print(f"aoizora plan: mesh {dict(zip(spec['mesh_axes'], device_array.shape, strict=True))} in the plan's device order",
-                  file=sys.stderr)
+            mesh = dict(zip(spec["mesh_axes"], device_array.shape, strict=True))
+            print(f"aoizora plan: mesh {mesh} in the plan's device order", file=sys.stderr)
         return device_array
 
     return create_device_mesh

@@ -121,8 +121,9 @@ class ProgramBuilder:
         idx = len(self.loops)
         parent = self._loop_stack[-1][0] if self._loop_stack else None
         start = len(self.nodes)
-        self.loops.append(Loop(index=idx, name=f"while.{idx}", trip_count=trip_count, trip_count_source="backend_config",
-                               start=start, end=-1, parent=parent, multiplicity=0))
+        self.loops.append(Loop(index=idx, name=f"while.{idx}", trip_count=trip_count,
+                               trip_count_source="backend_config", start=start, end=-1, parent=parent,
+                               multiplicity=0))
         self._loop_stack.append((idx, trip_count))
         try:
             yield idx

@@ -59,7 +59,8 @@ class PlacementSet:
         for p in self.placements:
             if p.name == name:
                 return p
-        raise PlacementError(f"no placement named {name!r}; choose one of: {', '.join(p.name for p in self.placements)}")
+        raise PlacementError(
+            f"no placement named {name!r}; choose one of: {', '.join(p.name for p in self.placements)}")
 
 
 def prime_factors(n: int) -> list[int]:
@@ -157,7 +158,8 @@ def enumerate_placements(
     default = jax_default_placement(topology, mesh)
     default_key = canonical_keys(default.coords(topology).reshape(1, -1, stacked.shape[-1]), topology)[0]
 
-    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d for d, pos in topology.positions.items()}
+    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d
+             for d, pos in topology.positions.items()}
     placements: list[Placement] = []
     seen: dict[bytes, str] = {}
     for key, c in zip(keys, candidates, strict=True):
@@ -200,7 +202,8 @@ def _candidates(topology: Topology, mesh: MeshSpec, max_candidates: int) -> list
     assert sorted(f for _, f in logical) == sorted(d.size for d in phys)
 
     assignments = [
-        perm for perm in itertools.permutations(phys) if all(p.size == f for p, (_, f) in zip(perm, logical, strict=True))
+        perm for perm in itertools.permutations(phys)
+        if all(p.size == f for p, (_, f) in zip(perm, logical, strict=True))
     ]
     assignments = list(dict.fromkeys(assignments))
     candidates: list[_Candidate] = []
@@ -217,7 +220,8 @@ def _candidates(topology: Topology, mesh: MeshSpec, max_candidates: int) -> list
                 f"{max_candidates}; plan on a smaller sub-slice or raise --max-candidates"
             )
         for walks in itertools.product(*axis_walks):
-            contrib = [_axis_contribution(cs, perm_j, len(phys_sizes)) for cs, (_, perm_j) in zip(axis_coords, walks, strict=True)]
+            contrib = [_axis_contribution(cs, perm_j, len(phys_sizes))
+                       for cs, (_, perm_j) in zip(axis_coords, walks, strict=True)]
             labels, descs = _walk_labels(mesh, axis_coords, walks, axis_names, digits_per_axis)
             rank = (sum(1 for label, _ in walks if label), sum(len(cs) for cs in axis_coords), " ".join(labels))
             candidates.append(_Candidate(rank, " ".join(labels), "; ".join(descs), _combine(contrib, mesh.shape)))

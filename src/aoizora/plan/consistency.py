@@ -89,7 +89,8 @@ def _check_compiler(data: dict[str, Any], source: str, fix: str) -> CompilerFlag
     try:
         flags = CompilerFlags.parse(text)
     except CompilerFlagError as exc:
-        raise _fail(source, "compiler.libtpu_args", f"is not a list of compiler flags ({exc})".split(";")[0], fix) from None
+        raise _fail(source, "compiler.libtpu_args", f"is not a list of compiler flags ({exc})".split(";")[0],
+                    fix) from None
     if str(flags) != text:
         raise _fail(source, "compiler.libtpu_args", "is not in the form `aoizora plan` writes (each flag once, "
                     "--name=value, sorted by name)", fix)
@@ -180,7 +181,8 @@ def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix
     if reasons:
         raise _fail(source, "strategy.splash_blocks", reasons[0], fix)
     fitted = data["workload"].get("splash_blocks")
-    if isinstance(fitted, str) and fitted.startswith("fitted to ") and fitted != f"fitted to {data['topology']['generation']}":
+    if (isinstance(fitted, str) and fitted.startswith("fitted to ")
+            and fitted != f"fitted to {data['topology']['generation']}"):
         raise _fail(source, "workload.splash_blocks", f"says {fitted!r} but the plan is for {data['topology']['name']}",
                     fix)
     shapes = data["workload"]["shapes"]
@@ -205,7 +207,8 @@ def _check_prediction(section: dict[str, Any], links: int, where: str, source: s
         if not isinstance(loads, list) or not all(_number(v) and v >= 0 for v in loads):
             raise _fail(source, f"{where}.link_bytes", "is not a list of non-negative byte counts", fix)
         if len(loads) != links:
-            raise _fail(source, f"{where}.link_bytes", f"holds {len(loads)} values but the slice has {links} links", fix)
+            raise _fail(source, f"{where}.link_bytes",
+                        f"holds {len(loads)} values but the slice has {links} links", fix)
     collectives = section.get("collectives")
     if collectives is not None:
         if not isinstance(collectives, list):

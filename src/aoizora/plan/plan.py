@@ -111,7 +111,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_PLAN_BYTES + 1)  # capped: /dev/zero or a huge file is not read whole
     except OSError as exc:
-        raise PlanFormatError(f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
+        raise PlanFormatError(
+            f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
     except MemoryError:
         raise PlanFormatError(f"plan {path} does not fit in memory; pass the path `aoizora plan --out` wrote") from None
     if len(raw) > MAX_PLAN_BYTES:
@@ -181,8 +182,8 @@ def check_plan(data: Any, source: str = "plan") -> None:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
     names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
     if len(names) != len(sizes):
-        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives {len(sizes)} sizes "
-                              f"(mesh.axis_sizes); {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives "
+                              f"{len(sizes)} sizes (mesh.axis_sizes); {fix}")
     if len(set(names)) != len(names):
         raise PlanFormatError(f"{source} field mesh.axis_names repeats a mesh axis name in {names}; {fix}")
     check_strategy_mesh(data, source, fix)
@@ -215,7 +216,8 @@ def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
         raise PlanFormatError(f"{source} field topology names a slice aoizora does not know ({exc}); {fix}") from None
     if generation != profile.generation:
         raise PlanFormatError(
-            f"{source} field topology.name {topo['name']} disagrees with topology.generation {topo['generation']}; {fix}"
+            f"{source} field topology.name {topo['name']} disagrees with topology.generation "
+            f"{topo['generation']}; {fix}"
         )
     if list(shape) != list(topo["shape"]):
         raise PlanFormatError(

@@ -348,7 +348,8 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         },
         "toolchain": request["toolchain"],
         "compiler": {"libtpu_args": str(flags)},
-        "mesh": {"axis_names": list(best.placement.mesh.axis_names), "axis_sizes": list(best.placement.mesh.axis_sizes)},
+        "mesh": {"axis_names": list(best.placement.mesh.axis_names),
+                 "axis_sizes": list(best.placement.mesh.axis_sizes)},
         "strategy": {"key": best.key, **space.describe(chosen.strategy)},
         "placement": {
             "name": best.placement.name,
@@ -385,7 +386,8 @@ def _alternative(o: StrategyOutcome) -> dict[str, Any]:
         row["memory_bytes_per_device"] = o.compiled.memory_bytes if o.compiled else None
         row["jax_default_step_seconds"] = o.jax_default.q2.step_seconds if o.jax_default else None
         row["placements"] = [
-            {"name": s.placement.name, "step_seconds": s.q2.step_seconds, "exposed_comm_seconds": s.q2.exposed_comm_seconds}
+            {"name": s.placement.name, "step_seconds": s.q2.step_seconds,
+             "exposed_comm_seconds": s.q2.exposed_comm_seconds}
             for s in sorted(o.scored, key=lambda s: s.q2.step_seconds)
         ]
     return row
@@ -443,7 +445,8 @@ def plan_function(
     from aoizora.topology import get_topology
 
     topo = get_topology(topology) if isinstance(topology, str) else topology
-    space = strategy_space if isinstance(strategy_space, StrategySpace) else FunctionSpace(fn, abstract_args, strategy_space)
+    space = (strategy_space if isinstance(strategy_space, StrategySpace)
+             else FunctionSpace(fn, abstract_args, strategy_space))
     return plan_space(space, topo, **kwargs)
 
 

@@ -81,7 +81,8 @@ def link_heatmaps(
     )
     if topology.has_d2d:
         handles = [Line2D([], [], color="#555", lw=2), Line2D([], [], color="#555", lw=2, ls=(0, (2, 1)))]
-        fig.legend(handles, ["ICI link", "die-to-die link (core 0 | core 1)"], loc="lower left", fontsize=7, frameon=False)
+        fig.legend(handles, ["ICI link", "die-to-die link (core 0 | core 1)"], loc="lower left", fontsize=7,
+                   frameon=False)
     return fig
 
 

@@ -176,7 +176,8 @@ def _operand_preferences(op: Op, want: Dims, ot: TensorType) -> list[tuple[int, 
     if (not op.regions and same_shape(op)) or name in ("stablehlo.pad", "func.call"):
         # a pad is partitioned in place (halo exchange); a called helper (`_pad`, `_where`) is
         # taken as elementwise: Shardy propagates through its body
-        return [(v, want) for v, t in zip(op.operands, op.operand_types, strict=True) if t is not None and t.rank == ot.rank]
+        return [(v, want) for v, t in zip(op.operands, op.operand_types, strict=True)
+                if t is not None and t.rank == ot.rank]
     return []
 
 

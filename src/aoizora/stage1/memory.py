@@ -127,7 +127,8 @@ def predict_within_hbm(module: IRModule, hardware: HardwareProfile, kernel_cost:
     pred = predict(module, kernel_cost, async_collective_fusion=hardware.async_collective_fusion)
     mem = estimate_memory(pred, hardware, slack)
     if not mem.fits and pred.hoisted_permutes:
-        late = predict(module, kernel_cost, hoist_permutes=False, async_collective_fusion=hardware.async_collective_fusion)
+        late = predict(module, kernel_cost, hoist_permutes=False,
+                       async_collective_fusion=hardware.async_collective_fusion)
         late_mem = estimate_memory(late, hardware, slack)
         if late_mem.fits:
             return late, late_mem

@@ -197,7 +197,8 @@ def _dot_operand_targets(op: Op, L: Sharding, R: Sharding, batch, contract, lfre
 
 def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dims = op.attrs.get("dimensions", ())
-    ins = [w.resolve_partial(v, t, s, mult, "reduce") for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
+    ins = [w.resolve_partial(v, t, s, mult, "reduce")
+           for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     src = ins[0]
     t0 = op.operand_types[0]
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
@@ -285,7 +286,8 @@ def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
 def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dim = op.attrs["dimension"]
     rank = op.result_types[0].rank
-    ins = [w.resolve_partial(v, t, s, mult, "concatenate") for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
+    ins = [w.resolve_partial(v, t, s, mult, "concatenate")
+           for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     target = merge(ins, [rank] * len(ins), rank, w.sizes)
     target = with_dims(target, [() if i == dim else d for i, d in enumerate(target.dims)])
     for v, t, s in zip(op.operands, op.operand_types, ins, strict=True):
@@ -361,8 +363,10 @@ def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
         fit(given[k], t, w.sizes) if (given and k < len(given) and t is not None) else _rep_of(t)
         for k, t in enumerate(op.result_types)
     ]
-    lin = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None for t, s in zip(op.operand_types, ins, strict=True))
-    lout = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None for t, s in zip(op.result_types, outs, strict=True))
+    lin = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None
+                for t, s in zip(op.operand_types, ins, strict=True))
+    lout = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None
+                 for t, s in zip(op.result_types, outs, strict=True))
     io = sum(t.bytes for t in lin + lout if t is not None)
     cost = w.kernel_cost(KernelCall(op.attrs["target"], lin, lout, manual)) if w.kernel_cost else None
     flops = cost.flops if cost and cost.flops is not None else 0.0
@@ -385,9 +389,11 @@ def _manual(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
         if t is not None:
             w.reshard(v, t, s, fit(want, t, w.sizes), mult, reason)
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
-    w.prefetchable.update((w.frame, a) for a, v in zip(body.args, op.operands, strict=True) if (w.frame, v) in w.prefetchable)
+    w.prefetchable.update((w.frame, a) for a, v in zip(body.args, op.operands, strict=True)
+                          if (w.frame, v) in w.prefetchable)
     w.region(body, [_rep_of(t) for t in body.arg_types], mult, manual=True)
-    return [fit(s, t, w.sizes) if t is not None else replicated(0) for s, t in zip(out_sh, op.result_types, strict=True)]
+    return [fit(s, t, w.sizes) if t is not None else replicated(0)
+            for s, t in zip(out_sh, op.result_types, strict=True)]
 
 
 def _collective(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
@@ -425,7 +431,8 @@ def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
     if trips is None:
         w.note("a while loop without a recognisable trip count was counted once")
         trips = 1
-    carried = [w.resolve_partial(v, t, s, mult, "loop carry") for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
+    carried = [w.resolve_partial(v, t, s, mult, "loop carry")
+               for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     body = op.regions[1]
     ret = body.ops[-1] if body.ops else None
     # prefetchable loop invariants (the stacked weights of a scan): passed through unchanged

@@ -216,19 +216,20 @@ class ShardingPropagator:
                                                        for a, t in zip(region.args, region.arg_types, strict=True))))
         for op in region.ops:
             if op.name in RETURN_OPS:
-                returned = [env.get(v, replicated(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types, strict=True)]
+                returned = [env.get(v, replicated(t.rank if t else 0))
+                            for v, t in zip(op.operands, op.operand_types, strict=True)]
                 self.emit(RegionLeft(returned=True))
                 return returned
             ins = self._operand_shardings(op, env, manual)
             self.emit(OpStarted(op, tuple(self.value(v, t, s)
-                                                   for v, t, s in zip(op.operands, op.operand_types, ins, strict=True))))
+                                          for v, t, s in zip(op.operands, op.operand_types, ins, strict=True))))
             outs = self.op(op, ins, mult, manual)
             for r, _t, s in zip(op.results, op.result_types, outs, strict=True):
                 env[r] = s
             if op.name in PREFETCH_PRESERVING and op.operands and (self.frame, op.operands[0]) in self.prefetchable:
                 self.prefetchable.update((self.frame, r) for r in op.results)
             self.emit(OpFinished(op, tuple(self.value(r, t, s)
-                                                    for r, t, s in zip(op.results, op.result_types, outs, strict=True))))
+                                           for r, t, s in zip(op.results, op.result_types, outs, strict=True))))
         self.emit(RegionLeft(returned=False))
         return []
 

@@ -75,7 +75,8 @@ class Entry:
         return self.candidate.key
 
     def to_json(self, space: StrategySpace | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "verdict": self.verdict, "reasons": list(self.reasons), "rank": self.rank}
+        out: dict[str, Any] = {"key": self.key, "verdict": self.verdict, "reasons": list(self.reasons),
+                               "rank": self.rank}
         if space is not None:
             out["strategy"] = space.describe(self.candidate.strategy)
         if self.q1 is not None:
@@ -127,7 +128,8 @@ def argument_bytes(inp: LoweringInputs) -> float:
 
     total = 0.0
     for leaf in jax.tree.leaves((inp.args, inp.kwargs)):
-        shape, dtype, sharding = getattr(leaf, "shape", None), getattr(leaf, "dtype", None), getattr(leaf, "sharding", None)
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        sharding = getattr(leaf, "sharding", None)
         if shape is None or dtype is None:
             continue
         local = sharding.shard_shape(tuple(shape)) if sharding is not None else tuple(shape)
@@ -226,7 +228,8 @@ def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory
 
 def _worker_analyse(strategies: list[Any]) -> list[_Analysed]:
     w = _WORKER
-    return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"]) for st in strategies]
+    return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"])
+            for st in strategies]
 
 
 def affinity_groups(space: StrategySpace, entries: list[Entry]) -> list[list[Entry]]:
@@ -420,14 +423,16 @@ def _share_stand_in_analyses(legal: list[Entry], stand_ins: dict[str, Entry]) ->
     for e in legal:
         if e.key in stand_ins:
             twin = stand_ins[e.key]
-            e.verdict, e.reasons, e.q1, e.memory, e.prediction = twin.verdict, twin.reasons, twin.q1, twin.memory, twin.prediction
+            e.verdict, e.reasons, e.q1 = twin.verdict, twin.reasons, twin.q1
+            e.memory, e.prediction = twin.memory, twin.prediction
             # a twin never lowered (over HBM on its arguments alone) has no summary to share
             e.summary = {**twin.summary, "analysed_as": twin.key} if twin.summary is not None else None
 
 
 def _rank(entries: list[Entry], top_k: int) -> None:
     """Rank the entries that fit by Q1 (ties: serial time, then key) and keep the first `top_k`."""
-    fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
+    fitting = sorted((e for e in entries if e.verdict == RANKED),
+                     key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):
         e.rank = r + 1
         if r < top_k:
@@ -460,6 +465,7 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     for e in result.ranked[: max(result.top_k, 1) * 2]:
         table.add_row(
             f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{e.q1.seconds * 1e3:.3f}",
-            f"{e.q1.compute_seconds * 1e3:.3f}", f"{e.q1.comm_seconds * 1e3:.3f}", f"{e.memory.total_bytes / 2**30:.2f}",
+            f"{e.q1.compute_seconds * 1e3:.3f}", f"{e.q1.comm_seconds * 1e3:.3f}",
+            f"{e.memory.total_bytes / 2**30:.2f}",
         )
     console.print(table)

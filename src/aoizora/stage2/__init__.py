@@ -43,7 +43,8 @@ from aoizora.stage2.verify import recompile_cannot_change_q2
 __all__ = [
     "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
+    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
+    "default_compile_cache", "drop_reason",
     "executor_from_spec", "memory_kind", "predicted_compile_placement", "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

@@ -72,7 +72,8 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
         except ExecutorError:
             raise
         except Exception as exc:
-            notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
+            notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); "
+                         "kept the shared compile")
             continue
         if own.from_cache:
             timings["verify_cached"] = timings.get("verify_cached", 0.0) + own.compile_seconds

@@ -266,7 +266,8 @@ class Topology:
             for src_core, dst_core in ((0, 1), (1, 0)):
                 direction = +1 if dst_core > src_core else -1
                 links.append(
-                    Link(first_index + len(links), chip.coords, chip.coords, dim, direction, bw, False, "d2d", src_core, dst_core)
+                    Link(first_index + len(links), chip.coords, chip.coords, dim, direction, bw, False, "d2d",
+                         src_core, dst_core)
                 )
         return tuple(links)
 

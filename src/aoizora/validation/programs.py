@@ -30,7 +30,8 @@ class NamedProgram:
     program: Program
 
 
-def collective_microprograms(topology: Topology, mesh_spec: MeshSpec, payload_bytes: int = 16 * MIB) -> Iterator[NamedProgram]:
+def collective_microprograms(topology: Topology, mesh_spec: MeshSpec,
+                             payload_bytes: int = 16 * MIB) -> Iterator[NamedProgram]:
     """psum, all_gather, psum_scatter, all_to_all and a ring ppermute over each mesh axis (and all axes)."""
     mesh = jax_default_placement(topology, mesh_spec).jax_mesh(topology)
     names = mesh_spec.axis_names

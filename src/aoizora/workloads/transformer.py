@@ -54,7 +54,8 @@ def abstract_args(cfg: TransformerConfig, mesh: Mesh, rules: Rules) -> tuple[Any
     """ShapeDtypeStructs (with shardings) of the activations and the stacked layer weights."""
     bf16 = jnp.bfloat16
     L, D, H, K, F = cfg.layers, cfg.dim, cfg.heads, cfg.head_dim, cfg.mlp
-    shapes = {"wq": (L, D, H, K), "wk": (L, D, H, K), "wv": (L, D, H, K), "wo": (L, H, K, D), "w1": (L, D, F), "w2": (L, F, D)}
+    shapes = {"wq": (L, D, H, K), "wk": (L, D, H, K), "wv": (L, D, H, K), "wo": (L, H, K, D),
+              "w1": (L, D, F), "w2": (L, F, D)}
     specs = param_specs(rules)
     params = {k: jax.ShapeDtypeStruct(s, bf16, sharding=NamedSharding(mesh, specs[k])) for k, s in shapes.items()}
     x = jax.ShapeDtypeStruct(

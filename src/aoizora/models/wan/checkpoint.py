@@ -51,7 +51,8 @@ class SafetensorsFile:
             with open(self.path, "rb") as fh:
                 prefix = fh.read(8)
                 if len(prefix) < 8:
-                    raise CheckpointError(f"{self.path} is {len(prefix)} bytes, too short for a safetensors file; {fix}")
+                    raise CheckpointError(
+                        f"{self.path} is {len(prefix)} bytes, too short for a safetensors file; {fix}")
                 (n,) = struct.unpack("<Q", prefix)
                 if n > min(size - 8, MAX_HEADER_BYTES):  # the header length is read from the file: bound it
                     raise CheckpointError(

@@ -44,7 +44,8 @@ def linear(x: jnp.ndarray, p: dict, dtype: Any | None = None) -> jnp.ndarray:
     return y.astype(dtype)
 
 
-def layer_norm(x: jnp.ndarray, eps: float, scale: jnp.ndarray | None = None, bias: jnp.ndarray | None = None) -> jnp.ndarray:
+def layer_norm(x: jnp.ndarray, eps: float, scale: jnp.ndarray | None = None,
+               bias: jnp.ndarray | None = None) -> jnp.ndarray:
     """LayerNorm computed in float32 (returns float32)."""
     x = x.astype(F32)
     mu = jnp.mean(x, axis=-1, keepdims=True)

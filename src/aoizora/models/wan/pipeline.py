@@ -163,7 +163,8 @@ def load_pipeline_config(path: str | os.PathLike, dtype: Any = jnp.bfloat16,
     experts = [WanConfig.from_diffusers(_read_json(root / n / "config.json"), dtype=dtype, vae_stride=stride)
                for n in names]
     if vae and experts[0].out_channels != int(vae.get("z_dim", experts[0].out_channels)):
-        raise CheckpointError(f"transformer predicts {experts[0].out_channels} channels, the VAE's z_dim is {vae['z_dim']}")
+        raise CheckpointError(
+            f"transformer predicts {experts[0].out_channels} channels, the VAE's z_dim is {vae['z_dim']}")
     sched = _read_json(root / "scheduler" / "scheduler_config.json", required=False)
     base = defaults or WanPipelineConfig(experts[0])
     boundary = index.get("boundary_ratio")

@@ -124,8 +124,9 @@ class WanPipelineSpace(WanSpace):
         out["pipeline"] = {
             "experts": [
                 {"name": name, "role": role, "steps": steps.count(i), "guidance_scale": p.guidance(i)}
-                for i, (name, role) in enumerate(zip(("transformer", "transformer_2"),
-                                                     ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",), strict=False))
+                for i, (name, role) in enumerate(zip(
+                    ("transformer", "transformer_2"),
+                    ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",), strict=False))
                 if i < len(p.experts)
             ],
             "boundary_ratio": p.boundary_ratio,

@@ -188,7 +188,8 @@ class Strategy:
                                        scoped_vmem_kib=(int(description["scoped_vmem_kib"])
                                                         if description.get("scoped_vmem_kib") else None))
         except (KeyError, TypeError, ValueError) as exc:
-            raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
+            raise StrategyError(
+                f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
     @property
     def num_devices(self) -> int:
