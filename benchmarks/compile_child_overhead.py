@@ -47,7 +47,8 @@ def _measure(label: str, space, topo, candidate, reps: int) -> dict[str, float]:
             here.append(time.perf_counter() - t0)
             compile_here.append(c.compile_seconds)
     row = {"in_process_s": statistics.median(here), "child_s": statistics.median(child),
-           "libtpu_in_process_s": statistics.median(compile_here), "libtpu_in_child_s": statistics.median(compile_child),
+           "libtpu_in_process_s": statistics.median(compile_here),
+           "libtpu_in_child_s": statistics.median(compile_child),
            "child_start_s": start, "first_child_compile_s": first}
     print(f"{label}: in-process {row['in_process_s']:.2f} s (libtpu {row['libtpu_in_process_s']:.2f} s) | "
           f"child {row['child_s']:.2f} s (libtpu {row['libtpu_in_child_s']:.2f} s) | "

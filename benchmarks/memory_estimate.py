@@ -67,8 +67,8 @@ def main() -> None:
             err = est / compiled["memory_bytes"] - 1
             errors.append(abs(err))
             label = f"{cell['topology']} {cell['resolution']} {cell['frames']}f"
-            print(f"{label:18s} {key:64s} estimate {est / GIB:6.2f} GiB  compiled {compiled['memory_bytes'] / GIB:6.2f} GiB"
-                  f"  {err:+.1%}")
+            print(f"{label:18s} {key:64s} estimate {est / GIB:6.2f} GiB  "
+                  f"compiled {compiled['memory_bytes'] / GIB:6.2f} GiB  {err:+.1%}")
     if not errors:
         raise SystemExit("no compiled strategy in these cells")
     within = sum(e <= 0.15 for e in errors)

@@ -140,7 +140,8 @@ def main() -> None:
     topo = get_topology(c["topology"])
     space = wan_space(c["model"], c["resolution"], c["frames"], generation=topo.generation)
     compilable = {k.key: (k.strategy, None) for k in space.candidates(topo.num_devices)}
-    compilable.update({e.key: (e.deployment.strategy, e.flags) for e in expert_entries(space, topo, environment_flags())})
+    compilable.update({e.key: (e.deployment.strategy, e.flags)
+                       for e in expert_entries(space, topo, environment_flags())})
     wanted: dict[str, set[str]] = {}
     for pair in cell["pairs"]:
         wanted.setdefault(pair["strategy"], set()).add(pair["placement"])
@@ -153,7 +154,8 @@ def main() -> None:
     rows = []
     for key in sorted(wanted):
         strategy, flags = compilable[key]
-        placements = [p for p in enumerate_placements(topo, space.mesh_spec(strategy)).placements if p.name in wanted[key]]
+        placements = [p for p in enumerate_placements(topo, space.mesh_spec(strategy)).placements
+                      if p.name in wanted[key]]
         program = compile_strategy(space, strategy, key, topo, placements[0], None, default_compile_cache(),
                                    flags=flags).program
         for placement in placements:

@@ -176,7 +176,8 @@ def mesh_call_sites(git_dir: Path, commit: str) -> list[dict[str, Any]]:
                 func = node.func
                 if isinstance(func, ast.Attribute) and func.attr == "create_device_mesh":
                     sites.append({"path": path, "line": node.lineno, "call": ast.unparse(func),
-                                  "looked_up_at_call": isinstance(func.value, ast.Name) and func.value.id == "max_utils"})
+                                  "looked_up_at_call": (isinstance(func.value, ast.Name)
+                                                        and func.value.id == "max_utils")})
                 elif isinstance(func, ast.Name) and func.id == "create_device_mesh":
                     sites.append({"path": path, "line": node.lineno, "call": func.id, "looked_up_at_call": False})
     return sites

@@ -44,7 +44,8 @@ def compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cell_doc(compile_cache):
-    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False, space=TransformerSpace(CFG))
+    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False,
+                    space=TransformerSpace(CFG))
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +367,8 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     planned = SimpleNamespace(outcomes=outcomes, stage2=Stage2Summary(
         pruned={first.key: {"q1_seconds": first.q1.seconds, "best_q2_seconds": first.q1.seconds}}))
     with CompileWorkers(1) as workers:
-        alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
+        alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache,
+                                   workers)
     assert (alone.key, alone.placement.name) == (expected.key, expected.placement.name)
     assert alone.q2.step_seconds == expected.q2.step_seconds
 

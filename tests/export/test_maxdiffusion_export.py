@@ -95,7 +95,8 @@ def test_facts_name_their_source_commit_and_configs():
     assert set(MODEL_CONFIGS.values()) <= set(f["configs"])
     assert set(ATTENTION_NAMES.values()) | set(VARIANTS) <= set(f["attentions"]["registered"])
     # the names aoizora reads back as tokamax's kernels are those MaxDiffusion runs on tokamax
-    assert {n for n, (_, p) in VARIANTS.items() if p == "tokamax-splash"} <= set(f["flash_block_sizes"]["tokamax_attentions"])
+    tokamax = {n for n, (_, p) in VARIANTS.items() if p == "tokamax-splash"}
+    assert tokamax <= set(f["flash_block_sizes"]["tokamax_attentions"])
     assert f["context_split"]["outer_first"] == ["ring", "ulysses"]
     # the launcher's replacement takes effect only where MaxDiffusion looks the function up at call time
     assert f["mesh_call_sites"] and all(site["looked_up_at_call"] for site in f["mesh_call_sites"])

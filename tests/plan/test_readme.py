@@ -45,7 +45,8 @@ README_LINE_BUDGET = 250  # issue 49: a TPU engineer reads the README in five mi
 def test_readme_fits_its_line_budget():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_LINE_BUDGET, (
-        f"README.md has {len(lines)} lines, over its budget of {README_LINE_BUDGET}: move reference material into docs/")
+        f"README.md has {len(lines)} lines, over its budget of {README_LINE_BUDGET}: "
+        "move reference material into docs/")
 
 
 def test_readme_reads_what_run_output_trust_results_links_in_that_order():

@@ -106,6 +106,7 @@ def splash_case(topology, heads: int = 8, seq: int = 1024, head_dim: int = 128) 
     mask = sm.MultiHeadMask([sm.FullMask((seq, seq)) for _ in range(local_heads)])
     kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
     spec = P("y", None, None)
-    body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
+                         check_vma=False)
     x = sds(mesh, (heads, seq, head_dim), P(None, "y", None))
     return case("kernel-boundary", body, x, x, x, out_shardings=NamedSharding(mesh, spec))

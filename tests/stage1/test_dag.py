@@ -2,7 +2,8 @@
 
 import pytest
 
-EXACT = ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "add-slice", "kernel-boundary"]
+EXACT = ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "add-slice",
+         "kernel-boundary"]
 
 
 @pytest.mark.parametrize("name", EXACT)

@@ -26,7 +26,8 @@ LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, se
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense", "fsdp=2,context=4 | weights=fsdp | attn=dense"])
+@pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense",
+                                 "fsdp=2,context=4 | weights=fsdp | attn=dense"])
 def test_total_within_15_percent(topo_2x4, key):
     space = TransformerSpace(LONG)
     cand = next(c for c in space.candidates(8) if c.key == key)

@@ -76,7 +76,8 @@ def test_argument_bytes_before_lowering_match_the_lowered_program(topo_2x4, tran
     space = TransformerSpace(SMALL)
     for c in space.candidates(8):
         if c.key in transformer_cases:
-            assert argument_bytes(lowering_inputs_on(space, c.strategy, topo_2x4)) == transformer_cases[c.key].prediction.argument_bytes
+            assert (argument_bytes(lowering_inputs_on(space, c.strategy, topo_2x4))
+                    == transformer_cases[c.key].prediction.argument_bytes)
 
 
 class SplashSpace(StrategySpace):
@@ -91,10 +92,12 @@ class SplashSpace(StrategySpace):
         out = []
         for sizes in axis_assignments(num_devices, ("x", "y")):
             for layout in ("heads", "seq"):
-                reasons = () if self.HEADS % sizes["y"] == 0 else (f"heads {self.HEADS} not divisible by y = {sizes['y']}",)
+                reasons = (() if self.HEADS % sizes["y"] == 0
+                           else (f"heads {self.HEADS} not divisible by y = {sizes['y']}",))
                 if sizes["x"] != 2:
                     reasons += ("x must be 2",)
-                out.append(Candidate(f"x={sizes['x']},y={sizes['y']} {layout}", (sizes["x"], sizes["y"], layout), reasons))
+                out.append(Candidate(f"x={sizes['x']},y={sizes['y']} {layout}", (sizes["x"], sizes["y"], layout),
+                                     reasons))
         return out
 
     def mesh_spec(self, strategy):
@@ -109,7 +112,8 @@ class SplashSpace(StrategySpace):
         mask = sm.MultiHeadMask([sm.FullMask((self.SEQ, self.SEQ)) for _ in range(local)])
         kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
         spec = P("y", None, None)
-        body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec,) * 3, out_specs=spec, check_vma=False)
+        body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec,) * 3, out_specs=spec,
+                             check_vma=False)
         arrive = P("y", None, None) if layout == "heads" else P(None, "y", None)
         x = jax.ShapeDtypeStruct((self.HEADS, self.SEQ, self.DIM), jnp.bfloat16, sharding=NamedSharding(mesh, arrive))
         return LoweringInputs(body, (x, x, x), jit_kwargs={"out_shardings": NamedSharding(mesh, spec)})
@@ -127,7 +131,8 @@ def test_generic_space_with_opaque_kernel(topo_2x4):
     # the kernel's supplied time is in Q1's compute; arriving heads-sharded needs no all-to-all
     assert best.key == "x=2,y=4 heads" and best.q1.comm_seconds == 0
     assert best.q1.compute_seconds >= 1e-3
-    assert [(n.kind, n.reason.split(":")[0]) for n in second.prediction.comms] == [("all-to-all", "kernel boundary (shard_map)")] * 3
+    assert ([(n.kind, n.reason.split(":")[0]) for n in second.prediction.comms]
+            == [("all-to-all", "kernel boundary (shard_map)")] * 3)
 
 
 class BrokenSpace(SplashSpace):

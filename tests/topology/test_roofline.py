@@ -57,7 +57,8 @@ def _splash_prediction(row: dict, with_grid_steps: bool = True) -> float:
     return hw.roofline_seconds(flops, hbm, work)
 
 
-@pytest.mark.parametrize("row", _held_out_rows(short=False), ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
+@pytest.mark.parametrize("row", _held_out_rows(short=False),
+                         ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
 def test_splash_time_on_long_sequences_is_predicted_within_25_percent(row):
     """Held-out tokamax measurements (openxla/tokamax autotuning data, committed with their sources).
 

@@ -79,7 +79,8 @@ def test_fitted_blocks_tile_the_lengths_in_the_fewest_blocks_with_little_padding
     assert blocks.block_kv % blocks.block_kv_compute == 0
     # the compute sub-block fills a 256-wide MXU and is the largest such divisor up to 1,024
     assert KV_ALIGN <= blocks.block_kv_compute <= LARGE_BLOCK_KV_COMPUTE and blocks.block_kv_compute % KV_ALIGN == 0
-    assert not any(blocks.block_kv % b == 0 for b in range(blocks.block_kv_compute + KV_ALIGN, LARGE_BLOCK_KV_COMPUTE + 1, KV_ALIGN))
+    assert not any(blocks.block_kv % b == 0
+                   for b in range(blocks.block_kv_compute + KV_ALIGN, LARGE_BLOCK_KV_COMPUTE + 1, KV_ALIGN))
 
 
 def test_fitted_blocks_of_a_720p_call_and_the_grid_they_save():

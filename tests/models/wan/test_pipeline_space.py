@@ -49,7 +49,8 @@ def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
 def test_stage1_counts_both_experts(topo_2x4):
     both, swap = _spaces()
     extra = expert_bytes_per_device(EXPERT, STRATEGY)
-    assert argument_bytes(lowering_inputs_on(both, STRATEGY, topo_2x4)) - argument_bytes(lowering_inputs_on(swap, STRATEGY, topo_2x4)) == extra
+    assert (argument_bytes(lowering_inputs_on(both, STRATEGY, topo_2x4))
+            - argument_bytes(lowering_inputs_on(swap, STRATEGY, topo_2x4))) == extra
     _, _, mem_both, _, _ = analyse(both, STRATEGY, topo_2x4)
     _, _, mem_swap, _, _ = analyse(swap, STRATEGY, topo_2x4)
     # the second expert is an argument of the lowered program (kept though unused)

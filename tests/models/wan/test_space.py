@@ -33,9 +33,11 @@ def test_candidates_and_reasons(space):
     assert cands[strategy_key(Strategy(context=8, context_ulysses=4, attention="ulysses_ring",
                                        weights="replicated"))].legal
     # U = 1 and U = context are ring and Ulysses: never enumerated as 2D
-    assert not any(c.strategy.attention == "ulysses_ring" and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
+    assert not any(c.strategy.attention == "ulysses_ring"
+                   and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
                    for c in cands.values())
-    assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False  # 12 heads
+    # 12 heads do not split over 8 Ulysses shards
+    assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False
     dup = cands[strategy_key(Strategy(data=2, tensor=4, attention="ring", weights="tensor"))]
     assert any("duplicate" in r for r in dup.reasons)
     assert cands[strategy_key(Strategy(data=2, context=4, attention="allgather", weights="replicated"))].legal

@@ -18,7 +18,8 @@ from aoizora.models.wan.vmem import (
 )
 from aoizora.topology import hardware_profile
 
-DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json").read_text())
+DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json")
+                  .read_text())
 MEASURED = sorted(DATA["default_limit_kib"])
 ROW = 128
 
@@ -82,8 +83,9 @@ def test_the_rule_is_within_its_margin_of_the_measured_query_block_limit(gen):
     hw = hardware_profile(gen)
     for batch, measured in hw.splash_max_block_q.items():
         ruled = _largest_admitted_block_q(gen, batch, None)
-        per_row = (splash_working_set_bytes(gen, batch, SplashBlocks(2 * ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
-                   - splash_working_set_bytes(gen, batch, SplashBlocks(ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))) / ROW
+        double = splash_working_set_bytes(gen, batch, SplashBlocks(2 * ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        single = splash_working_set_bytes(gen, batch, SplashBlocks(ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        per_row = (double - single) / ROW
         assert ruled <= measured <= ruled + 2 * _margin(gen, batch) / per_row + ROW
 
 

@@ -128,7 +128,8 @@ def test_published_configurations():
 
     t2v, i2v, ti2v = (pipeline_config(f"wan2.2-{m}") for m in ("t2v-a14b", "i2v-a14b", "ti2v-5b"))
     assert len(t2v.experts) == 2 and t2v.transformer == t2v.transformer_2 == WAN_T2V_14B
-    assert (t2v.boundary_ratio, t2v.shift, t2v.steps, t2v.guidance_scale, t2v.guidance_scale_2) == (0.875, 12.0, 40, 4.0, 3.0)
+    assert ((t2v.boundary_ratio, t2v.shift, t2v.steps, t2v.guidance_scale, t2v.guidance_scale_2)
+            == (0.875, 12.0, 40, 4.0, 3.0))
     assert (i2v.boundary_ratio, i2v.shift, i2v.guidance(0), i2v.guidance(1)) == (0.9, 5.0, 3.5, 3.5)
     assert i2v.transformer.condition_channels == 20 and not i2v.transformer.is_i2v
     assert len(ti2v.experts) == 1 and ti2v.expand_timesteps and ti2v.transformer.dim == 3072

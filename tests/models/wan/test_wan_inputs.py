@@ -39,7 +39,8 @@ def test_roundtrip_single_and_sharded_index(ckpt, tmp_path):
     half = len(names) // 2
     save_file({n: tensors[n] for n in names[:half]}, str(d / "part-1.safetensors"))
     save_file({n: tensors[n] for n in names[half:]}, str(d / "part-2.safetensors"))
-    index = {"weight_map": {n: ("part-1.safetensors" if i < half else "part-2.safetensors") for i, n in enumerate(names)}}
+    index = {"weight_map": {n: ("part-1.safetensors" if i < half else "part-2.safetensors")
+                            for i, n in enumerate(names)}}
     (d / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
     loaded = load_params(d, TINY_T2V)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, loaded)
