@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from aoizora.errors import ShapeError
+from aoizora.errors import ShapeError, StrategyError
 from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.model import forward
@@ -30,6 +30,8 @@ def make_forward(config: WanConfig, strategy: Strategy | None = None, mesh: Mesh
     (single device when both are None)."""
     if strategy is None:
         return jax.jit(lambda p, x, t, c, i=None: forward(p, x, t, c, i, config=config))
+    if mesh is None:
+        raise StrategyError("a strategy runs on a mesh: pass the mesh with the strategy")
     check_mesh(strategy, mesh)
     validate_strategy(strategy, config)
     bs = [batch_sharding(strategy, mesh, n) for n in (5, 1, 3, 3)]
@@ -126,6 +128,8 @@ def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | No
     options = dict(compiler_options) if compiler_options else None
     if strategy is None:
         return jax.jit(fn, compiler_options=options)
+    if mesh is None:
+        raise StrategyError("a strategy runs on a mesh: pass the mesh with the strategy")
     check_mesh(strategy, mesh)
     validate_strategy(strategy, config, batch=2 * videos)
     rep = replicated(mesh)
