@@ -82,7 +82,7 @@ class ProgramBuilder:
         gathered = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_TO_ALL)
         self.collectives.append(Collective(
             index=ci, name=f"{kind.value}.{ci}", kind=kind, mode=mode, start=start, done=done, groups=groups_t,
-            source_target_pairs=tuple(tuple(p) for p in pairs), dtype="bf16", operand_bytes=payload_bytes,
+            source_target_pairs=tuple((a, b) for a, b in pairs), dtype="bf16", operand_bytes=payload_bytes,
             result_bytes=payload_bytes * (n if kind is CollectiveKind.ALL_GATHER else 1), payload_bytes=payload_bytes,
             send_bytes=payload_bytes, recv_bytes=payload_bytes, group_size=n, multiplicity=mult, loop=loop,
             channel_id=ci + 1, dimensions=(0,), algorithm=algo, array_bytes=payload_bytes * (n if gathered else 1)))

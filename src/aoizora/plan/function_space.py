@@ -42,7 +42,7 @@ class FunctionSpace(StrategySpace):
         self.fn = fn
         self.abstract_args = tuple(abstract_args)
         self.strategies = list(strategies)
-        self.name = name or getattr(fn, "__name__", "function")
+        self.name: str = name or str(getattr(fn, "__name__", "function"))
         self.expert = expert
 
     def candidates(self, num_devices: int) -> list[Candidate]:

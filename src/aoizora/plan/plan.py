@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,7 @@ def _non_finite(value: Any, where: str = "") -> str | None:
     """The path of the first non-finite number in a JSON document, None if all are finite."""
     if isinstance(value, float) and not math.isfinite(value):
         return where or "(top level)"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):

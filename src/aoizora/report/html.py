@@ -178,7 +178,7 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
          a.get("dropped", "")]
         for a in d["alternatives"]
     ]
-    chosen = next((a for a in d["alternatives"] if a["strategy"] == d["strategy"]["key"]), {})
+    chosen: dict[str, Any] = next((a for a in d["alternatives"] if a["strategy"] == d["strategy"]["key"]), {})
     placements = [[p["name"], _ms(p["step_seconds"]), _ms(p["exposed_comm_seconds"])]
                   for p in chosen.get("placements", [])]
     timings = [[k, f"{v:.2f} s"] for k, v in d["timings"].items()]

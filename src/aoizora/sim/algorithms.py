@@ -56,7 +56,7 @@ class NDLayout:
 def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | None:
     """The N-D layout of an N-D strategy's config when it fits the group, else None (1-D ring)."""
     grid = algorithm.grid_of(group_size) if algorithm is not None else None
-    if grid is None:
+    if grid is None or algorithm is None:
         return None
     return NDLayout(grid, algorithm.dim_orders_of(len(grid)))
 

@@ -311,7 +311,7 @@ def run_stage1(
     cache_key = None if cache is None or keep_predictions else _cache_key(space, topology, overlap, memory_slack)
     fresh: dict[str, dict[str, Any]] = {}  # analyses to add to the cache
 
-    if cache_key is not None:
+    if cache is not None and cache_key is not None:
         stored = cache.load(cache_key)
         for e in (e for e in own if e.key in stored):
             _apply(e, _analysed_from_json(stored[e.key]), timings)
@@ -331,7 +331,7 @@ def run_stage1(
         with progress_reporter(label, len(own), console=console, quiet=not progress) as bar:
             _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, bar.advance)
     finally:  # an interrupted Stage 1 keeps what it analysed
-        if cache_key is not None:
+        if cache is not None and cache_key is not None:
             cache.store(cache_key, fresh)
     _share_stand_in_analyses(legal, stand_ins)
     _rank(entries, top_k)

@@ -100,14 +100,14 @@ class ShardingContext:
         self.rules = logical_rules(strategy) if strategy is not None else None
 
     def __call__(self, x: jnp.ndarray, axes: Sequence[str | None]) -> jnp.ndarray:
-        if self.mesh is None:
+        if self.mesh is None or self.rules is None:  # both set, or neither
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, logical_to_spec(axes, self.rules)))
 
     def gather_weights(self, tree: dict, axes_tree: dict) -> dict:
         """Constrain one layer's weights to their compute layout: `embed` unsharded (all-gathered
         over fsdp×context when stored sharded), heads/mlp still on tensor."""
-        if self.mesh is None:
+        if self.mesh is None or self.rules is None:  # both set, or neither
             return tree
         rules = dict(self.rules, embed=None)
 
@@ -216,7 +216,7 @@ def forward(
     """
     if (strategy is None) != (mesh is None):
         raise ValueError("pass both strategy and mesh, or neither")
-    if strategy is not None:
+    if strategy is not None and mesh is not None:  # both set, or neither
         check_mesh(strategy, mesh)
     dt = config.dtype
     b = latents.shape[0]
