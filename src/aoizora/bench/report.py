@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,7 @@ def output_files(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir, name) for name in OUTPUT_FILES]
 
 
-def write_outputs(docs: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+def write_outputs(docs: list[dict[str, Any]], out_dir: str | os.PathLike[str]) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -264,7 +264,7 @@ def _weight_rules(strategy: Strategy, default_rules: list[Any]) -> list[Any] | N
     the config's rules already shard the weights as the plan does."""
     sizes = {"data": strategy.data, "fsdp": strategy.fsdp, "context": strategy.context, "tensor": strategy.tensor}
     want = _plan_weight_axes(strategy)
-    have = {name: () for name in WEIGHT_NAMES}
+    have: dict[str, tuple[str, ...]] = {name: () for name in WEIGHT_NAMES}
     for name, axes in default_rules:
         if name in have:
             have[name] = _effective(axes, sizes)

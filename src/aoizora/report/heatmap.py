@@ -137,6 +137,8 @@ def _arrow(ax, start, end, load: float, cmap, norm, dashed: bool = False) -> Non
 def _draw_link(ax, link: Link, load: float, cmap, norm, half_w: float) -> None:
     x1: float
     y1: float
+    dx: float
+    dy: float
     (x0, y0), (x1, y1) = link.src[:2], link.dst[:2]
     if link.wraparound:  # a stub leaving the grid in the link's direction
         dx, dy = (link.direction, 0) if link.dim == 0 else (0, link.direction)

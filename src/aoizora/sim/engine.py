@@ -211,7 +211,9 @@ class Simulator:
     def _loop_chains(program: Program) -> list[tuple[int, ...]]:
         chains = []
         for lp in program.loops:
-            chain, cur, seen = [], lp.index, set()
+            chain: list[int] = []
+            cur: int | None = lp.index
+            seen: set[int] = set()
             while cur is not None and cur not in seen:
                 seen.add(cur)
                 chain.append(cur)
