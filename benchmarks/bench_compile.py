@@ -76,7 +76,8 @@ def child(args: argparse.Namespace) -> None:
 
 def measure(kind: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TPU_STDERR_LOG_LEVEL="0", TPU_MIN_LOG_LEVEL="0",
-               LIBTPU_INIT_ARGS=(os.environ.get("LIBTPU_INIT_ARGS", "") + " --xla_jf_print_compilation_stats=true").strip())
+               LIBTPU_INIT_ARGS=(os.environ.get("LIBTPU_INIT_ARGS", "")
+                                 + " --xla_jf_print_compilation_stats=true").strip())
     cmd = [sys.executable, __file__, "--child", kind] + [
         f"--{k}={v}" for k, v in (("topology", args.topology), ("layers", args.layers), ("model", args.model),
                                   ("frames", args.frames), ("size", args.size), ("variant", args.variant),
@@ -116,13 +117,16 @@ def main() -> None:
         for k in kinds:
             runs[k].append(measure(k, args))
     keys = ["wall_s", "cpu_s", "hlo_passes_s", "backend_s", "codegen_s", "bundles"]
-    label = {"wan": f"wan {args.model} {args.what} L={args.layers} {args.frames}f {args.size} {args.topology} {args.variant}",
+    label = {"wan": f"wan {args.model} {args.what} L={args.layers} {args.frames}f {args.size} {args.topology} "
+                    f"{args.variant}",
              "bare": "bare 14B block (bench_hlo_parse) v5e:4x4"}
     print(f"median of {args.repeat}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'program':<62}" + "".join(f"{k:>14}" for k in keys))
     for k in kinds:
-        med = {key: statistics.median([r[key] for r in runs[k] if r[key] is not None] or [float('nan')]) for key in keys}
-        print(f"{label[k]:<62}" + "".join(f"{med[key]:>14,.1f}" if key != "bundles" else f"{med[key]:>14,.0f}" for key in keys))
+        med = {key: statistics.median([r[key] for r in runs[k] if r[key] is not None] or [float('nan')])
+               for key in keys}
+        print(f"{label[k]:<62}"
+              + "".join(f"{med[key]:>14,.1f}" if key != "bundles" else f"{med[key]:>14,.0f}" for key in keys))
 
 
 if __name__ == "__main__":

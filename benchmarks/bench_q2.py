@@ -37,7 +37,8 @@ def main() -> None:
     program = named.program
     placements = enumerate_placements(topo, spec).placements
     print(f"{named.name} on {topo.name} mesh {spec}: compiled in {compile_s:.1f} s; "
-          f"{len(program.nodes)} nodes, {len(program.collectives)} collectives, loops {[lp.trip_count for lp in program.loops]}; "
+          f"{len(program.nodes)} nodes, {len(program.collectives)} collectives, "
+          f"loops {[lp.trip_count for lp in program.loops]}; "
           f"{len(placements)} placements")
 
     model = CostModel(topo)

@@ -20,9 +20,9 @@ import argparse
 import statistics
 import time
 
+from aoizora.hlo.synthetic import PINCER, ProgramBuilder, algorithm
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import simulate
-from aoizora.hlo.synthetic import PINCER, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
 
 LAYERS = 40
@@ -92,8 +92,10 @@ def main() -> None:
                 t0 = time.perf_counter()
                 res = simulate(prog, topo, place, extrapolate_loops=extrapolate, opaque_seconds=opaque)
                 times.append(time.perf_counter() - t0)
-            print(f"extrapolate_loops={extrapolate!s:5} placement={place.name:24} median {statistics.median(times):.3f} s "
-                  f"(min {min(times):.3f}, max {max(times):.3f}, n={len(times)}) | step {res.step_seconds * 1e3:.2f} ms, "
+            print(f"extrapolate_loops={extrapolate!s:5} placement={place.name:24} "
+                  f"median {statistics.median(times):.3f} s "
+                  f"(min {min(times):.3f}, max {max(times):.3f}, n={len(times)}) | "
+                  f"step {res.step_seconds * 1e3:.2f} ms, "
                   f"exposed comm {res.exposed_comm_seconds * 1e3:.2f} ms, events {res.events}, "
                   f"rate solves {res.rate_solves}, iterations extrapolated {res.loops_extrapolated}")
 

@@ -30,12 +30,11 @@ import itertools
 import statistics
 import time
 
+from aoizora.cost import Q2Options
 from aoizora.hlo import build_program
 from aoizora.placement import MeshSpec, enumerate_placements
-from aoizora.sim import simulate
-from aoizora.sim import algorithms
+from aoizora.sim import algorithms, simulate
 from aoizora.topology import get_topology
-from aoizora.cost import Q2Options
 from aoizora.validation.rank import simulator_options
 
 

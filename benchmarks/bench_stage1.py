@@ -1,6 +1,7 @@
 """Time Stage 1 over the whole transformer strategy space at Wan-14B-like dims.
 
-    .venv/bin/python benchmarks/bench_stage1.py [--topology v5e:4x4] [--seq 4096] [--layers 40] [--top-k 6] [--repeats 2]
+    .venv/bin/python benchmarks/bench_stage1.py [--topology v5e:4x4] [--seq 4096] [--layers 40] \\
+        [--top-k 6] [--repeats 2]
 
 Each repeat runs the whole stage: enumerate, reject illegal, lower every legal strategy
 (`jax.jit(...).lower`, no compile), read the IR, build the prediction DAG, Q1, memory, rank.
@@ -16,8 +17,8 @@ import time
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
 from aoizora.stage1 import DEFAULT_TOP_K, run_stage1
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 
@@ -41,13 +42,15 @@ def main() -> None:
         walls.append(time.perf_counter() - t0)
         lowers.append(res.timings["lower"])
         analyses.append(res.timings["analyse"])
-        print(f"repeat {r}: {walls[-1]:.2f} s wall (lowering {lowers[-1]:.2f} s, IR + DAG + Q1 + memory {analyses[-1]:.2f} s)")
+        print(f"repeat {r}: {walls[-1]:.2f} s wall (lowering {lowers[-1]:.2f} s, "
+              f"IR + DAG + Q1 + memory {analyses[-1]:.2f} s)")
     assert res is not None
     c = res.counts()
     lowered = sum(1 for e in res.entries if e.lower_seconds > 0)
     print(f"counts: {c}")
     print(f"cold {walls[0]:.2f} s; median {statistics.median(walls):.2f} s over {len(walls)} runs; "
-          f"{lowered} strategies lowered and analysed, {statistics.median(analyses) / max(lowered, 1) * 1e3:.1f} ms analysis each")
+          f"{lowered} strategies lowered and analysed, "
+          f"{statistics.median(analyses) / max(lowered, 1) * 1e3:.1f} ms analysis each")
     for e in res.entries:
         if e.verdict == "out-of-memory":
             print(f"  dropped {e.key}: {e.reasons[0]}")

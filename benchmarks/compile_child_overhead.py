@@ -18,8 +18,8 @@ import time
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.compiling import compile_strategy
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 
@@ -47,7 +47,8 @@ def _measure(label: str, space, topo, candidate, reps: int) -> dict[str, float]:
             here.append(time.perf_counter() - t0)
             compile_here.append(c.compile_seconds)
     row = {"in_process_s": statistics.median(here), "child_s": statistics.median(child),
-           "libtpu_in_process_s": statistics.median(compile_here), "libtpu_in_child_s": statistics.median(compile_child),
+           "libtpu_in_process_s": statistics.median(compile_here),
+           "libtpu_in_child_s": statistics.median(compile_child),
            "child_start_s": start, "first_child_compile_s": first}
     print(f"{label}: in-process {row['in_process_s']:.2f} s (libtpu {row['libtpu_in_process_s']:.2f} s) | "
           f"child {row['child_s']:.2f} s (libtpu {row['libtpu_in_child_s']:.2f} s) | "

@@ -37,7 +37,8 @@ def rows() -> list[dict]:
 
 
 def print_rows(table: list[dict]) -> None:
-    print("| row | date | generation | mesh | attention (kernel profile) | tiles q/kv/kv_compute | scoped VMEM | documented |")
+    print("| row | date | generation | mesh | attention (kernel profile) | tiles q/kv/kv_compute | scoped VMEM "
+          "| documented |")
     print("|---|---|---|---|---|---|---|---|")
     for r in sorted(table, key=lambda r: (r["generations"][0], r["date"]), reverse=True):
         vmem = f"{r['scoped_vmem_limit_kib'] // 1024} MiB" if r["scoped_vmem_limit_kib"] else "libtpu default"
@@ -50,7 +51,8 @@ def print_plan(path: Path) -> None:
     chosen = doc["prediction"]["step_seconds"]
     kernel = doc["strategy"].get("kernel_profile", "jax-splash")
     print(f"\n{path.name}: {doc['workload']['name']} on {doc['topology']['name']}, kernel profile {kernel}; "
-          f"plan `{doc['strategy']['key'].replace('|', chr(92) + '|')}` on `{doc['placement']['name']}`: {chosen * 1e3:,.1f} ms per step")
+          f"plan `{doc['strategy']['key'].replace('|', chr(92) + '|')}` on `{doc['placement']['name']}`: "
+          f"{chosen * 1e3:,.1f} ms per step")
     print("| documented deployment | kernel profile | strategy compiled | step (ms) | plan's speedup |")
     print("|---|---|---|---|---|")
     for e in doc.get("baselines", {}).get("experts", []):

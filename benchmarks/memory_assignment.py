@@ -122,7 +122,8 @@ def evaluate(records: list[dict], estimates: Path | None = None) -> None:
         raise SystemExit("no strategy with a buffer assignment in these records")
     abs_err = [abs(e) for e, _ in errors]
     print(f"\nchecked bytes (parameters + outputs + temp) on the {len(errors)} strategies the compiler accepts:")
-    print(f"  within 15 %: {sum(e <= 0.15 for e in abs_err)}/{len(errors)}, median |error| {statistics.median(abs_err):.1%}, "
+    print(f"  within 15 %: {sum(e <= 0.15 for e in abs_err)}/{len(errors)}, "
+          f"median |error| {statistics.median(abs_err):.1%}, "
           f"mean {statistics.mean(abs_err):.1%}, max {max(abs_err):.1%}; "
           f"under by > 15 %: {sum(e < -0.15 for e, _ in errors)}, over by > 15 %: {sum(e > 0.15 for e, _ in errors)}")
     for e, label in sorted(errors, key=lambda x: -abs(x[0]))[:10]:
@@ -162,7 +163,8 @@ def main() -> None:
             rec = json.loads(line)
             done.add((rec["topology"], rec["resolution"], rec["frames"], rec["key"]))
     jobs = [(t, r, f, c.key) for t, r, f in cells
-            for c in wan_space(MODEL, r, f, generation=get_topology(t).generation).candidates(get_topology(t).num_devices)
+            for c in wan_space(MODEL, r, f, generation=get_topology(t).generation)
+            .candidates(get_topology(t).num_devices)
             if c.legal and (t, r, f, c.key) not in done]
     if jobs and not args.report_only:
         print(f"{len(jobs)} legal strategies to compile up to the buffer assignment", flush=True)

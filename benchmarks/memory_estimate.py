@@ -20,13 +20,13 @@ from typing import Any
 from aoizora.models.registry import wan_space
 from aoizora.models.wan.space import strategy_from_key
 from aoizora.plan.planner import expert_entries
-from aoizora.stage2.outcomes import OUT_OF_HBM
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory
-from aoizora.workload import lowering_inputs_on
+from aoizora.stage1.predict import predict
+from aoizora.stage2.outcomes import OUT_OF_HBM
 from aoizora.toolchain import environment_flags
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
 
 GIB = 2**30
 
@@ -56,7 +56,7 @@ def main() -> None:
                 continue  # not compiled, or failed for another reason
             st = compiled_strategy(key, experts, space.kernel)
             lowered = lowering_inputs_on(space, st, topo).lower()
-            pred = predict(read_module(lowered), lambda call, st=st: space.kernel_cost(st, call),
+            pred = predict(read_module(lowered), lambda call, st=st, space=space: space.kernel_cost(st, call),
                            async_collective_fusion=topo.hardware.async_collective_fusion)
             mem = estimate_memory(pred, topo.hardware)
             if refused or not mem.fits:
@@ -67,8 +67,8 @@ def main() -> None:
             err = est / compiled["memory_bytes"] - 1
             errors.append(abs(err))
             label = f"{cell['topology']} {cell['resolution']} {cell['frames']}f"
-            print(f"{label:18s} {key:64s} estimate {est / GIB:6.2f} GiB  compiled {compiled['memory_bytes'] / GIB:6.2f} GiB"
-                  f"  {err:+.1%}")
+            print(f"{label:18s} {key:64s} estimate {est / GIB:6.2f} GiB  "
+                  f"compiled {compiled['memory_bytes'] / GIB:6.2f} GiB  {err:+.1%}")
     if not errors:
         raise SystemExit("no compiled strategy in these cells")
     within = sum(e <= 0.15 for e in errors)

@@ -60,7 +60,7 @@ def _records(out: Path) -> list[dict]:
 
 def evaluate(records: list[dict]) -> None:
     from aoizora.models.registry import wan_space
-    from aoizora.stage1.search import ArgumentsDoNotFit, analyse
+    from aoizora.stage1.search import analyse
     from aoizora.topology import get_topology
 
     errors = []

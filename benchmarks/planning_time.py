@@ -6,7 +6,8 @@ compiles start nothing, so Stage 2 compiles the experts itself after Stage 1, as
 before early compiles existed. Runs alternate between the two variants so that the host's load
 falls on both alike; medians are printed.
 
-    .venv/bin/python benchmarks/planning_time.py --model wan2.1-t2v-1.3b --topology v5e:2x2 --resolution 480p --frames 21
+    .venv/bin/python benchmarks/planning_time.py --model wan2.1-t2v-1.3b --topology v5e:2x2 \\
+        --resolution 480p --frames 21
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ with each compiled strategy's best simulated latency, the strategies whose Stage
 from the recorded one (a change that moves no rank leaves the cell's choices as they were), and
 the strategies whose Q1 exceeds that latency (Q1 must be a lower bound: there must be none). A
 cell without the full oracle is read the same way over the strategies it compiled (its Top-K and
-the baselines): the rank is then that of the best strategy it compiled, and no recall is claimed. The simulated latencies are the cell's:
-a change to Stage 1 that leaves the lowered programs alone leaves them valid.
+the baselines): the rank is then that of the best strategy it compiled, and no recall is
+claimed. The simulated latencies are the cell's: a change to Stage 1 that leaves the lowered
+programs alone leaves them valid.
 """
 
 from __future__ import annotations

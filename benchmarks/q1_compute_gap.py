@@ -4,7 +4,8 @@ blocks fitted to the strategy and the chip), compiled over JAX's default order.
 
 Q1 charges every op at its roofline with only the HBM bytes no fusion can avoid, and layout or
 elementwise ops nothing; Q2 costs each compiled instruction by libtpu's cycle estimate (or the
-kernel model), including the compute libtpu fuses into asynchronous collectives (its own row). The difference between the two tables is what Q1 does not see.
+kernel model), including the compute libtpu fuses into asynchronous collectives (its own row).
+The difference between the two tables is what Q1 does not see.
 
     .venv/bin/python benchmarks/q1_compute_gap.py --model wan2.1-t2v-14b --topology v6e:2x4 --resolution 480p \\
         --frames 21 --strategy "data=2,context=4 | weights=replicated | attn=ulysses | blocks=2432/2048/1024"
@@ -57,7 +58,8 @@ def main() -> None:
     for op in prediction.ops:
         stage1[("kernel " if op.opaque else "") + op.op] += op_seconds(op, topo) * op.multiplicity
     placement = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0]
-    program = compile_strategy(space, strategy, key, topo, placement, None, default_compile_cache(), flags=flags).program
+    program = compile_strategy(space, strategy, key, topo, placement, None, default_compile_cache(),
+                               flags=flags).program
 
     print(f"Q1 {bound.seconds * 1e3:.1f} ms: compute {bound.compute_seconds * 1e3:.1f}, "
           f"communication {bound.comm_seconds * 1e3:.1f}")

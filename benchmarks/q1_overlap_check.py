@@ -36,7 +36,8 @@ def check(path: str) -> None:
         rows.append((best.get(key), {m: q1(pred, topo, m).seconds for m in MODES}))
     have = [r for r in rows if r[0] is not None]
     winner = min(have, key=lambda r: r[0])
-    label = f"{c['topology']} {c['resolution']}/{c['frames']}f ({'full oracle' if cell.get('oracle_complete') else 'partial'})"
+    oracle = "full oracle" if cell.get("oracle_complete") else "partial"
+    label = f"{c['topology']} {c['resolution']}/{c['frames']}f ({oracle})"
     parts = []
     for m in MODES:
         rank = 1 + sum(1 for r in rows if r[1][m] < winner[1][m])

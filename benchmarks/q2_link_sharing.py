@@ -140,7 +140,8 @@ def main() -> None:
     topo = get_topology(c["topology"])
     space = wan_space(c["model"], c["resolution"], c["frames"], generation=topo.generation)
     compilable = {k.key: (k.strategy, None) for k in space.candidates(topo.num_devices)}
-    compilable.update({e.key: (e.deployment.strategy, e.flags) for e in expert_entries(space, topo, environment_flags())})
+    compilable.update({e.key: (e.deployment.strategy, e.flags)
+                       for e in expert_entries(space, topo, environment_flags())})
     wanted: dict[str, set[str]] = {}
     for pair in cell["pairs"]:
         wanted.setdefault(pair["strategy"], set()).add(pair["placement"])
@@ -153,7 +154,8 @@ def main() -> None:
     rows = []
     for key in sorted(wanted):
         strategy, flags = compilable[key]
-        placements = [p for p in enumerate_placements(topo, space.mesh_spec(strategy)).placements if p.name in wanted[key]]
+        placements = [p for p in enumerate_placements(topo, space.mesh_spec(strategy)).placements
+                      if p.name in wanted[key]]
         program = compile_strategy(space, strategy, key, topo, placements[0], None, default_compile_cache(),
                                    flags=flags).program
         for placement in placements:
@@ -169,7 +171,7 @@ def main() -> None:
     sims = [r[4] for r in rows]
     for label, column in (("Q2 in turn", 2), ("Q2 shared", 3)):
         values = [r[column] for r in rows]
-        worst = max(abs(v / s - 1) for v, s in zip(values, sims))
+        worst = max(abs(v / s - 1) for v, s in zip(values, sims, strict=True))
         pick = min(rows, key=lambda r: r[column])
         print(f"{label}: Spearman ρ with the simulator {spearmanr(values, sims).statistic:.3f}, "
               f"worst |Q2/sim - 1| {worst * 100:.1f} %, picks {pick[0]} @ {pick[1]} "

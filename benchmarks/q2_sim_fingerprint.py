@@ -4,8 +4,8 @@
 
 For checking that a refactor of the cost model, the simulator or the HLO reader changes no
 number: run it from two checkouts over the same cache directory (copy it first: planning adds
-records to a live cache) and `diff` the two outputs (`tests/validation/test_fingerprint.py` runs the same functions on a few
-small programs against a committed output). Each real program is scored on up to four
+records to a live cache) and `diff` the two outputs (`tests/validation/test_fingerprint.py` runs
+the same functions on a few small programs against a committed output). Each real program is scored on up to four
 placements of a 2 x n/2 mesh under five Q2 option sets and simulated on two placements under
 three simulator option sets (default_trip_count=1 for loops of unknown trip count); a few
 synthetic N-D collectives, whose configs are parsed from text libtpu 0.0.42.1 printed for
@@ -18,8 +18,8 @@ import argparse
 import gzip
 import hashlib
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np

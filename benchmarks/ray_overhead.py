@@ -57,7 +57,7 @@ def task_overhead(name: str, executor: Any, reps: int) -> dict[str, float]:
         walls.append(time.perf_counter() - t0)
         inside.append(result.compile_seconds)
     row = {"wall_s": statistics.median(walls), "compile_s": statistics.median(inside),
-           "overhead_s": statistics.median(w - c for w, c in zip(walls, inside))}
+           "overhead_s": statistics.median(w - c for w, c in zip(walls, inside, strict=True))}
     print(f"per task, {name}: wall {row['wall_s']:.3f} s, libtpu {row['compile_s']:.3f} s, "
           f"overhead {row['overhead_s']:.3f} s (median of {reps})", flush=True)
     return row

@@ -21,13 +21,12 @@ from scipy.stats import spearmanr
 
 import aoizora  # noqa: F401
 from aoizora.cost.model import CostModel
-from aoizora.placement import enumerate_placements
 from aoizora.models.registry import wan_space
-from aoizora.placement import jax_default_placement
-from aoizora.stage2.compiling import compile_strategy
+from aoizora.placement import enumerate_placements, jax_default_placement
 from aoizora.stage1 import run_stage1
-from aoizora.workloads import TransformerSpace
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 
@@ -42,7 +41,8 @@ def main() -> None:
     ap.add_argument("--wan", metavar="MODEL", help="Use the Wan space of this model instead of the transformer")
     ap.add_argument("--resolution", default="480p")
     ap.add_argument("--frames", type=int, default=5)
-    ap.add_argument("--cache", type=Path, help="JSON file keeping best-Q2 per strategy between runs (compiles are slow)")
+    ap.add_argument("--cache", type=Path,
+                    help="JSON file keeping best-Q2 per strategy between runs (compiles are slow)")
     args = ap.parse_args()
     topo = get_topology(args.topology)
     if args.wan:
@@ -63,14 +63,16 @@ def main() -> None:
         if q2 is None:
             spec = space.mesh_spec(e.candidate.strategy)
             # compiled exactly as Stage 2 compiles (with the workload's opaque-kernel costs)
-            program = compile_strategy(space, e.candidate.strategy, e.key, topo, jax_default_placement(topo, spec), None).program
+            program = compile_strategy(space, e.candidate.strategy, e.key, topo, jax_default_placement(topo, spec),
+                                       None).program
             placements = enumerate_placements(topo, spec).placements
             q2 = min(model.evaluate(program, p).step_seconds for p in placements)
             cache.setdefault(tag, {})[e.key] = q2
             if args.cache:
                 args.cache.write_text(json.dumps(cache, indent=1))
         rows.append((e.rank, e.key, e.q1.seconds, q2))
-        print(f"Q1 rank {e.rank:2d}  Q1 {e.q1.seconds * 1e3:8.3f} ms  best Q2 {q2 * 1e3:8.3f} ms  Q1/Q2 {e.q1.seconds / q2:.2f}  "
+        print(f"Q1 rank {e.rank:2d}  Q1 {e.q1.seconds * 1e3:8.3f} ms  best Q2 {q2 * 1e3:8.3f} ms  "
+              f"Q1/Q2 {e.q1.seconds / q2:.2f}  "
               f"{e.key}  (compile+Q2 {time.perf_counter() - t0:.1f} s)", flush=True)
     best = min(rows, key=lambda r: r[3])
     rho = spearmanr([r[2] for r in rows], [r[3] for r in rows]).statistic

@@ -33,7 +33,8 @@ def main() -> None:
     args = ap.parse_args()
     options = Q2Options(ring_order=args.ring_order)
     print(f"ring order: {args.ring_order}")
-    print("| slice | mesh | suite | pairs | Spearman | Kendall | mean per-program Spearman | top-1 | worst regret | seconds |")
+    print("| slice | mesh | suite | pairs | Spearman | Kendall | mean per-program Spearman | top-1 | worst regret "
+          "| seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for topo_name, mesh in CASES:
         topo = get_topology(topo_name)

@@ -61,7 +61,8 @@ def main() -> None:
         for name, options in OPTIONS.items():
             with tempfile.TemporaryDirectory(prefix="aoizora-dump-") as dump:
                 t0 = time.perf_counter()
-                compiled = lowered.compile(compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True, **options})
+                compiled = lowered.compile(
+                    compiler_options={"xla_dump_to": dump, "xla_dump_hlo_as_text": True, **options})
                 seconds = time.perf_counter() - t0
                 temp = compiled.memory_analysis().temp_size_in_bytes
                 assigned = assigned_temp_bytes(dump)

@@ -14,7 +14,6 @@ import json
 import re
 import time
 
-import jax
 import jax.numpy as jnp
 
 from aoizora.models.wan import model as wm
@@ -136,12 +135,14 @@ def main() -> None:
     text = compiled.as_text()
     if a.dump:
         open(a.dump, "w").write(text)
-    bundles = None
-    out = dict(topology=a.topology, weights=a.weights, libtpu_args=__import__("os").environ.get("LIBTPU_INIT_ARGS", ""), layers=a.layers, tokens=video.tokens(cfg), model=a.model, what=a.what,
+    out = dict(topology=a.topology, weights=a.weights,
+               libtpu_args=__import__("os").environ.get("LIBTPU_INIT_ARGS", ""), layers=a.layers,
+               tokens=video.tokens(cfg), model=a.model, what=a.what,
                variant=a.variant, kernel=a.kernel, patch=a.patch, lower_s=round(t1 - t0, 2),
                compile_s=round(t2 - t1, 2), compile_cpu_s=round(cpu, 2), hlo_lines=text.count("\n"),
                fusions=len(re.findall(r"^\s*%?\S*fusion\S* = ", text, re.M)),
-               collectives=len(re.findall(r" (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(-start)?\(", text)))
+               collectives=len(re.findall(
+                   r" (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(-start)?\(", text)))
     print(json.dumps(out), flush=True)
 
 

@@ -32,7 +32,7 @@ def first_difference(a: str, b: str) -> str:
             old = line[1:]
         elif line.startswith("+") and not line.startswith("+++"):
             new = line[1:]
-            i = next((i for i, (x, y) in enumerate(zip(old, new)) if x != y), min(len(old), len(new)))
+            i = next((i for i, (x, y) in enumerate(zip(old, new, strict=False)) if x != y), min(len(old), len(new)))
             return f"...{old[max(0, i - 80):i + 80]}...\n      vs ...{new[max(0, i - 80):i + 80]}..."
     return ""
 

@@ -27,7 +27,8 @@ def probe(topology: str, name: str, seq: int) -> tuple[float, float, float, floa
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.stage1 import predict, read_module
@@ -87,10 +88,12 @@ PROBES = [("v5e:2x2", "a2a-1", 75776), ("v5e:2x2", "a2a-2", 75776), ("v5e:2x4", 
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    print(f"{'topology':9s} {'probe':9s} {'seq':>7s} {'act MiB':>8s} {'libtpu outside':>15s} {'Stage 1 outside':>16s} {'libtpu assigned':>16s}")
+    print(f"{'topology':9s} {'probe':9s} {'seq':>7s} {'act MiB':>8s} {'libtpu outside':>15s} "
+          f"{'Stage 1 outside':>16s} {'libtpu assigned':>16s}")
     for topology, name, seq in PROBES:
         act, lib, s1, assigned = probe(topology, name, seq)
-        print(f"{topology:9s} {name:9s} {seq:7d} {act / 2**20:8.0f} {lib:12.2f} act {s1:12.2f} act {assigned:12.2f} act", flush=True)
+        print(f"{topology:9s} {name:9s} {seq:7d} {act / 2**20:8.0f} {lib:12.2f} act {s1:12.2f} act "
+              f"{assigned:12.2f} act", flush=True)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def main() -> None:
         libtpu, stage1 = ring_layer(topology, steps, seq)
         print(f"  {topology:9s} {steps:5d} {libtpu:7.2f} {stage1:8.2f}", flush=True)
     print("permute chain of 7 shards (128 MiB) beside an argument, v5e:2x4 (temp, shards)")
-    print(f"  {'argument GiB':>12s} {'libtpu':>7s} {'hoisted':>8s} {'in place':>9s} {'chosen':>7s} {'Stage 1 fits':>13s}")
+    print(f"  {'argument GiB':>12s} {'libtpu':>7s} {'hoisted':>8s} {'in place':>9s} {'chosen':>7s} "
+          f"{'Stage 1 fits':>13s}")
     for ballast in (1.0, 13.0, 13.6, 14.0, 14.2, 14.4, 14.6, 14.8, 15.0):
         r = permute_chain(ballast)
         print(f"  {r['args']:12.2f} {r['libtpu']:7.2f} {r['hoisted']:8.2f} {r['in_place']:9.2f} {r['chosen']:7.2f} "

@@ -88,7 +88,8 @@ def test_explain_beside_its_plan_keeps_the_plan(plan_copy):
     assert (plan_copy.parent / "index.html").is_file()
 
 
-@pytest.mark.parametrize("command, name", [(["explain"], "index.html"), (["export", "--to", "maxdiffusion"], "command.sh")])
+@pytest.mark.parametrize("command, name",
+                         [(["explain"], "index.html"), (["export", "--to", "maxdiffusion"], "command.sh")])
 def test_a_folder_output_never_replaces_a_fifo_inside_it(plan_copy, tmp_path, command, name):
     out = tmp_path / "out"
     out.mkdir()

@@ -37,7 +37,8 @@ def _unit(path: Path) -> str:
 
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     """The nodes of a module that run (those not under `if TYPE_CHECKING:`)."""
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                    for n in ast.walk(node)}
     return [node for node in ast.walk(tree) if id(node) not in typing_only]
 

@@ -29,7 +29,8 @@ def non_public_names(code: str) -> list[str]:
             if node.module not in exported:
                 found += [f"from {node.module} import {a.name}" for a in node.names]
             else:
-                found += [f"from {node.module} import {a.name}" for a in node.names if a.name not in exported[node.module]]
+                found += [f"from {node.module} import {a.name}" for a in node.names
+                          if a.name not in exported[node.module]]
         elif isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name.startswith("aoizora.")]
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "aoizora":

@@ -143,7 +143,7 @@ def create_device_mesh_facts(tree: ast.Module) -> dict[str, Any]:
     args = fn.args
     defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults)
     params = [{"name": a.arg, "default": (ast.literal_eval(d) if d is not None else "<required>")}
-              for a, d in zip(args.args, defaults)]
+              for a, d in zip(args.args, defaults, strict=True)]
     orders = []
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ici_parallelism" \
@@ -176,7 +176,8 @@ def mesh_call_sites(git_dir: Path, commit: str) -> list[dict[str, Any]]:
                 func = node.func
                 if isinstance(func, ast.Attribute) and func.attr == "create_device_mesh":
                     sites.append({"path": path, "line": node.lineno, "call": ast.unparse(func),
-                                  "looked_up_at_call": isinstance(func.value, ast.Name) and func.value.id == "max_utils"})
+                                  "looked_up_at_call": (isinstance(func.value, ast.Name)
+                                                        and func.value.id == "max_utils")})
                 elif isinstance(func, ast.Name) and func.id == "create_device_mesh":
                     sites.append({"path": path, "line": node.lineno, "call": func.id, "looked_up_at_call": False})
     return sites

@@ -1,4 +1,5 @@
-"""The planner's defaults, in one place: the library (`plan_space`, `run_stage1`, the bench) and the CLI read them here."""
+"""The planner's defaults, in one place: the library (`plan_space`, `run_stage1`, the bench) and the
+CLI read them here."""
 
 import os
 from pathlib import Path

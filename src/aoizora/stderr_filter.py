@@ -44,7 +44,7 @@ class StderrFilter:
         self._stop_w: int | None = None
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "StderrFilter":
+    def __enter__(self) -> StderrFilter:
         sys.stderr.flush()
         self._saved_fd = os.dup(2)
         read_fd, write_fd = os.pipe()

@@ -53,7 +53,7 @@ def one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None], *, prefix: str = ".aoizora-",
+def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], object], *, prefix: str = ".aoizora-",
                  suffix: str = ".tmp") -> Path:
     """Write `path` with `write(binary file)` through a temporary file in its folder and a rename;
     the file takes the process umask as one made by `open()` does."""

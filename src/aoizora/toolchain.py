@@ -20,7 +20,6 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, ToolchainError, TopologyError
 
-
 # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) when it loads, so a second process that
 # only compiles (a planner next to a test run, a CLI call from a test) would abort. Compile-only
 # use shares no chip, so aoizora allows several loads unless the user decided otherwise. It must
@@ -37,7 +36,7 @@ def require_libtpu() -> None:
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compile_only_devices(topology_name: str) -> tuple[Any, ...]:
     """The compile-only TPU devices of a slice, in libtpu's order (cached per name)."""
     require_libtpu()
@@ -78,7 +77,7 @@ class CompilerFlags:
     items: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, text: str | None) -> "CompilerFlags":
+    def parse(cls, text: str | None) -> CompilerFlags:
         """Flags from `--name=value --other` text (a bare `--name` means `true`)."""
         values: dict[str, str] = {}
         for token in (text or "").split():
@@ -91,7 +90,7 @@ class CompilerFlags:
             values[m.group(1)] = m.group(2) if m.group(2) is not None else "true"
         return cls(tuple(sorted(values.items())))
 
-    def merged(self, other: "CompilerFlags") -> "CompilerFlags":
+    def merged(self, other: CompilerFlags) -> CompilerFlags:
         """These flags with `other`'s values taking precedence."""
         return CompilerFlags(tuple(sorted({**dict(self.items), **dict(other.items)}.items())))
 

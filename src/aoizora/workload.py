@@ -13,9 +13,9 @@ from __future__ import annotations
 import abc
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import MeshSpec
@@ -180,7 +180,7 @@ def axis_assignments(num_devices: int, axis_names: Sequence[str]) -> Iterator[di
         for s in sizes:
             prod *= s
         if prod == num_devices:
-            yield dict(zip(axis_names, sizes))
+            yield dict(zip(axis_names, sizes, strict=True))
 
 
 def mesh_of(sizes: dict[str, int]) -> MeshSpec:

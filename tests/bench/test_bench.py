@@ -10,10 +10,10 @@ from aoizora.bench import BenchOptions, Cell, logical_search, markdown, parse_ce
 from aoizora.bench.baselines import AlphaBeta
 from aoizora.cli import cli
 from aoizora.errors import BenchError
-from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage1 import run_stage1
-from aoizora.workloads import TransformerSpace
+from aoizora.stage2.compile_cache import CompileCache
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
@@ -44,7 +44,8 @@ def compile_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cell_doc(compile_cache):
-    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False, space=TransformerSpace(CFG))
+    return run_cell(CELL, BenchOptions(top_k=2, oracle=True), compile_cache, progress=False,
+                    space=TransformerSpace(CFG))
 
 
 @pytest.fixture(scope="module")
@@ -347,9 +348,9 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     the best of Stage 1's strategies alone, so a strategy pruned below that best is compiled for it."""
     from types import SimpleNamespace
 
+    from aoizora.bench.harness import search_only_choice
     from aoizora.cost import Q2Options
     from aoizora.stage2.compile_workers import CompileWorkers
-    from aoizora.bench.harness import search_only_choice
     from aoizora.stage2.search import Stage2Config, run_stage2
     from aoizora.stage2.sweep import Stage2Summary
 
@@ -366,7 +367,8 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     planned = SimpleNamespace(outcomes=outcomes, stage2=Stage2Summary(
         pruned={first.key: {"q1_seconds": first.q1.seconds, "best_q2_seconds": first.q1.seconds}}))
     with CompileWorkers(1) as workers:
-        alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache, workers)
+        alone = search_only_choice(planned, stage1, space, topo, Q2Options(), BenchOptions(top_k=1), compile_cache,
+                                   workers)
     assert (alone.key, alone.placement.name) == (expected.key, expected.placement.name)
     assert alone.q2.step_seconds == expected.q2.step_seconds
 

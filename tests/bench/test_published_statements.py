@@ -93,8 +93,10 @@ def test_held_out_v6e_2x4_480p_21_plan_placements_are_the_pairs():
     quoted = re.search(r"its (\d+) placements simulate at two speeds: (\d+) at ([\d.]+) ms, (\d+) at ([\d.]+) ms; "
                        r"placement spread ([\d.]+)", _section("Bench: the held-out grid"))
     assert quoted, "the held-out section no longer says how the v6e:2x4 480p/21 plan fares per placement"
-    (cell,) = [c for c in _cells("held-out") if c["cell"]["topology"] == "v6e:2x4" and c["cell"]["resolution"] == "480p"]
-    sims = sorted(round(p["sim_seconds"] * 1000, 1) for p in cell["pairs"] if p["strategy"] == cell["aoizora"]["strategy"])
+    (cell,) = [c for c in _cells("held-out")
+               if c["cell"]["topology"] == "v6e:2x4" and c["cell"]["resolution"] == "480p"]
+    sims = sorted(round(p["sim_seconds"] * 1000, 1) for p in cell["pairs"]
+                  if p["strategy"] == cell["aoizora"]["strategy"])
     speeds = sorted(set(sims))
     assert len(speeds) == 2
     assert int(quoted.group(1)) == len(sims)
@@ -110,7 +112,8 @@ def test_hardware_suite_commits_are_the_ones_its_data_records(which):
                         _section("Hardware reference suite"))
     assert commits, "the hardware suite no longer names its commits"
     assert recorded.startswith(commits.group(1 if which == "before" else 2))
-    row = next(line for line in (DATA / "MANIFEST.md").read_text().splitlines() if line.startswith(f"| `hardware/{which}.json`"))
+    row = next(line for line in (DATA / "MANIFEST.md").read_text().splitlines()
+               if line.startswith(f"| `hardware/{which}.json`"))
     assert recorded.startswith(re.findall(r"`([0-9a-f]{7,})`", row)[0])
 
 
@@ -139,8 +142,10 @@ def test_time_outside_the_steps_is_what_the_totals_and_steps_give():
                          r"([\d.−-]+) s and \*\*([\d.−-]+) s\*\*", text)
     assert absolute, "the end-to-end section no longer quotes the time outside the steps"
     assert [_number(g) for g in absolute.groups()] == [
-        outside("maxdiffusion/wan22-v7-8-no-flags", "2d-context", "q2"), outside("maxdiffusion/wan22-v7-8-flags", "2d-context", "q2"),
-        outside("maxdiffusion/wan22-v7-8-no-flags", "2d-context", "sim"), outside("maxdiffusion/wan22-v7-8-flags", "2d-context", "sim")]
+        outside("maxdiffusion/wan22-v7-8-no-flags", "2d-context", "q2"),
+        outside("maxdiffusion/wan22-v7-8-flags", "2d-context", "q2"),
+        outside("maxdiffusion/wan22-v7-8-no-flags", "2d-context", "sim"),
+        outside("maxdiffusion/wan22-v7-8-flags", "2d-context", "sim")]
     readme = re.search(r"The README runs leave no time outside the steps:.*?\*\*([\d.−-]+) s\*\* with Q2's step and "
                        r"\*\*([\d.−-]+) s\*\* with the simulator's, which is impossible", text)
     assert readme, "the README runs' negative time outside the steps is not reported"

@@ -67,7 +67,7 @@ def test_the_published_rows_are_what_the_committed_cells_give(directory):
     published = _table_rows(SECTIONS[directory])
     assert docs and set(published) == set(computed), (sorted(published), sorted(computed))
     for cell, cols in published.items():
-        for (key, header), shown, recomputed in zip(COLUMNS, cols, computed[cell]):
+        for (_key, header), shown, recomputed in zip(COLUMNS, cols, computed[cell], strict=True):
             assert shown == recomputed, f"{directory} {cell} {header}: published {shown}, data {recomputed}"
 
 

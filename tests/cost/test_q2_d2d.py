@@ -90,7 +90,8 @@ def test_compiled_all_to_all_over_the_cores_is_much_cheaper_than_across_chips():
     """libtpu's own all-to-all for tpu7x:2x2x1, u=2,r=4, 16 MiB per device: u on the cores vs across chips."""
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.builder import program_from_compiled
     from aoizora.placement import jax_default_placement
@@ -100,7 +101,8 @@ def test_compiled_all_to_all_over_the_cores_is_much_cheaper_than_across_chips():
     mesh = jax_default_placement(topo, mesh_spec).jax_mesh(topo)
     spec = P(("u", "r"), None)
     x = jax.ShapeDtypeStruct((8 * 2048, 4096), jnp.bfloat16, sharding=NamedSharding(mesh, spec))
-    step = jax.shard_map(lambda t: jax.lax.all_to_all(t, "u", 0, 0, tiled=True), mesh=mesh, in_specs=spec, out_specs=spec)
+    step = jax.shard_map(lambda t: jax.lax.all_to_all(t, "u", 0, 0, tiled=True), mesh=mesh, in_specs=spec,
+                         out_specs=spec)
     prog = program_from_compiled(jax.jit(step).lower(x).compile())
     (coll,) = prog.collectives
     assert coll.kind == CollectiveKind.ALL_TO_ALL and coll.operand_bytes == 16 * MB

@@ -15,7 +15,7 @@ from aoizora.errors import ExportError
 from aoizora.export import export_plan, read_command, write_maxdiffusion_export
 from aoizora.export.maxdiffusion import ATTENTION_NAMES, MODEL_CONFIGS, VARIANTS, facts
 from aoizora.export.maxdiffusion_command import _typed
-from aoizora.export.run_with_plan import generate_wan_argv, plan_device_array, planned_create_device_mesh, LaunchError
+from aoizora.export.run_with_plan import LaunchError, generate_wan_argv, plan_device_array, planned_create_device_mesh
 from aoizora.models.registry import model_config, video_shape
 from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
 from aoizora.models.wan.space import strategy_key
@@ -95,7 +95,8 @@ def test_facts_name_their_source_commit_and_configs():
     assert set(MODEL_CONFIGS.values()) <= set(f["configs"])
     assert set(ATTENTION_NAMES.values()) | set(VARIANTS) <= set(f["attentions"]["registered"])
     # the names aoizora reads back as tokamax's kernels are those MaxDiffusion runs on tokamax
-    assert {n for n, (_, p) in VARIANTS.items() if p == "tokamax-splash"} <= set(f["flash_block_sizes"]["tokamax_attentions"])
+    tokamax = {n for n, (_, p) in VARIANTS.items() if p == "tokamax-splash"}
+    assert tokamax <= set(f["flash_block_sizes"]["tokamax_attentions"])
     assert f["context_split"]["outer_first"] == ["ring", "ulysses"]
     # the launcher's replacement takes effect only where MaxDiffusion looks the function up at call time
     assert f["mesh_call_sites"] and all(site["looked_up_at_call"] for site in f["mesh_call_sites"])

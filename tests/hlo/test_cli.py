@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 
 from aoizora.cli import cli
-
 from tests.hlo import programs
 
 

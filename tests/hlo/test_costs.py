@@ -3,21 +3,24 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.hlo import analyze
 from aoizora.hlo.builder import build_program
 from aoizora.placement import MeshSpec, jax_default_placement
 from aoizora.topology import get_topology
 
-PADDED_CONV = """HloModule m, entry_computation_layout={(bf16[2,64,32]{2,1,0}, bf16[32,16,8]{2,1,0})->bf16[2,64,16,8]{3,2,1,0}}
+PADDED_CONV = """HloModule m, \
+entry_computation_layout={(bf16[2,64,32]{2,1,0}, bf16[32,16,8]{2,1,0})->bf16[2,64,16,8]{3,2,1,0}}
 
 ENTRY %main (p0: bf16[2,64,32], p1: bf16[32,16,8]) -> bf16[2,64,16,8] {
   %p0 = bf16[2,64,32]{2,1,0} parameter(0)
   %p1 = bf16[32,16,8]{2,1,0} parameter(1)
   %b0 = bf16[2,64,32,1]{3,2,1,0} bitcast(%p0)
   %b1 = bf16[32,16,8,1]{3,2,1,0} bitcast(%p1)
-  ROOT %conv = bf16[2,64,16,8]{3,2,1,0} convolution(%b0, %b1), window={size=1x16 pad=0_0x15_15 rhs_reversal=0x1}, dim_labels=0bf1_i1o0->0b1f
+  ROOT %conv = bf16[2,64,16,8]{3,2,1,0} convolution(%b0, %b1), window={size=1x16 pad=0_0x15_15 rhs_reversal=0x1}, \
+dim_labels=0bf1_i1o0->0b1f
 }
 """
 

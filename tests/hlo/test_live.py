@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hlo import programs  # noqa: E402
-
 from aoizora.hlo import (  # noqa: E402
     CollectiveKind,
     CollectiveMode,
@@ -18,6 +16,7 @@ from aoizora.hlo import (  # noqa: E402
     analyze,
     summarize,
 )
+from tests.hlo import programs  # noqa: E402
 
 Y_GROUPS = ((0, 1, 2, 3), (4, 5, 6, 7))
 

@@ -272,9 +272,10 @@ ENTRY %main (x: f32[4]) -> f32[4] {{
     ],
 )
 def test_induction_trip_counts(init, limit, step, incop, direction, fused, expected):
+    flipped = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE"}[direction]
     cond_root = (
         "fusion(%cc, %climit), kind=kLoop, calls=%fused_cmp" if fused
-        else f"compare(%climit, %cc), direction={ {'LT': 'GT', 'GT': 'LT', 'LE': 'GE', 'GE': 'LE', 'NE': 'NE'}[direction] }"
+        else f"compare(%climit, %cc), direction={flipped}"
     )
     text = _LOOP_TEMPLATE.format(init=init, limit=limit, step=step, incop=incop,
                                  fdir=direction, cond_root=cond_root)
@@ -333,13 +334,15 @@ def test_bare_async_collective_custom_calls():
 
 %ag_body (p: bf16[64,128]) -> bf16[256,128] {
   %p = bf16[64,128] parameter(0)
-  ROOT %ag = bf16[256,128] all-gather(%p), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true
+  ROOT %ag = bf16[256,128] all-gather(%p), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, \
+use_global_device_ids=true
 }
 
 ENTRY %e (x: bf16[64,128], w: bf16[128,128]) -> (bf16[256,128], bf16[64,128]) {
   %x = bf16[64,128] parameter(0)
   %w = bf16[128,128] parameter(1)
-  %start = (bf16[64,128], bf16[256,128], u32[]) custom-call(%x), custom_call_target="AsyncCollectiveStart", called_computations={%ag_body}
+  %start = (bf16[64,128], bf16[256,128], u32[]) custom-call(%x), custom_call_target="AsyncCollectiveStart", \
+called_computations={%ag_body}
   %mm = bf16[64,128] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   %done = bf16[256,128] custom-call(%start), custom_call_target="AsyncCollectiveDone"
   ROOT %t = (bf16[256,128], bf16[64,128]) tuple(%done, %mm)

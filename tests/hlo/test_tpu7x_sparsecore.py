@@ -2,7 +2,8 @@
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.parser import parse_hlo
@@ -39,7 +40,9 @@ def test_sparsecore_call_of_an_all_reduce_is_an_async_collective():
 def test_int64_max_cycle_estimate_means_no_estimate():
     from aoizora.hlo.costs import estimated_cycles
 
-    sentinel = {"window_config": {"estimated_cycles": "9223372036854775807", "cost_model_type": "COST_MODEL_TYPE_INVALID"}}
+    sentinel = {"window_config": {"estimated_cycles": "9223372036854775807",
+                                  "cost_model_type": "COST_MODEL_TYPE_INVALID"}}
     assert estimated_cycles(sentinel) is None  # libtpu 0.0.42.1 prints this for some TPU7x copies
-    assert estimated_cycles({"window_config": {"estimated_cycles": "7388", "cost_model_type": "COST_MODEL_TYPE_INVALID"}}) == 7388
+    assert estimated_cycles({"window_config": {"estimated_cycles": "7388",
+                                               "cost_model_type": "COST_MODEL_TYPE_INVALID"}}) == 7388
     assert estimated_cycles({"estimated_cycles": "12"}) == 12

@@ -86,7 +86,7 @@ def test_dedup_never_merges_different_geometry(topo_name, mesh):
     coords = np.stack([p.coords(topo).reshape(topo.num_devices, -1) for p in raw])
     keys = canonical_keys(coords, topo)
     classes: dict[bytes, list] = {}
-    for key, p in zip(keys, raw):
+    for key, p in zip(keys, raw, strict=True):
         classes.setdefault(key, []).append(p)
     for members in classes.values():
         first = axis_signature(topo, members[0])
@@ -142,10 +142,10 @@ def test_orders_are_unit_step_walks():
         for perm in (snake(sizes), cycle(sizes)):
             assert sorted(perm) == list(range(int(np.prod(sizes))))
             pts = [np.unravel_index(i, sizes) for i in perm]
-            steps = [sum(abs(a - b) for a, b in zip(p, q)) for p, q in itertools.pairwise(pts)]
+            steps = [sum(abs(a - b) for a, b in zip(p, q, strict=True)) for p, q in itertools.pairwise(pts)]
             assert steps == [1] * (len(pts) - 1)
         pts = [np.unravel_index(i, sizes) for i in cycle(sizes)]
-        assert sum(abs(a - b) for a, b in zip(pts[-1], pts[0])) == 1  # closes
+        assert sum(abs(a - b) for a, b in zip(pts[-1], pts[0], strict=True)) == 1  # closes
         assert cycle(sizes)[0] == 0
     assert cycle((3, 3)) is None
     assert folded(4) == (0, 2, 3, 1) and folded(6) == (0, 2, 4, 5, 3, 1)

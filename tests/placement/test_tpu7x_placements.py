@@ -34,7 +34,8 @@ def test_jax_default_on_tpu7x_is_mesh_utils_with_the_core_axis():
     expected = mesh_utils.create_device_mesh((2, 4), devices=list(topo.devices))
     assert default.device_ids.tolist() == [[int(d.id) for d in row] for row in expected]
     # JAX puts the two cores of a chip next to each other on the minor (most communicating) axis
-    assert _axis_on_cores(topo, type(default)("r-pairs", "", MeshSpec.parse("a=4,b=2"), default.device_ids.reshape(4, 2)), 1)
+    pairs = type(default)("r-pairs", "", MeshSpec.parse("a=4,b=2"), default.device_ids.reshape(4, 2))
+    assert _axis_on_cores(topo, pairs, 1)
 
 
 def test_core_swap_is_a_symmetry_only_while_both_cores_reach_the_ici_links():

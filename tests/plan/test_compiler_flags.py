@@ -10,8 +10,8 @@ from aoizora.cli import cli
 from aoizora.errors import CompilerFlagError
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.plan import FunctionStrategy, plan_function
-from aoizora.stage2.compile_cache import CompileCache
 from aoizora.plan.function_space import FunctionSpace
+from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.toolchain import CompilerFlags, check_compiler_flags
 from aoizora.topology import get_topology
@@ -31,7 +31,8 @@ def test_flags_parse_as_libtpu_init_args_writes_them():
     assert flags.compiler_options() == {"a": "true", "b": "true"}  # bare flag is true; the last value wins
     assert str(flags) == "--a=true --b=true"
     assert CompilerFlags.parse(str(flags)) == flags
-    assert flags.merged(CompilerFlags.parse("--a=false --c=1")).compiler_options() == {"a": "false", "b": "true", "c": "1"}
+    assert (flags.merged(CompilerFlags.parse("--a=false --c=1")).compiler_options()
+            == {"a": "false", "b": "true", "c": "1"})
     assert not CompilerFlags.parse(None) and not CompilerFlags.parse("")
     for bad in ("xla_flag=true", "--=x", "-x=1", "--9lives"):
         with pytest.raises(CompilerFlagError, match="LIBTPU_INIT_ARGS"):
@@ -96,12 +97,14 @@ def test_environment_flags_are_recorded_with_the_given_ones(tmp_path, monkeypatc
     topo = get_topology("v5e:2x4")
     result = plan_function(_reduce, ARGS, [REDUCING], topo, top_k=1, verify_top=0, progress=False,
                            libtpu_args=ASYNC_ALL_REDUCE)
-    assert result.plan.compiler_options() == {"xla_enable_async_all_gather": "true", "xla_enable_async_all_reduce": "true"}
+    assert result.plan.compiler_options() == {"xla_enable_async_all_gather": "true",
+                                              "xla_enable_async_all_reduce": "true"}
 
 
 def test_plan_refuses_bad_flags_in_one_line_before_stage1(tmp_path):
-    res = CliRunner().invoke(cli, ["plan", "--model", "wan2.1-t2v-1.3b", "--topology", "v5e:2x2", "--resolution", "480p",
-                                   "--frames", "5", "--libtpu-args", "--xla_tpu_no_such_flag=true",
+    res = CliRunner().invoke(cli, ["plan", "--model", "wan2.1-t2v-1.3b", "--topology", "v5e:2x2",
+                                   "--resolution", "480p", "--frames", "5",
+                                   "--libtpu-args", "--xla_tpu_no_such_flag=true",
                                    "--out", str(tmp_path / "plan.json")])
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()

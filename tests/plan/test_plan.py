@@ -114,7 +114,8 @@ def test_not_json_is_refused(tmp_path):
 
 
 def _fake(coords, kind="TPU v5 lite", core=0):
-    return SimpleNamespace(coords=list(coords) + [0], core_on_chip=core, device_kind=kind, id=hash(tuple(coords)) % 1000)
+    return SimpleNamespace(coords=list(coords) + [0], core_on_chip=core, device_kind=kind,
+                           id=hash(tuple(coords)) % 1000)
 
 
 @pytest.mark.slow
@@ -155,7 +156,8 @@ def test_one_compile_serves_structured_placements():
     signatures = set()
     for p in enumerate_placements(topo, spec).placements[:4]:
         prog = program_from_compiled(lower(cfg, p.jax_mesh(topo), rules).compile())
-        signatures.add(tuple((c.kind, c.groups, json.dumps(c.algorithm.to_json() if c.algorithm else None)) for c in prog.collectives))
+        signatures.add(tuple((c.kind, c.groups, json.dumps(c.algorithm.to_json() if c.algorithm else None))
+                             for c in prog.collectives))
     assert len(signatures) == 1
 
 

@@ -14,7 +14,8 @@ PLANS = sorted((ROOT / "docs" / "data" / "plans").rglob("*.json"))
 
 def test_the_committed_document_is_rendered_from_the_schema():
     committed = (ROOT / "docs" / "plan-format.md").read_text()
-    assert committed == render(), "docs/plan-format.md is stale: PYTHONPATH=src python -m aoizora.plan.format_doc > docs/plan-format.md"
+    assert committed == render(), (
+        "docs/plan-format.md is stale: PYTHONPATH=src python -m aoizora.plan.format_doc > docs/plan-format.md")
 
 
 def test_every_field_is_described():

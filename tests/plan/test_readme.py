@@ -34,7 +34,7 @@ def test_plan_function_example_from_readme(tmp_path, monkeypatch):
 
     # The mesh the example builds puts each device where the plan says.
     assert mesh.axis_names == plan.axis_names and mesh.devices.shape == plan.axis_sizes
-    for idx, device in zip(np.ndindex(*plan.axis_sizes), mesh.devices.flat):
+    for idx, device in zip(np.ndindex(*plan.axis_sizes), mesh.devices.flat, strict=True):
         assert list(device.coords[:2]) == list(plan.device_coords[idx])
 
 
@@ -45,7 +45,8 @@ README_LINE_BUDGET = 250  # issue 49: a TPU engineer reads the README in five mi
 def test_readme_fits_its_line_budget():
     lines = README.read_text().splitlines()
     assert len(lines) <= README_LINE_BUDGET, (
-        f"README.md has {len(lines)} lines, over its budget of {README_LINE_BUDGET}: move reference material into docs/")
+        f"README.md has {len(lines)} lines, over its budget of {README_LINE_BUDGET}: "
+        "move reference material into docs/")
 
 
 def test_readme_reads_what_run_output_trust_results_links_in_that_order():
@@ -53,4 +54,4 @@ def test_readme_reads_what_run_output_trust_results_links_in_that_order():
     marks = ["placement", "make demo", "## What comes out", "## How far to trust the numbers",
              "## Headline results", "## Read more"]
     positions = [text.find(m) for m in marks]
-    assert -1 not in positions and positions == sorted(positions), dict(zip(marks, positions))
+    assert -1 not in positions and positions == sorted(positions), dict(zip(marks, positions, strict=True))

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from aoizora.models.registry import pipeline_config
-from aoizora.models.wan.strategy import Strategy
 from aoizora.models.wan.pipeline_space import expert_bytes_per_device
+from aoizora.models.wan.strategy import Strategy
 
 
 def _cli(*args, timeout=900):
@@ -36,5 +36,6 @@ def test_stage1_only_json_counts_both_experts():
         assert s["memory"]["argument_bytes"] >= 2 * expert_bytes_per_device(cfg, st)
         assert s["strategy"]["expert_bytes_per_device"] == expert_bytes_per_device(cfg, st)
     # two 14B experts cannot both sit replicated on a 16 GiB chip: those strategies are over HBM
-    replicated = [s for s in data["strategies"] if s["strategy"]["weights"] == "replicated" and s["verdict"] != "illegal"]
+    replicated = [s for s in data["strategies"]
+                  if s["strategy"]["weights"] == "replicated" and s["verdict"] != "illegal"]
     assert replicated and all(s["verdict"] == "out-of-memory" for s in replicated)

@@ -13,11 +13,13 @@ from aoizora.report.heatmap import link_heatmaps
 from aoizora.report.html import mesh_summary, stage1_summary, write_report
 from aoizora.topology import get_topology
 
-PLAN = Path(__file__).resolve().parents[2] / "docs" / "data" / "plans" / "tile-search" / "v5e-2x4_wan2.1-t2v-14b_720p_81f_top3.json"
+PLAN = (Path(__file__).resolve().parents[2] / "docs" / "data" / "plans" / "tile-search"
+        / "v5e-2x4_wan2.1-t2v-14b_720p_81f_top3.json")
 
 
 def test_mesh_is_named_as_the_strategy_names_it():
-    assert mesh_summary(["data", "fsdp", "context", "tensor"], [1, 2, 4, 1]) == "fsdp=2,context=4 (axes of size 1: data, tensor)"
+    assert (mesh_summary(["data", "fsdp", "context", "tensor"], [1, 2, 4, 1])
+            == "fsdp=2,context=4 (axes of size 1: data, tensor)")
     assert mesh_summary(["data"], [1]) == "one device (axes of size 1: data)"
 
 

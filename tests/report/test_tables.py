@@ -18,9 +18,11 @@ def test_numbers_stay_whole_beside_a_long_expert_key():
     doc = plan_doc()
     doc["alternatives"] = [
         {"strategy": doc["strategy"]["key"], "placement": "jax-default", "step_seconds": 10.13763,
-         "exposed_comm_seconds": 0.20581, "jax_default_step_seconds": 10.62854, "memory_bytes_per_device": 7.87 * 2**30},
+         "exposed_comm_seconds": 0.20581, "jax_default_step_seconds": 10.62854,
+         "memory_bytes_per_device": 7.87 * 2**30},
         {"strategy": LONG_KEY, "placement": "data=y0 context=x.y1~snake", "step_seconds": 10.16271,
-         "exposed_comm_seconds": 0.17789, "jax_default_step_seconds": 10.65624, "memory_bytes_per_device": 11.11 * 2**30},
+         "exposed_comm_seconds": 0.17789, "jax_default_step_seconds": 10.65624,
+         "memory_bytes_per_device": 11.11 * 2**30},
     ]
     out = io.StringIO()
     print_plan(Plan(doc), console=Console(file=out, width=150))

@@ -1,14 +1,14 @@
 """Algorithm-config mapping, ring orders and the transfer DAGs of the simulator."""
 
 import pytest
+from simhelpers import device_at, identity_placement, placement_from_chips
 
 from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import CollectiveKind
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.sim import best_ring_order, ring_direction, simulate
 from aoizora.sim.algorithms import build_plan, nd_layout, ring_link_loads
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
-from simhelpers import device_at, identity_placement, placement_from_chips
 
 S = 2**24
 
@@ -63,11 +63,11 @@ def test_ring_transfers_follow_the_listed_order_and_carry_the_ring_bytes():
     coll = b.build().collectives[c]
     plan = build_plan(coll, l2p, topo, ring_order=RingOrder.LISTED, chunks=2, direction=None,
                       default_direction=RingDirection.BIDIRECTIONAL)
-    pairs = {(s, d) for s, d in zip(plan.src, plan.dst)}
+    pairs = {(s, d) for s, d in zip(plan.src, plan.dst, strict=True)}
     assert pairs == {(l2p[g[i]], l2p[g[(i + 1) % 4]]) for g in ([0, 1, 2, 3], [4, 5, 6, 7]) for i in range(4)}
     # reduce-scatter: N-1 steps of S/N from every device
     for dev in plan.members:
-        sent = sum(nb for s, nb in zip(plan.src, plan.nbytes) if s == dev)
+        sent = sum(nb for s, nb in zip(plan.src, plan.nbytes, strict=True) if s == dev)
         assert sent == pytest.approx(3 * S / 4)
     # chunk c of step s waits for chunk c of step s-1 into its sender
     for t, pre in enumerate(plan.prereqs):
@@ -143,7 +143,7 @@ def test_all_to_all_and_permute_plans():
     assert len(plan.src) == 2 * 4 * 3 and all(nb == S / 4 for nb in plan.nbytes)
     assert not any(plan.prereqs)
     plan = build_plan(prog.collectives[p], l2p, topo, **kw)
-    assert list(zip(plan.src, plan.dst)) == [(l2p[0], l2p[5]), (l2p[5], l2p[0]), (l2p[2], l2p[3])]
+    assert list(zip(plan.src, plan.dst, strict=True)) == [(l2p[0], l2p[5]), (l2p[5], l2p[0]), (l2p[2], l2p[3])]
     assert set(plan.members) == {l2p[i] for i in (0, 5, 2, 3)}
     assert prog.collectives[a].kind is CollectiveKind.ALL_TO_ALL
 

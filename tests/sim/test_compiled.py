@@ -50,7 +50,7 @@ def test_compiled_scan_on_every_placement(scanned):
         full = simulate(scanned, topo, place, extrapolate_loops=False)
         assert res.step_seconds == pytest.approx(full.step_seconds, rel=1e-9)
         np.testing.assert_allclose(res.link_bytes, full.link_bytes, rtol=1e-9)
-        for c, timing in zip(scanned.collectives, res.collectives):
+        for c, timing in zip(scanned.collectives, res.collectives, strict=True):
             assert timing.runs == c.multiplicity
         assert res.step_seconds >= res.compute_seconds > 0
         steps[place.name] = res.step_seconds

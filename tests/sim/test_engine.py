@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from simhelpers import identity_placement
 
 from aoizora.errors import AoizoraError, SimulationError
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import max_min_rates, simulate
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
 from aoizora.topology import get_topology
-from simhelpers import identity_placement
 
 S = 2**24
 
@@ -120,7 +120,7 @@ def test_loop_extrapolation_equals_walking_every_iteration(topo, placement_name,
     assert fast.step_seconds == pytest.approx(full.step_seconds, rel=1e-9)
     assert fast.compute_seconds == pytest.approx(full.compute_seconds, rel=1e-9)
     np.testing.assert_allclose(fast.link_bytes, full.link_bytes, rtol=1e-9)
-    for a, b in zip(fast.collectives, full.collectives):
+    for a, b in zip(fast.collectives, full.collectives, strict=True):
         assert a.runs == b.runs == 40
         assert a.total_seconds == pytest.approx(b.total_seconds, rel=1e-9)
         assert a.wait_seconds == pytest.approx(b.wait_seconds, rel=1e-9, abs=1e-15)

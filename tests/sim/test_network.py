@@ -17,15 +17,15 @@ def test_progressive_filling_is_feasible_and_max_min_fair(seed):
         routes.append(tuple(int(l) for l in rng.choice(n_links, size=k, replace=False)))
     rates = max_min_rates(routes, cap)
     load = np.zeros(n_links)
-    for r, x in zip(routes, rates):
+    for r, x in zip(routes, rates, strict=True):
         for l in r:
             load[l] += x
     assert np.all(load <= cap * (1 + 1e-9))  # feasible
     assert np.all(rates > 0)
     # max-min characterisation: every flow crosses a saturated link on which no flow is faster
-    for r, x in zip(routes, rates):
+    for r, x in zip(routes, rates, strict=True):
         assert any(load[l] >= cap[l] * (1 - 1e-9) and
-                   all(y <= x * (1 + 1e-9) for r2, y in zip(routes, rates) if l in r2)
+                   all(y <= x * (1 + 1e-9) for r2, y in zip(routes, rates, strict=True) if l in r2)
                    for l in r)
 
 

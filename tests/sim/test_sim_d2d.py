@@ -48,5 +48,6 @@ def test_best_ring_order_counts_a_d2d_hop_at_its_speed():
     """Four devices on chips (0,0,0) and (1,0,0), bidirectional: the best ring crosses ICI only twice."""
     topo = get_topology("tpu7x:2x2x1")
     order = best_ring_order(topo, (0, 2, 1, 3), True)
-    crossings = sum(topo.positions[a].chip != topo.positions[b].chip for a, b in zip(order, order[1:] + order[:1]))
+    crossings = sum(topo.positions[a].chip != topo.positions[b].chip
+                    for a, b in zip(order, order[1:] + order[:1], strict=True))
     assert crossings == 2

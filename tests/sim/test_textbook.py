@@ -6,11 +6,11 @@ this is < 0.5%); each assertion states its band.
 """
 
 import pytest
-
-from aoizora.sim import simulate
-from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
-from aoizora.topology import get_topology
 from simhelpers import device_at, identity_placement, placement_from_chips
+
+from aoizora.hlo.synthetic import PINCER, UNI_RING, ProgramBuilder, algorithm
+from aoizora.sim import simulate
+from aoizora.topology import get_topology
 
 S = 2**26  # 64 MiB per device: latency (~1 us per hop) is noise next to ~ms transfers
 

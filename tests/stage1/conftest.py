@@ -5,8 +5,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from aoizora.topology import get_topology  # noqa: E402
 from small_transformer import SMALL  # noqa: E402,F401  (re-exported for fixtures)
+
+from aoizora.topology import get_topology  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +30,8 @@ def transformer_cases(topo_2x4):
     from micro import Case
 
     from aoizora.stage1 import predict, read_module
-    from aoizora.workloads import TransformerSpace
     from aoizora.workload import lowering_inputs_on
+    from aoizora.workloads import TransformerSpace
 
     space = TransformerSpace(SMALL)
     wanted = {

@@ -9,13 +9,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.hlo.builder import program_from_compiled
 from aoizora.hlo.program import Program
 from aoizora.stage1.dag import Prediction
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule, group_axes, read_module
+from aoizora.stage1.predict import predict
 
 
 @dataclass
@@ -105,6 +106,7 @@ def splash_case(topology, heads: int = 8, seq: int = 1024, head_dim: int = 128) 
     mask = sm.MultiHeadMask([sm.FullMask((seq, seq)) for _ in range(local_heads)])
     kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
     spec = P("y", None, None)
-    body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+    body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
+                         check_vma=False)
     x = sds(mesh, (heads, seq, head_dim), P(None, "y", None))
     return case("kernel-boundary", body, x, x, x, out_shardings=NamedSharding(mesh, spec))

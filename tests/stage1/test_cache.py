@@ -49,8 +49,9 @@ def test_a_second_run_reads_every_analysis_back(topo_2x4, tmp_path, monkeypatch)
 
 
 def test_another_slice_or_setting_is_not_answered_from_the_cache(topo_2x4, tmp_path, monkeypatch):
-    from aoizora.topology import get_topology
     from small_transformer import SMALL
+
+    from aoizora.topology import get_topology
 
     space = TransformerSpace(SMALL)
     cache = Stage1Cache(tmp_path)

@@ -2,7 +2,8 @@
 
 import pytest
 
-EXACT = ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "add-slice", "kernel-boundary"]
+EXACT = ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "add-slice",
+         "kernel-boundary"]
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -78,7 +79,8 @@ def test_a_constraint_after_a_pad_shards_the_producer(topo_2x4):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.stage1 import predict, read_module
 
@@ -102,8 +104,8 @@ def test_a_pad_to_a_multiple_of_the_shards_is_partitioned_in_place(topo_2x4):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
     from micro import case
 
     mesh = Mesh(np.array(topo_2x4.devices).reshape(8), ("a",))
@@ -128,7 +130,8 @@ def test_a_constraint_reaches_back_through_reshape_slices_and_concatenate():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.stage1 import predict, read_module
     from aoizora.topology import get_topology

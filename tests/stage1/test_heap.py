@@ -6,8 +6,8 @@ from aoizora.errors import BufferDumpError
 from aoizora.hlo.buffer_dump import read_buffer_assignment
 from aoizora.models.registry import wan_space
 from aoizora.stage1.heap import Timeline
-from aoizora.workload import lowering_inputs_on
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
 
 
 def _timeline(buffers):

@@ -22,10 +22,10 @@ def test_scan_trip_count_calls_and_shardings(topo_2x4):
     assert all(callee in mod.funcs for callee in callees)
     entry = mod.entry
     # activations [batch, seq, dim] sharded over data on the batch dimension
-    x = next(s for s, t in zip(entry.arg_shardings, entry.arg_types) if t.shape == (2, 64, 128))
+    x = next(s for s, t in zip(entry.arg_shardings, entry.arg_types, strict=True) if t.shape == (2, 64, 128))
     assert x.dims == (("data",), (), ())
     # w1 [layers, dim, mlp] sharded over tensor on mlp
-    w1 = next(s for s, t in zip(entry.arg_shardings, entry.arg_types) if t.shape == (5, 128, 256))
+    w1 = next(s for s, t in zip(entry.arg_shardings, entry.arg_types, strict=True) if t.shape == (5, 128, 256))
     assert w1.dims == ((), (), ("tensor",))
     cons = mod.sharding_constraints()
     assert Sharding("mesh", (("data",), (), ("tensor",), ())) in cons  # q/k/v heads constraint
@@ -34,7 +34,6 @@ def test_scan_trip_count_calls_and_shardings(topo_2x4):
 
 def test_shard_map_body_and_collectives(topo_2x4):
     import jax
-
     from micro import mesh_2x4, sds
 
     mesh = mesh_2x4(topo_2x4, ("data", "tensor"), (2, 4))

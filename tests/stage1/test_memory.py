@@ -1,14 +1,13 @@
 """The memory estimate against `compiled.memory_analysis()`."""
 
+import probes  # tests/stage1, on the path by conftest
 import pytest
 
 from aoizora.stage1 import estimate_memory, predict, read_module
-from aoizora.workloads import TransformerSpace
-from aoizora.workload import lowering_inputs_on
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
-
-import probes  # tests/stage1, on the path by conftest
 
 
 def test_arguments_and_outputs_exact(micro, transformer_cases):
@@ -27,7 +26,8 @@ LONG = TransformerConfig(layers=2, dim=4096, heads=64, head_dim=64, mlp=8192, se
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense", "fsdp=2,context=4 | weights=fsdp | attn=dense"])
+@pytest.mark.parametrize("key", ["context=8 | weights=replicated | attn=dense",
+                                 "fsdp=2,context=4 | weights=fsdp | attn=dense"])
 def test_total_within_15_percent(topo_2x4, key):
     space = TransformerSpace(LONG)
     cand = next(c for c in space.candidates(8) if c.key == key)
@@ -82,7 +82,8 @@ def test_an_all_gather_of_an_activation_holds_a_second_buffer():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices()[:4]), ("c",))
     n = 1024
@@ -133,7 +134,8 @@ def test_loop_state_owns_a_buffer_and_the_all_reduce_is_in_place():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(get_topology("v5e:2x2").devices).reshape(4), ("t",))
     s, d, f, layers = 65536, 2048, 4096, 4
@@ -173,7 +175,8 @@ def test_an_all_to_all_takes_a_scratch_buffer_of_its_payload_outside_the_assignm
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.buffer_dump import read_buffer_assignment
 
@@ -215,7 +218,8 @@ def test_keys_padded_for_the_splash_kernel_are_written_out_and_free_the_gathered
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.models.wan.attention import splash_attention
@@ -309,7 +313,8 @@ def test_a_reshape_across_lanes_is_a_relayout_copy():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.stage1 import fusion
 
@@ -346,7 +351,8 @@ def test_gathered_weights_are_fetched_a_few_ops_ahead(monkeypatch):
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.stage1 import hbm
 

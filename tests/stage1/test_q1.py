@@ -61,7 +61,8 @@ def _check(case, topology, hook=None):
     return bound, worst_gap
 
 
-@pytest.mark.parametrize("name", ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather", "shard_map-boundary"])
+@pytest.mark.parametrize("name", ["contract-allreduce", "contract-reducescatter", "move-alltoall", "drop-allgather",
+                                  "shard_map-boundary"])
 def test_q1_below_q2_micro(micro, topo_2x4, name):
     bound, _ = _check(micro[name], topo_2x4)
     assert bound.comm_seconds > 0
@@ -100,7 +101,8 @@ def test_parameter_gathers_are_prefetchable(transformer_cases, topo_2x4):
     gathers = [c for c in pred.comms if c.kind == "all-gather" and c.axes == ("fsdp",)]
     assert gathers and all(c.prefetchable for c in gathers)
     assert res.prefetch_seconds > 0
-    assert res.seconds == pytest.approx(max(res.compute_seconds, res.prefetch_seconds) + res.comm_seconds - res.prefetch_seconds)
+    assert res.seconds == pytest.approx(max(res.compute_seconds, res.prefetch_seconds) + res.comm_seconds
+                                        - res.prefetch_seconds)
 
 
 def _gather_beside_matmul(topology, collective: str, dependent: bool):
@@ -108,7 +110,6 @@ def _gather_beside_matmul(topology, collective: str, dependent: bool):
     other or (dependent) the matmul consuming the collective's result."""
     import jax
     from jax.sharding import PartitionSpec as P
-
     from micro import case, mesh_2x4, sds
 
     mesh = mesh_2x4(topology)
@@ -152,7 +153,6 @@ def _ring_permute(topology):
     """shard_map: every device sends its 8 MiB block to the next one along "y" (a ring of 4)."""
     import jax
     from jax.sharding import PartitionSpec as P
-
     from micro import case, mesh_2x4, sds
 
     mesh = mesh_2x4(topology)

@@ -5,15 +5,16 @@ import json
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from rich.console import Console
 
 from aoizora.hlo.program import OpaqueCost
 from aoizora.placement import MeshSpec
 from aoizora.stage1 import run_stage1
+from aoizora.stage1.search import ILLEGAL, KEPT, OUT_OF_MEMORY
 from aoizora.workload import Candidate, LoweringInputs, StrategySpace, axis_assignments
 from aoizora.workloads import TransformerSpace
-from aoizora.stage1.search import ILLEGAL, KEPT, OUT_OF_MEMORY
 
 
 def test_axis_assignments():
@@ -46,7 +47,7 @@ def test_run_stage1_counts_ranks_and_topk(topo_2x4):
     assert c["lowering_failed"] == 0 and c["ranked"] > 3 and c["kept"] == 3
     ranked = res.ranked
     assert [e.rank for e in ranked] == list(range(1, len(ranked) + 1))
-    assert all(a.q1.seconds <= b.q1.seconds for a, b in zip(ranked, ranked[1:]))
+    assert all(a.q1.seconds <= b.q1.seconds for a, b in zip(ranked, ranked[1:], strict=False))
     assert [e.verdict for e in ranked[:3]] == [KEPT] * 3
     assert all(e.reasons for e in res.entries if e.verdict == ILLEGAL)
     out = buf.getvalue()
@@ -75,7 +76,8 @@ def test_argument_bytes_before_lowering_match_the_lowered_program(topo_2x4, tran
     space = TransformerSpace(SMALL)
     for c in space.candidates(8):
         if c.key in transformer_cases:
-            assert argument_bytes(lowering_inputs_on(space, c.strategy, topo_2x4)) == transformer_cases[c.key].prediction.argument_bytes
+            assert (argument_bytes(lowering_inputs_on(space, c.strategy, topo_2x4))
+                    == transformer_cases[c.key].prediction.argument_bytes)
 
 
 class SplashSpace(StrategySpace):
@@ -90,10 +92,12 @@ class SplashSpace(StrategySpace):
         out = []
         for sizes in axis_assignments(num_devices, ("x", "y")):
             for layout in ("heads", "seq"):
-                reasons = () if self.HEADS % sizes["y"] == 0 else (f"heads {self.HEADS} not divisible by y = {sizes['y']}",)
+                reasons = (() if self.HEADS % sizes["y"] == 0
+                           else (f"heads {self.HEADS} not divisible by y = {sizes['y']}",))
                 if sizes["x"] != 2:
                     reasons += ("x must be 2",)
-                out.append(Candidate(f"x={sizes['x']},y={sizes['y']} {layout}", (sizes["x"], sizes["y"], layout), reasons))
+                out.append(Candidate(f"x={sizes['x']},y={sizes['y']} {layout}", (sizes["x"], sizes["y"], layout),
+                                     reasons))
         return out
 
     def mesh_spec(self, strategy):
@@ -108,7 +112,8 @@ class SplashSpace(StrategySpace):
         mask = sm.MultiHeadMask([sm.FullMask((self.SEQ, self.SEQ)) for _ in range(local)])
         kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
         spec = P("y", None, None)
-        body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec,) * 3, out_specs=spec, check_vma=False)
+        body = jax.shard_map(lambda q, k, v: kernel(q, k, v), mesh=mesh, in_specs=(spec,) * 3, out_specs=spec,
+                             check_vma=False)
         arrive = P("y", None, None) if layout == "heads" else P(None, "y", None)
         x = jax.ShapeDtypeStruct((self.HEADS, self.SEQ, self.DIM), jnp.bfloat16, sharding=NamedSharding(mesh, arrive))
         return LoweringInputs(body, (x, x, x), jit_kwargs={"out_shardings": NamedSharding(mesh, spec)})
@@ -126,7 +131,8 @@ def test_generic_space_with_opaque_kernel(topo_2x4):
     # the kernel's supplied time is in Q1's compute; arriving heads-sharded needs no all-to-all
     assert best.key == "x=2,y=4 heads" and best.q1.comm_seconds == 0
     assert best.q1.compute_seconds >= 1e-3
-    assert [(n.kind, n.reason.split(":")[0]) for n in second.prediction.comms] == [("all-to-all", "kernel boundary (shard_map)")] * 3
+    assert ([(n.kind, n.reason.split(":")[0]) for n in second.prediction.comms]
+            == [("all-to-all", "kernel boundary (shard_map)")] * 3)
 
 
 class BrokenSpace(SplashSpace):
@@ -164,8 +170,8 @@ def test_strategies_sharing_lowering_work_are_grouped():
     """Wan strategies with the same context and tensor sizes build the same splash kernels
     (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
     from aoizora.models.wan.config import PRESETS, VideoShape
-    from aoizora.stage1.search import Entry, RANKED, affinity_groups
     from aoizora.models.wan.space import WanSpace
+    from aoizora.stage1.search import RANKED, Entry, affinity_groups
 
     space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))
     legal = [Entry(c, RANKED) for c in space.candidates(8) if c.legal]

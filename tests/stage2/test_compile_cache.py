@@ -29,7 +29,8 @@ def test_programs_and_refusals_round_trip(tmp_path):
     cache.put("a", CompileRecord("HloModule m", (0, 1), 123, 4.5, label="s / jax-default / v5e:2x2"))
     cache.put("b", CompileRecord(None, None, None, 0.7, error="out of HBM at compile: RESOURCE_EXHAUSTED"))
     a, b = cache.get("a"), cache.get("b")
-    assert (a.hlo_text, a.device_ids, a.memory_bytes, a.compile_seconds, a.error) == ("HloModule m", (0, 1), 123, 4.5, None)
+    assert ((a.hlo_text, a.device_ids, a.memory_bytes, a.compile_seconds, a.error)
+            == ("HloModule m", (0, 1), 123, 4.5, None))
     assert b.hlo_text is None and b.error.startswith("out of HBM")
     assert cache.get("missing") is None
     assert (cache.hits, cache.misses) == (2, 1)

@@ -9,7 +9,12 @@ from aoizora.plan import plan_space
 from aoizora.stage1 import run_stage1
 from aoizora.stage2 import CompileCache, CompileWorkers
 from aoizora.stage2.compile_order import (
-    CompilePlacements, predicted_compile_placement, rank_by_traffic, replica_groups, synthetic_program, traffic_of,
+    CompilePlacements,
+    predicted_compile_placement,
+    rank_by_traffic,
+    replica_groups,
+    synthetic_program,
+    traffic_of,
 )
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace

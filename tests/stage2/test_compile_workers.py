@@ -6,11 +6,10 @@ import pytest
 
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import ORPHAN_POLL_S, CompileWorkers
-from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compile_workers import ORPHAN_POLL_S, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import compile_strategy
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)

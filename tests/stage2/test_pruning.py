@@ -7,12 +7,12 @@ import pytest
 
 from aoizora.plan import load_plan, plan_space
 from aoizora.plan.planner import compile_record
+from aoizora.stage1 import run_stage1
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileWorkers
 from aoizora.stage2.search import Stage2Config, run_stage2
-from aoizora.stage1 import run_stage1
-from aoizora.workloads import TransformerSpace
 from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
 
 CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)

@@ -18,10 +18,9 @@ from aoizora.cli import cli
 from aoizora.errors import ExecutorError
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileWorkers
-from aoizora.stage2.executors import executor_from_spec
-from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compile_workers import CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import compile_strategy
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.search import Stage2Config, run_stage2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace

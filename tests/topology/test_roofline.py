@@ -57,7 +57,8 @@ def _splash_prediction(row: dict, with_grid_steps: bool = True) -> float:
     return hw.roofline_seconds(flops, hbm, work)
 
 
-@pytest.mark.parametrize("row", _held_out_rows(short=False), ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
+@pytest.mark.parametrize("row", _held_out_rows(short=False),
+                         ids=lambda r: f"{r['generation']}-L{r['q_len']}-D{r['head_dim']}")
 def test_splash_time_on_long_sequences_is_predicted_within_25_percent(row):
     """Held-out tokamax measurements (openxla/tokamax autotuning data, committed with their sources).
 
@@ -82,8 +83,8 @@ def test_the_grid_step_cost_moves_short_splash_calls_toward_their_measured_time(
     but never predicts a call slower than measured."""
     rows = [r for r in _held_out_rows(short=True) if r["generation"] == generation]
     measured = [r["best_ms"] * 1e-3 for r in rows]
-    with_steps = [_splash_prediction(r) / m for r, m in zip(rows, measured)]
-    without = [_splash_prediction(r, with_grid_steps=False) / m for r, m in zip(rows, measured)]
+    with_steps = [_splash_prediction(r) / m for r, m in zip(rows, measured, strict=True)]
+    without = [_splash_prediction(r, with_grid_steps=False) / m for r, m in zip(rows, measured, strict=True)]
     assert len(rows) == 9
     assert statistics.median(with_steps) >= statistics.median(without) + 0.05
     assert max(with_steps) <= 1.0

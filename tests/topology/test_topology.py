@@ -49,7 +49,7 @@ def test_links_join_neighbours_one_per_direction():
         assert len(pairs) == len(topo.links)
         for l in topo.links:
             assert (l.dst, l.src) in pairs  # full duplex
-            diff = [(a - b) % n for a, b, n in zip(l.dst, l.src, topo.shape)]
+            diff = [(a - b) % n for a, b, n in zip(l.dst, l.src, topo.shape, strict=True)]
             assert sorted(d for d in diff if d) in ([1], [n - 1 for n in [topo.shape[l.dim]]])
             assert l.bandwidth_Bps == topo.hardware.link_bandwidth_Bps
         out_degree = {}

@@ -60,7 +60,8 @@ def _cli(*args, stdin=None):
 def allreduce_hlo(tmp_path_factory):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from aoizora.placement import jax_default_placement
 

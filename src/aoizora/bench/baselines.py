@@ -27,7 +27,7 @@ class AlphaBeta:
     beta_Bps: float
 
     @classmethod
-    def for_topology(cls, topology: Topology) -> "AlphaBeta":
+    def for_topology(cls, topology: Topology) -> AlphaBeta:
         """One ICI link per axis: what a topology-blind model assumes of every mesh axis."""
         hw = topology.hardware
         return cls(alpha_s=hw.hop_latency_s, beta_Bps=hw.link_bandwidth_Bps)

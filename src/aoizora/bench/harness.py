@@ -37,18 +37,18 @@ from aoizora.errors import BenchError, ExecutorError
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.progress import progress_reporter
+from aoizora.stage1 import run_stage1
+from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
+from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2 import predicted_compile_placement
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, drop_reason, refused_for_memory
 from aoizora.stage2.sweep import BoundedSweep
-from aoizora.stage1 import run_stage1
-from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
-from aoizora.workload import Candidate, StrategySpace
 from aoizora.toolchain import CompilerFlags, source_fingerprint
 from aoizora.topology import get_topology
 from aoizora.validation.rank import rank_placements
+from aoizora.workload import Candidate, StrategySpace
 
 
 class NoStrategyFits(BenchError):
@@ -208,8 +208,9 @@ def _scoring_order(stage1: Any, by_key: dict[str, Entry], wanted: set[str], skip
 
 
 def _logical_deployment(logical: Any, space: StrategySpace, topo: Any, by_key: dict[str, Entry], options: Q2Options,
-                        opts: BenchOptions, cache: CompileCache, strategies: dict[str, Any], pairs: list[dict[str, Any]],
-                        known: dict[str, Compiled], executor: CompileExecutor) -> str | None:
+                        opts: BenchOptions, cache: CompileCache, strategies: dict[str, Any],
+                        pairs: list[dict[str, Any]], known: dict[str, Compiled],
+                        executor: CompileExecutor) -> str | None:
     """The strategy the logical search deploys: its first choice the compiler accepts (a choice refused
     for HBM deploys the next), scored here when the oracle did not score it."""
     for key, _ in logical.ranking:
@@ -510,7 +511,8 @@ def _rank_correlations(doc: dict[str, Any]) -> tuple[float | None, float | None]
     best_sim = best_simulated_seconds(pairs)
     q1, ranks = doc["stage1"]["q1_seconds"], doc["stage1"]["ranks"]
     common = [k for k in best_sim if k in q1 and k in ranks]
-    rho_q1 = float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic) if len(common) >= 3 else None
+    rho_q1 = (float(spearmanr([q1[k] for k in common], [best_sim[k] for k in common]).statistic)
+              if len(common) >= 3 else None)
     rho_q1 = rho_q1 if rho_q1 is not None and math.isfinite(rho_q1) else None
     return rho, rho_q1
 

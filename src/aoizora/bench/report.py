@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
         "cells": len(docs),
         "speedup_over_expert": {"geomean": _geomean(ex), "max": max((x for x in ex if x), default=None)},
         # the search without the expert among its candidates (cells that recorded it)
-        "speedup_over_expert_search_only": {"geomean": _geomean(alone), "max": max((x for x in alone if x), default=None),
+        "speedup_over_expert_search_only": {"geomean": _geomean(alone),
+                                            "max": max((x for x in alone if x), default=None),
                                             "min": min((x for x in alone if x), default=None)},
         "speedup_over_logical": {"geomean": _geomean(lo), "max": max((x for x in lo if x), default=None)},
         "aoizora_over_oracle": {"geomean": _geomean(gap), "max": max((x for x in gap if x), default=None)},
@@ -135,7 +137,8 @@ CSV_NUMERIC_COLUMNS = [
     "strategies_failed_to_compile", "q1_bound_violations", "memory_estimate_max_rel_error",
     "stage1_s", "compile_s", "score_s", "verify_s",
 ]
-CSV_COLUMNS = CSV_TEXT_COLUMNS[:3] + ["frames"] + CSV_TEXT_COLUMNS[3:] + [c for c in CSV_NUMERIC_COLUMNS if c != "frames"]
+CSV_COLUMNS = (CSV_TEXT_COLUMNS[:3] + ["frames"] + CSV_TEXT_COLUMNS[3:]
+               + [c for c in CSV_NUMERIC_COLUMNS if c != "frames"])
 
 
 def _status(doc: dict[str, Any], role: str) -> str:
@@ -201,11 +204,13 @@ def markdown(docs: list[dict[str, Any]], current: str | None = None) -> str:
     s = summary(docs)
     lines.append("")
     lines.append(
-        f"Latencies: {'/'.join(sorted(source))}. Speedups over the expert: geomean {_x(s['speedup_over_expert']['geomean'])}, "
+        f"Latencies: {'/'.join(sorted(source))}. Speedups over the expert: geomean "
+        f"{_x(s['speedup_over_expert']['geomean'])}, "
         f"max {_x(s['speedup_over_expert']['max'])} (the shipped planner, which adds the expert to its Stage 2 "
         f"candidates; the search alone: geomean {_x(s['speedup_over_expert_search_only']['geomean'])}, min "
         f"{_x(s['speedup_over_expert_search_only']['min'])}); over the logical search: geomean "
-        f"{_x(s['speedup_over_logical']['geomean'])}, max {_x(s['speedup_over_logical']['max'])}; aoizora/oracle geomean "
+        f"{_x(s['speedup_over_logical']['geomean'])}, max {_x(s['speedup_over_logical']['max'])}; "
+        "aoizora/oracle geomean "
         f"{_x(s['aoizora_over_oracle']['geomean'])}, worst {_x(s['aoizora_over_oracle']['max'])}. "
         f"Top-1 recall {_x(s['top1_recall'], 2)} over {s['cells_with_complete_oracle']} cells with a complete oracle; "
         f"pooled ρ(Q2, sim) {_x(s['pooled_spearman_q2_sim'])}."
@@ -248,7 +253,7 @@ def output_files(out_dir: str | Path) -> list[Path]:
     return [Path(out_dir, name) for name in OUTPUT_FILES]
 
 
-def write_outputs(docs: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+def write_outputs(docs: list[dict[str, Any]], out_dir: str | os.PathLike[str]) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -283,7 +288,8 @@ def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
     xs = range(len(docs))
     w = 0.38
     ax.bar([x - w / 2 for x in xs], [d["metrics"]["speedup_over_expert"] or 0 for d in docs], w, label="over expert")
-    ax.bar([x + w / 2 for x in xs], [d["metrics"]["speedup_over_logical"] or 0 for d in docs], w, label="over logical search")
+    ax.bar([x + w / 2 for x in xs], [d["metrics"]["speedup_over_logical"] or 0 for d in docs], w,
+           label="over logical search")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(list(xs), labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("speedup of aoizora's plan")
@@ -295,7 +301,7 @@ def plots(docs: list[dict[str, Any]], out: Path) -> list[Path]:
     written.append(path)
 
     fig, ax = plt.subplots(figsize=(5, 5))
-    for d, label in zip(docs, labels):
+    for d, label in zip(docs, labels, strict=True):
         ax.scatter([p["sim_seconds"] * 1e3 for p in d["pairs"]], [p["q2_seconds"] * 1e3 for p in d["pairs"]], s=8,
                    label=label)
     lim = [p for d in docs for p in d["pairs"]]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aoizora.bench.grid import Cell
 from aoizora.bench.harness import BenchOptions, cell_metrics, run_cell_with_fallback
@@ -36,7 +37,8 @@ def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.Pa
     paths = (sorted(cell_dir.glob("*.json"), key=_grid_order) if cells is None
              else [cell_dir / f"{cell.id}.json" for cell in cells])
     docs = []
-    for cell, path in zip(cells if cells is not None else [None] * len(paths), paths):
+    todo: list[Cell | None] = list(cells) if cells is not None else [None] * len(paths)
+    for cell, path in zip(todo, paths, strict=True):
         # --report-only tabulates what was computed, by whichever version of aoizora (each cell
         # records its source fingerprint); a run recomputes cells from other code
         doc = _read_cell(path, opts, same_source=run_missing) if resume or not run_missing else None

@@ -14,11 +14,11 @@ from typing import Any
 import click
 
 from aoizora.defaults import (
-    DEFAULT_COMPILE_WORKERS, DEFAULT_RAY_CPUS_PER_COMPILE,
+    DEFAULT_COMPILE_WORKERS,
+    DEFAULT_RAY_CPUS_PER_COMPILE,
 )
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import Terminated, interrupts_not_lost, start_resource_tracker_deaf_to_hangups
-
 
 EXIT_BAD_INPUT = 2
 

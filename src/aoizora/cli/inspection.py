@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-
 import click
 
 from aoizora.cli.base import (
-    _ring_options, cli,
+    _ring_options,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _read_text
@@ -97,13 +97,15 @@ def hlo(file: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--hlo", "hlo_path", required=True, type=click.Path(dir_okay=False), help="Compiled HLO text (- for stdin).")
+@click.option("--hlo", "hlo_path", required=True, type=click.Path(dir_okay=False),
+              help="Compiled HLO text (- for stdin).")
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The slice it was compiled for.")
 @click.option("--mesh", "mesh_text", required=True, metavar="NAME=SIZE,...", help="The program's logical mesh.")
 @_ring_options
 @click.option("--no-sim", is_flag=True, help="Skip the reference simulator (Q2 only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
-def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, ring_direction: str, no_sim: bool, as_json: bool) -> None:
+def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, ring_direction: str, no_sim: bool,
+         as_json: bool) -> None:
     """Every distinct placement of a compiled program, scored by Q2 and the simulator, best first."""
     from aoizora.cost import Q2Options
     from aoizora.hlo.builder import build_program

@@ -8,7 +8,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 from aoizora.errors import AoizoraError, OutputPathError
 
 

@@ -9,15 +9,22 @@ from typing import Any
 
 import click
 
-from aoizora.defaults import (
-    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP,
-)
-from aoizora.errors import PlanningError
 from aoizora.cli.base import (
-    _libtpu_args_option, _ring_options, _Seconds, _workers_option, cli,
+    _libtpu_args_option,
+    _ring_options,
+    _Seconds,
+    _workers_option,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _check_output_dir, _check_output_file, _check_outputs_apart
+from aoizora.defaults import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_COMPILE_WORKERS,
+    DEFAULT_TOP_K,
+    DEFAULT_VERIFY_TOP,
+)
+from aoizora.errors import PlanningError
 
 
 @cli.command()
@@ -42,8 +49,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
 
 @cli.command()
 @click.option("--model", default=None, metavar="MODEL",
-              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b, wan2.1-i2v-14b, wan2.2-t2v-a14b, wan2.2-i2v-a14b or wan2.2-ti2v-5b "
-                   "(required unless --from-maxdiffusion names its config).")
+              help="wan2.1-t2v-1.3b, wan2.1-t2v-14b, wan2.1-i2v-14b, wan2.2-t2v-a14b, wan2.2-i2v-a14b or "
+                   "wan2.2-ti2v-5b (required unless --from-maxdiffusion names its config).")
 @click.option("--topology", "topology_name", required=True, metavar="TOPO", help="The TPU slice, e.g. v5e:2x4.")
 @click.option("--resolution", default=None, help="480p, 720p or WIDTHxHEIGHT.  [default: 720p]")
 @click.option("--frames", type=int, default=None, help="Video frames (4n+1).  [default: 81]")
@@ -62,7 +69,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
 @click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
               help="Strategies Stage 1 passes to Stage 2.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan here.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None, help="Also write the HTML report here.")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="Also write the HTML report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or, with --stage1-only, Stage 1) as JSON.")
 @click.option("--stage1-only", is_flag=True, help="Stop after Stage 1: every strategy with verdict, Q1, memory.")
 @click.option("--no-cache", is_flag=True,
@@ -157,8 +165,8 @@ def _user_deployment_line(plan: dict) -> None:
     """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion."""
     rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == "your-maxdiffusion-command"]
     for row in rows:
-        click.echo(f"  your MaxDiffusion command ({row['strategy']}): predicted {row['step_seconds'] * 1e3:.2f} ms/step; "
-                   f"the plan is {row['speedup_of_plan']:.3f}x faster")
+        click.echo(f"  your MaxDiffusion command ({row['strategy']}): predicted "
+                   f"{row['step_seconds'] * 1e3:.2f} ms/step; the plan is {row['speedup_of_plan']:.3f}x faster")
 
 
 def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
@@ -170,8 +178,8 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
         return {"model": model, "resolution": "720p" if resolution is None else resolution,
                 "frames": 81 if frames is None else frames, "kernel_profile": kernel_profile or "jax-splash"}
     from aoizora.export import read_command
-    from aoizora.models.wan.strategy import validate_strategy
     from aoizora.models.registry import model_config, video_shape
+    from aoizora.models.wan.strategy import validate_strategy
     from aoizora.workload import ExpertDeployment
 
     cmd = read_command(command)
@@ -179,14 +187,16 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
     strategy = cmd.strategy(topo.num_devices)
     given = {"--model": (model, cmd.model), "--frames": (frames, cmd_frames),
              "--kernel": (kernel_profile, strategy.kernel_profile),
-             "--resolution": (resolution and "x".join(map(str, _resolution(resolution, cmd.model))), f"{width}x{height}")}
+             "--resolution": (resolution and "x".join(map(str, _resolution(resolution, cmd.model))),
+                              f"{width}x{height}")}
     for option, (mine, theirs) in given.items():
         if mine is not None and str(mine) != str(theirs):
             raise click.UsageError(f"{option} {mine} disagrees with the MaxDiffusion command's {theirs}; drop {option}")
     batch = 2 * cmd.videos(topo.num_devices)
     config = model_config(cmd.model)
     validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch, topo.num_devices)
-    deployment = ExpertDeployment("your-maxdiffusion-command", strategy, tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
+    deployment = ExpertDeployment("your-maxdiffusion-command", strategy,
+                                  tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
                                   source="the MaxDiffusion command given with --from-maxdiffusion",
                                   documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "
                                              f"costed as {strategy.kernel_profile})")

@@ -6,14 +6,19 @@ import sys
 
 import click
 
-from aoizora.defaults import (
-    DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K,
-)
 from aoizora.cli.base import (
-    MAX_STEPS, _libtpu_args_option, _Seconds, _workers_option, cli,
+    MAX_STEPS,
+    _libtpu_args_option,
+    _Seconds,
+    _workers_option,
+    cli,
     print_json,
 )
 from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
+from aoizora.defaults import (
+    DEFAULT_COMPILE_TIMEOUT_S,
+    DEFAULT_TOP_K,
+)
 
 
 def _run_report(report, title: str) -> None:
@@ -78,7 +83,8 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
               help="Run only these cells, e.g. v5e:2x4/720p/81 (repeatable). Default: the whole grid.")
 @click.option("--out", "out_dir", default="bench-out", show_default=True, type=click.Path(file_okay=False),
               help="Directory for cells/*.json, results.json, results.csv, table.md and plots.")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help=f"aoizora's Top-K (default {DEFAULT_TOP_K}; 2 with --quick).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None,
+              help=f"aoizora's Top-K (default {DEFAULT_TOP_K}; 2 with --quick).")
 @click.option("--no-oracle", is_flag=True, help="Do not compile every legal strategy (no recall, partial oracle).")
 @click.option("--exhaustive-oracle", is_flag=True,
               help="Compile every legal strategy, also those whose Q1 (a lower bound) proves they cannot win.")
@@ -140,7 +146,8 @@ def explain(plan_path: str, out_dir: str) -> None:
 
 @cli.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
-@click.option("--to", "framework", type=click.Choice(["maxdiffusion"]), required=True, help="The framework to run it with.")
+@click.option("--to", "framework", type=click.Choice(["maxdiffusion"]), required=True,
+              help="The framework to run it with.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the launcher, its device module, the run's JSON and command.sh.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was exported as JSON.")

@@ -49,7 +49,8 @@ def incidence(topology: Topology) -> Incidence:
     ids = sorted(topology.positions)
     row = {d: k for k, d in enumerate(ids)}
     n = len(ids)
-    rows, cols = [], []
+    rows: list[int] = []
+    cols: list[int] = []
     hops = np.zeros((n, n), dtype=np.int64)
     for a in ids:
         for b in ids:

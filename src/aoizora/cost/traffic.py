@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from aoizora.cost.links import Incidence
-from aoizora.placement import orders
 from aoizora.hlo.program import Collective, CollectiveKind
 from aoizora.hlo.traffic import all_to_all_chunk, ring_phases
+from aoizora.placement import orders
 
 _BRUTE_FORCE_MAX = 8  # rings up to 8 members: try every order (7!/2 tours at most)
 
@@ -229,7 +229,7 @@ def _grid_lines(
                 axis_of_dim.append(spans[k])
             along = axis_of_dim[d]
             lines: dict[tuple[int, ...], list[int]] = {}
-            for row, p in zip(group, pos):
+            for row, p in zip(group, pos, strict=True):
                 lines.setdefault(tuple(int(v) for i, v in enumerate(p) if i != along), []).append(int(row))
             return [tuple(v) for v in lines.values()]
     grid = np.array(group).reshape(dims)

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.export.maxdiffusion import (
-    DEVICES_MODULE, LAUNCHER, SPEC_FILE, MaxDiffusionRun, export_plan, maxdiffusion_config, maxdiffusion_source,
+    DEVICES_MODULE,
+    LAUNCHER,
+    SPEC_FILE,
+    MaxDiffusionRun,
+    export_plan,
+    maxdiffusion_config,
+    maxdiffusion_source,
 )
 from aoizora.export.maxdiffusion_command import MaxDiffusionCommand, read_command
 

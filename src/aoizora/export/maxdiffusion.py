@@ -59,7 +59,8 @@ ATTENTION_NAMES: dict[tuple[str, str], str] = {
     ("jax-splash", "ring"): "tokamax_ring", ("jax-splash", "ulysses_ring"): "ulysses_ring",
     ("tokamax-splash", "allgather"): "tokamax_flash", ("tokamax-splash", "ring"): "tokamax_ring",
     ("tokamax-splash", "ulysses_ring"): "ulysses_ring",
-    ("maxdiffusion-custom", "ulysses"): "ulysses_custom", ("maxdiffusion-custom", "ulysses_ring"): "ulysses_ring_custom",
+    ("maxdiffusion-custom", "ulysses"): "ulysses_custom",
+    ("maxdiffusion-custom", "ulysses_ring"): "ulysses_ring_custom",
     ("maxdiffusion-custom-fixed-m", "ulysses"): "ulysses_custom_fixed_m",
     ("maxdiffusion-custom-fixed-m", "ulysses_ring"): "ulysses_ring_custom_fixed_m",
 }
@@ -68,7 +69,8 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "flash": ("allgather", "jax-splash"), "ulysses": ("ulysses", "jax-splash"),
     "tokamax_flash": ("allgather", "tokamax-splash"), "tokamax_ring": ("ring", "tokamax-splash"),
     "ulysses_ring": ("ulysses_ring", "tokamax-splash"),
-    "ulysses_custom": ("ulysses", "maxdiffusion-custom"), "ulysses_ring_custom": ("ulysses_ring", "maxdiffusion-custom"),
+    "ulysses_custom": ("ulysses", "maxdiffusion-custom"),
+    "ulysses_ring_custom": ("ulysses_ring", "maxdiffusion-custom"),
     "ulysses_custom_fixed_m": ("ulysses", "maxdiffusion-custom-fixed-m"),
     "ulysses_ring_custom_fixed_m": ("ulysses_ring", "maxdiffusion-custom-fixed-m"),
 }
@@ -233,8 +235,9 @@ def _block_json(strategy: Strategy, differences: list[str]) -> str:
     if strategy.kernel_profile.startswith("maxdiffusion-custom"):
         b.update({"block_kv_compute_in": min(blocks.block_kv_compute, CUSTOM_INNER_BLOCK), "heads_per_tile": 1})
         differences.append(
-            f"strategy.splash_blocks: {blocks.describe()} are blocks JAX's splash accepts; the {strategy.kernel_profile} "
-            "profile does not depend on the tile, so the custom kernel's own best tile is not planned")
+            f"strategy.splash_blocks: {blocks.describe()} are blocks JAX's splash accepts; the "
+            f"{strategy.kernel_profile} profile does not depend on the tile, so the custom kernel's own best tile "
+            "is not planned")
     return json.dumps(b, separators=(",", ":"))
 
 
@@ -261,7 +264,7 @@ def _weight_rules(strategy: Strategy, default_rules: list[Any]) -> list[Any] | N
     the config's rules already shard the weights as the plan does."""
     sizes = {"data": strategy.data, "fsdp": strategy.fsdp, "context": strategy.context, "tensor": strategy.tensor}
     want = _plan_weight_axes(strategy)
-    have = {name: () for name in WEIGHT_NAMES}
+    have: dict[str, tuple[str, ...]] = {name: () for name in WEIGHT_NAMES}
     for name, axes in default_rules:
         if name in have:
             have[name] = _effective(axes, sizes)

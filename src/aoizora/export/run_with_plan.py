@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 try:  # beside the exported plan
     from plan_devices import DeviceMismatch, arrange_devices
@@ -66,8 +67,8 @@ def planned_create_device_mesh(spec: dict[str, Any], device_array: Any) -> Calla
         if devices is not None and {id(d) for d in devices} != planned:
             raise LaunchError("MaxDiffusion asks for a mesh over other devices than the plan's slice")
         if logging:
-            print(f"aoizora plan: mesh {dict(zip(spec['mesh_axes'], device_array.shape))} in the plan's device order",
-                  file=sys.stderr)
+            mesh = dict(zip(spec["mesh_axes"], device_array.shape, strict=True))
+            print(f"aoizora plan: mesh {mesh} in the plan's device order", file=sys.stderr)
         return device_array
 
     return create_device_mesh
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         device_array = plan_device_array(jax.devices(), spec)
         if check_only:
-            print(f"{spec['slice']['name']}: mesh {dict(zip(spec['mesh_axes'], device_array.shape))}, "
+            print(f"{spec['slice']['name']}: mesh {dict(zip(spec['mesh_axes'], device_array.shape, strict=True))}, "
                   f"devices in the plan's order: {[d.id for d in device_array.flat]}")
             return 0
         from maxdiffusion import generate_wan, max_utils

@@ -22,7 +22,16 @@ from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.instructions import KNOWN_OPCODES
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCost, OpaqueCostHook, OpaqueOp, Program,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    OpaqueCost,
+    OpaqueCostHook,
+    OpaqueOp,
+    Program,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.summary import summarize

@@ -106,7 +106,7 @@ def iota_ids(reshape: Sequence[int], perm: Sequence[int] | None) -> list[int]:
     tdims = [reshape[p] for p in perm]
     tstrides = [strides[p] for p in perm]
     out: list[int] = [0]
-    for size, stride in zip(tdims, tstrides):
+    for size, stride in zip(tdims, tstrides, strict=True):
         out = [base + i * stride for base in out for i in range(size)]
     return out
 
@@ -235,7 +235,7 @@ def _groups_over_axes(
     # For each mesh dim: list of factor sizes, and which factor each grouped ref maps to.
     factors: list[list[int]] = []
     ref_slot: dict[int, tuple[int, int]] = {}  # ref index -> (dim, factor index)
-    for d, (name, size) in enumerate(zip(names, sizes)):
+    for d, (name, size) in enumerate(zip(names, sizes, strict=True)):
         dim_refs = [(i, r) for i, r in enumerate(refs) if r[0] == name]
         if not dim_refs:
             factors.append([size])

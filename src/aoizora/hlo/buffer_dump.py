@@ -103,7 +103,8 @@ def read_buffer_assignment(directory: str | Path, with_buffers: bool = False) ->
             by_offset.setdefault(offset, []).append((*ranges[name], size, name))
     for offset, values in by_offset.items():
         values.sort()
-        start, end, size, names = values[0][0], values[0][1], 0, []
+        start, end, size = values[0][0], values[0][1], 0
+        names: list[str] = []
         for v_start, v_end, v_size, name in values:
             if v_start > end:  # a gap: the slot was reused by another buffer
                 out.temp_buffers.append(TempBuffer(offset, size, start, end, tuple(names)))

@@ -37,13 +37,37 @@ from aoizora.hlo.costs import (
     io_bytes,
 )
 from aoizora.hlo.instructions import (
-    ASYNC_COLLECTIVE_DONE, ASYNC_COLLECTIVE_START, ASYNC_DONES, ASYNC_STARTS, COLLECTIVE_OPCODES, FREE_CUSTOM_CALLS,
-    FREE_OPS, KNOWN_OPCODES, algorithm_config, array_bytes, async_fusion_config, branch_names, collective_kind,
-    collective_shapes, fused_compute_ops, kernel_name, op_name, traffic, unquote,
+    ASYNC_COLLECTIVE_DONE,
+    ASYNC_COLLECTIVE_START,
+    ASYNC_DONES,
+    ASYNC_STARTS,
+    COLLECTIVE_OPCODES,
+    FREE_CUSTOM_CALLS,
+    FREE_OPS,
+    KNOWN_OPCODES,
+    algorithm_config,
+    array_bytes,
+    async_fusion_config,
+    branch_names,
+    collective_kind,
+    collective_shapes,
+    fused_compute_ops,
+    kernel_name,
+    op_name,
+    traffic,
+    unquote,
 )
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
-    Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, OpaqueCostHook, OpaqueOp, Program,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    OpaqueCostHook,
+    OpaqueOp,
+    Program,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.trip_count import trip_count

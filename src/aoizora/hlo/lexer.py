@@ -28,6 +28,13 @@ _PUNCT2 = ("->", "<=")
 _PUNCT1 = frozenset("{}[]()=,:;*<>!#@+?")
 _CHUNK = re.compile(r'[^,\n{}\[\]()"]*')
 _GROUP_CHUNK = re.compile(r'[^{}\[\]()"]*')
+
+
+def _match_from(chunk: re.Pattern[str], text: str, pos: int) -> int:
+    """The end of `chunk`'s match at `pos`; the chunk patterns match the empty string, so always one."""
+    m = chunk.match(text, pos)
+    assert m is not None
+    return m.end()
 _JSON = json.JSONDecoder()
 #: What to do about HLO that does not parse: every HloParseError ends with it.
 HLO_FIX = "pass compiled HLO text as jax prints it (`jax.jit(f).lower(...).compile().as_text()`)"
@@ -153,7 +160,7 @@ class Lexer:
         start = pos = self.pos
         depth = 0
         while True:
-            pos = _CHUNK.match(text, pos).end()
+            pos = _match_from(_CHUNK, text, pos)
             if pos >= n:
                 if depth:
                     raise self.error("unbalanced brackets in attribute value", start)
@@ -200,8 +207,7 @@ class Lexer:
                     self.pos = pos + 1
                     return start, pos + 1
             pos += 1
-            m = _GROUP_CHUNK.match(text, pos)
-            pos = m.end()
+            pos = _match_from(_GROUP_CHUNK, text, pos)
         raise self.error("unbalanced brackets (input truncated?)", start)
 
     def _past_string(self, pos: int) -> int:

@@ -12,7 +12,14 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 from aoizora.hlo.program import (
-    AlgorithmConfig, Collective, CollectiveKind, CollectiveMode, Loop, Node, NodeKind, Program,
+    AlgorithmConfig,
+    Collective,
+    CollectiveKind,
+    CollectiveMode,
+    Loop,
+    Node,
+    NodeKind,
+    Program,
 )
 from aoizora.hlo.shapes import Shape
 
@@ -75,7 +82,7 @@ class ProgramBuilder:
         gathered = kind in (CollectiveKind.ALL_GATHER, CollectiveKind.ALL_TO_ALL)
         self.collectives.append(Collective(
             index=ci, name=f"{kind.value}.{ci}", kind=kind, mode=mode, start=start, done=done, groups=groups_t,
-            source_target_pairs=tuple(tuple(p) for p in pairs), dtype="bf16", operand_bytes=payload_bytes,
+            source_target_pairs=tuple((a, b) for a, b in pairs), dtype="bf16", operand_bytes=payload_bytes,
             result_bytes=payload_bytes * (n if kind is CollectiveKind.ALL_GATHER else 1), payload_bytes=payload_bytes,
             send_bytes=payload_bytes, recv_bytes=payload_bytes, group_size=n, multiplicity=mult, loop=loop,
             channel_id=ci + 1, dimensions=(0,), algorithm=algo, array_bytes=payload_bytes * (n if gathered else 1)))
@@ -114,8 +121,9 @@ class ProgramBuilder:
         idx = len(self.loops)
         parent = self._loop_stack[-1][0] if self._loop_stack else None
         start = len(self.nodes)
-        self.loops.append(Loop(index=idx, name=f"while.{idx}", trip_count=trip_count, trip_count_source="backend_config",
-                               start=start, end=-1, parent=parent, multiplicity=0))
+        self.loops.append(Loop(index=idx, name=f"while.{idx}", trip_count=trip_count,
+                               trip_count_source="backend_config", start=start, end=-1, parent=parent,
+                               multiplicity=0))
         self._loop_stack.append((idx, trip_count))
         try:
             yield idx

@@ -18,7 +18,7 @@ It looks through copies, converts, bitcasts, reshapes and broadcasts, tuple plum
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any
 
 from aoizora.errors import HloParseError
 from aoizora.hlo.parser import Computation, HloModule, Instruction
@@ -26,7 +26,7 @@ from aoizora.hlo.parser import Computation, HloModule, Instruction
 _PASS = frozenset({"copy", "bitcast", "convert", "reshape", "broadcast"})
 _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 # the fusion a fused computation's parameters come from: (outer computation, fusion, its frame)
-_Frame = Union[tuple[Computation, Instruction, "_Frame"], None]
+_Frame = tuple[Computation, Instruction, "_Frame"] | None
 
 
 def trip_count(

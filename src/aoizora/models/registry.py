@@ -8,8 +8,13 @@ import re
 from aoizora.errors import ShapeError
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.pipeline import (
-    WAN21_I2V_14B_PIPELINE, WAN21_T2V_14B_PIPELINE, WAN21_T2V_1_3B_PIPELINE, WAN22_I2V_A14B_PIPELINE,
-    WAN22_T2V_A14B_PIPELINE, WAN22_TI2V_5B_PIPELINE, WanPipelineConfig,
+    WAN21_I2V_14B_PIPELINE,
+    WAN21_T2V_1_3B_PIPELINE,
+    WAN21_T2V_14B_PIPELINE,
+    WAN22_I2V_A14B_PIPELINE,
+    WAN22_T2V_A14B_PIPELINE,
+    WAN22_TI2V_5B_PIPELINE,
+    WanPipelineConfig,
 )
 
 PIPELINES: dict[str, WanPipelineConfig] = {

@@ -35,7 +35,7 @@ class MeshSpec:
         return self.axis_sizes
 
     @classmethod
-    def parse(cls, text: str) -> "MeshSpec":
+    def parse(cls, text: str) -> MeshSpec:
         """Parse `NAME=SIZE,NAME=SIZE,...` (e.g. `sp=2,tp=4`)."""
         names, sizes = [], []
         for part in (p.strip() for p in text.split(",")):
@@ -57,4 +57,4 @@ class MeshSpec:
             )
 
     def __str__(self) -> str:
-        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes))
+        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes, strict=True))

@@ -21,7 +21,7 @@ def raster(sizes: tuple[int, ...]) -> Order:
 
 def _raster_index(values: tuple[int, ...], sizes: tuple[int, ...]) -> int:
     idx = 0
-    for v, n in zip(values, sizes):
+    for v, n in zip(values, sizes, strict=True):
         idx = idx * n + v
     return idx
 
@@ -52,14 +52,14 @@ def cycle(sizes: tuple[int, ...]) -> Order | None:
     """
     if len(sizes) < 2 or math.prod(sizes) % 2 or sizes[0] < 2 or math.prod(sizes[1:]) < 2:
         return None
-    rows = [(v,) for v in range(sizes[0])]
-    cols = snake_path(sizes[1:])
+    rows: list[tuple[int, ...]] = [(v,) for v in range(sizes[0])]
+    cols: list[tuple[int, ...]] = snake_path(sizes[1:])
     if len(rows) % 2:
         rows, cols = cols, rows  # the rest has an even count: swap roles
         combine = lambda r, c: c + r  # noqa: E731 - keep the first coordinate first
     else:
         combine = lambda r, c: r + c  # noqa: E731
-    walk = []
+    walk: list[tuple[int, ...]] = []
     for i, r in enumerate(rows):
         span = range(1, len(cols)) if i % 2 == 0 else range(len(cols) - 1, 0, -1)
         walk.extend(combine(r, cols[j]) for j in span)

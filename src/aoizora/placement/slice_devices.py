@@ -8,7 +8,8 @@ installation without aoizora arranges its devices by the same rule.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,8 @@ def arrange_devices(devices: Sequence[Any], *, slice_name: str, device_kinds: Se
         where = getattr(d, "coords", None)
         if where is None:
             raise DeviceMismatch(f"device {d} has no TPU coordinates; pass TPU devices of {slice_name}")
-        key = tuple(int(c) for c in where[:dims]) + ((int(getattr(d, "core_on_chip", 0)),) if cores_per_chip > 1 else ())
+        core = (int(getattr(d, "core_on_chip", 0)),) if cores_per_chip > 1 else ()
+        key = tuple(int(c) for c in where[:dims]) + core
         by_coords[key] = d
     extent = tuple(max(k[i] for k in by_coords) + 1 for i in range(dims))
     if list(extent) != list(shape):

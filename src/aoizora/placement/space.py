@@ -59,7 +59,8 @@ class PlacementSet:
         for p in self.placements:
             if p.name == name:
                 return p
-        raise PlacementError(f"no placement named {name!r}; choose one of: {', '.join(p.name for p in self.placements)}")
+        raise PlacementError(
+            f"no placement named {name!r}; choose one of: {', '.join(p.name for p in self.placements)}")
 
 
 def prime_factors(n: int) -> list[int]:
@@ -157,10 +158,11 @@ def enumerate_placements(
     default = jax_default_placement(topology, mesh)
     default_key = canonical_keys(default.coords(topology).reshape(1, -1, stacked.shape[-1]), topology)[0]
 
-    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d for d, pos in topology.positions.items()}
+    id_of = {pos.chip + ((pos.core,) if topology.cores_per_chip > 1 else ()): d
+             for d, pos in topology.positions.items()}
     placements: list[Placement] = []
     seen: dict[bytes, str] = {}
-    for key, c in zip(keys, candidates):
+    for key, c in zip(keys, candidates, strict=True):
         if deduplicate and key in seen:
             continue
         seen[key] = c.name
@@ -200,13 +202,14 @@ def _candidates(topology: Topology, mesh: MeshSpec, max_candidates: int) -> list
     assert sorted(f for _, f in logical) == sorted(d.size for d in phys)
 
     assignments = [
-        perm for perm in itertools.permutations(phys) if all(p.size == f for p, (_, f) in zip(perm, logical))
+        perm for perm in itertools.permutations(phys)
+        if all(p.size == f for p, (_, f) in zip(perm, logical, strict=True))
     ]
     assignments = list(dict.fromkeys(assignments))
     candidates: list[_Candidate] = []
     for perm in assignments:
         per_axis: list[list[Digit]] = [[] for _ in mesh.axis_sizes]
-        for (j, _), d in zip(logical, perm):
+        for (j, _), d in zip(logical, perm, strict=True):
             per_axis[j].append(d)
         axis_coords = [_coordinates(ds) for ds in per_axis]
         axis_walks = [_axis_orders(cs) for cs in axis_coords]
@@ -217,7 +220,8 @@ def _candidates(topology: Topology, mesh: MeshSpec, max_candidates: int) -> list
                 f"{max_candidates}; plan on a smaller sub-slice or raise --max-candidates"
             )
         for walks in itertools.product(*axis_walks):
-            contrib = [_axis_contribution(cs, perm_j, len(phys_sizes)) for cs, (_, perm_j) in zip(axis_coords, walks)]
+            contrib = [_axis_contribution(cs, perm_j, len(phys_sizes))
+                       for cs, (_, perm_j) in zip(axis_coords, walks, strict=True)]
             labels, descs = _walk_labels(mesh, axis_coords, walks, axis_names, digits_per_axis)
             rank = (sum(1 for label, _ in walks if label), sum(len(cs) for cs in axis_coords), " ".join(labels))
             candidates.append(_Candidate(rank, " ".join(labels), "; ".join(descs), _combine(contrib, mesh.shape)))
@@ -229,7 +233,7 @@ def _walk_labels(mesh: MeshSpec, axis_coords: list[list[_Coordinate]], walks: tu
                  axis_names: list[str], digits_per_axis: dict[int, int]) -> tuple[list[str], list[str]]:
     """Per logical axis, its short name (`x=y0.x~snake`) and description (`x on y[2 step 1] ...`)."""
     labels, descs = [], []
-    for name, cs, (label, _) in zip(mesh.axis_names, axis_coords, walks):
+    for name, cs, (label, _) in zip(mesh.axis_names, axis_coords, walks, strict=True):
         if not cs:
             continue  # a size-1 axis occupies no physical digit
         where = ".".join(_coord_label(c, axis_names, digits_per_axis) for c in cs)
@@ -249,7 +253,7 @@ def _axis_contribution(coords: list[_Coordinate], perm: tuple[int, ...], ndim: i
     out = np.zeros((n, ndim), dtype=np.int64)
     for pos, raster_index in enumerate(perm):
         rem = raster_index
-        for c, size in zip(reversed(coords), reversed(sizes)):
+        for c, size in zip(reversed(coords), reversed(sizes), strict=True):
             out[pos, c.axis] += (rem % size) * c.stride
             rem //= size
     return out

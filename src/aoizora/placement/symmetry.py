@@ -56,6 +56,6 @@ def canonical_keys(coords: np.ndarray, topology: Topology) -> list[bytes]:
             moved[:, :, axis] = (moved[:, :, axis] - moved[:, :1, axis]) % shape[axis]
         moved = np.ascontiguousarray(moved.astype(np.int16))
         keys = [row.tobytes() for row in moved]
-        best = keys if best is None else [min(a, b) for a, b in zip(best, keys)]
+        best = keys if best is None else [min(a, b) for a, b in zip(best, keys, strict=True)]
     assert best is not None
     return best

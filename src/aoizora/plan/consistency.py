@@ -14,8 +14,8 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, PlanFormatError
 from aoizora.placement import MeshSpec
-from aoizora.topology.hardware import hardware_profile
 from aoizora.toolchain import CompilerFlags
+from aoizora.topology.hardware import hardware_profile
 
 #: The libtpu flag a strategy's scoped-VMEM limit is compiled with (`Strategy.scoped_vmem_kib`).
 SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"
@@ -55,7 +55,7 @@ def expected_link_count(topo: dict[str, Any]) -> int:
     shape = tuple(topo["shape"])
     wrap = profile.wraps(shape)
     chips = math.prod(shape)
-    ici = sum((2 * n if w else 2 * (n - 1)) * (chips // n) for n, w in zip(shape, wrap) if n > 1)
+    ici = sum((2 * n if w else 2 * (n - 1)) * (chips // n) for n, w in zip(shape, wrap, strict=True) if n > 1)
     d2d = 2 * chips if int(topo["cores_per_chip"]) == 2 and profile.d2d_bandwidth_Bps is not None else 0
     return ici + d2d
 
@@ -89,7 +89,8 @@ def _check_compiler(data: dict[str, Any], source: str, fix: str) -> CompilerFlag
     try:
         flags = CompilerFlags.parse(text)
     except CompilerFlagError as exc:
-        raise _fail(source, "compiler.libtpu_args", f"is not a list of compiler flags ({exc})".split(";")[0], fix) from None
+        raise _fail(source, "compiler.libtpu_args", f"is not a list of compiler flags ({exc})".split(";")[0],
+                    fix) from None
     if str(flags) != text:
         raise _fail(source, "compiler.libtpu_args", "is not in the form `aoizora plan` writes (each flag once, "
                     "--name=value, sorted by name)", fix)
@@ -120,18 +121,18 @@ def check_strategy_mesh(data: dict[str, Any], source: str, fix: str) -> None:
     if mesh is None:
         raise _fail(source, "strategy.mesh", "is not a mesh (axis name to size)", fix)
     if not same_mesh(mesh[0], mesh[1], names, sizes):
-        stated = ",".join(f"{n}={v}" for n, v in zip(*mesh))
+        stated = ",".join(f"{n}={v}" for n, v in zip(*mesh, strict=True))
         raise _fail(source, "strategy.mesh", f"is {stated} but mesh is "
-                    f"{','.join(f'{n}={v}' for n, v in zip(names, sizes))}", fix)
+                    f"{','.join(f'{n}={v}' for n, v in zip(names, sizes, strict=True))}", fix)
 
 
 def same_mesh(names_a: list[str], sizes_a: list[int], names: list[str], sizes: list[int]) -> bool:
     """Whether mesh (`names`, `sizes`) is mesh a, up to axes of size 1 left out (a plan's mesh may
     drop a strategy's unused axes): the same axes larger than 1 in the same order, and no other axis."""
-    full = dict(zip(names_a, sizes_a))
-    big = [(n, s) for n, s in zip(names_a, sizes_a) if s > 1]
-    return (all(n in full and full[n] == s for n, s in zip(names, sizes))
-            and [(n, s) for n, s in zip(names, sizes) if s > 1] == big
+    full = dict(zip(names_a, sizes_a, strict=True))
+    big = [(n, s) for n, s in zip(names_a, sizes_a, strict=True) if s > 1]
+    return (all(n in full and full[n] == s for n, s in zip(names, sizes, strict=True))
+            and [(n, s) for n, s in zip(names, sizes, strict=True) if s > 1] == big
             and [n for n in names_a if n in names] == names)
 
 
@@ -140,7 +141,7 @@ def _check_strategy_key(strategy: dict[str, Any], names: list[str], sizes: list[
     restate the mesh and the strategy's fields."""
     segments = strategy["key"].split(" | ")
     if _MESH_SEGMENT.fullmatch(segments[0]):
-        mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes) if s > 1) or "single"
+        mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "single"
         if segments[0] != mesh:
             raise _fail(source, "strategy.key", f"names mesh {segments[0]!r} but the plan's mesh is {mesh!r}", fix)
     for label, field in (("weights", "weights"), ("attn", "attention")):
@@ -180,7 +181,8 @@ def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix
     if reasons:
         raise _fail(source, "strategy.splash_blocks", reasons[0], fix)
     fitted = data["workload"].get("splash_blocks")
-    if isinstance(fitted, str) and fitted.startswith("fitted to ") and fitted != f"fitted to {data['topology']['generation']}":
+    if (isinstance(fitted, str) and fitted.startswith("fitted to ")
+            and fitted != f"fitted to {data['topology']['generation']}"):
         raise _fail(source, "workload.splash_blocks", f"says {fitted!r} but the plan is for {data['topology']['name']}",
                     fix)
     shapes = data["workload"]["shapes"]
@@ -205,7 +207,8 @@ def _check_prediction(section: dict[str, Any], links: int, where: str, source: s
         if not isinstance(loads, list) or not all(_number(v) and v >= 0 for v in loads):
             raise _fail(source, f"{where}.link_bytes", "is not a list of non-negative byte counts", fix)
         if len(loads) != links:
-            raise _fail(source, f"{where}.link_bytes", f"holds {len(loads)} values but the slice has {links} links", fix)
+            raise _fail(source, f"{where}.link_bytes",
+                        f"holds {len(loads)} values but the slice has {links} links", fix)
     collectives = section.get("collectives")
     if collectives is not None:
         if not isinstance(collectives, list):

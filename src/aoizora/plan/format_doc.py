@@ -30,7 +30,8 @@ and Stage 2 records, timings) explains the choice and is not needed to run it.
 
 A path `a.b` is field `b` inside object `a`. The schema checks the required fields and those
 whose type is given; the rest (marked "not checked") are fields a workload defines for itself,
-shown as aoizora's Wan plans write them. Required fields are always present; the others appear when they apply (e.g. `strategy.ulysses_chunks` only for a
+shown as aoizora's Wan plans write them. Required fields are always present; the others appear \
+when they apply (e.g. `strategy.ulysses_chunks` only for a
 chunked Ulysses strategy).
 
 | field | type | required | unit | serving needs it for | meaning |
@@ -62,7 +63,8 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     lines = [
-        f"| `{path}` | {_type(field)}{' (not checked)' if DOC_TYPE in field else ''} | {'yes' if req else ''} | {_cell(field.get(UNIT, ''))} | "
+        f"| `{path}` | {_type(field)}{' (not checked)' if DOC_TYPE in field else ''} | {'yes' if req else ''} | "
+        f"{_cell(field.get(UNIT, ''))} | "
         f"{_cell(field.get(SERVING, ''))} | {_cell(field.get('description', ''))} |"
         for path, field, req in rows()
     ]

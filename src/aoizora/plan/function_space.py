@@ -42,13 +42,14 @@ class FunctionSpace(StrategySpace):
         self.fn = fn
         self.abstract_args = tuple(abstract_args)
         self.strategies = list(strategies)
-        self.name = name or getattr(fn, "__name__", "function")
+        self.name: str = name or str(getattr(fn, "__name__", "function"))
         self.expert = expert
 
     def candidates(self, num_devices: int) -> list[Candidate]:
         out = []
         for s in self.strategies:
-            reasons = () if s.mesh.size == num_devices else (f"mesh {s.mesh} needs {s.mesh.size} devices, not {num_devices}",)
+            reasons = (() if s.mesh.size == num_devices
+                       else (f"mesh {s.mesh} needs {s.mesh.size} devices, not {num_devices}",))
             out.append(Candidate(s.name, s, reasons))
         return out
 
@@ -65,7 +66,8 @@ class FunctionSpace(StrategySpace):
         jit_kwargs = {}
         if strategy.out_specs is not None:
             jit_kwargs["out_shardings"] = jax.tree.map(
-                lambda spec: NamedSharding(mesh, spec), strategy.out_specs, is_leaf=lambda x: isinstance(x, PartitionSpec)
+                lambda spec: NamedSharding(mesh, spec), strategy.out_specs,
+                is_leaf=lambda x: isinstance(x, PartitionSpec)
             )
         return LoweringInputs(self.fn, args, jit_kwargs=jit_kwargs)
 

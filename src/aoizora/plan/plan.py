@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,6 @@ from aoizora.plan.consistency import check_consistency, check_strategy_mesh
 from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
-
 
 #: Largest plan file read. A plan of a 14B model with its Stage 1 table is under 1 MiB; the cap
 #: keeps a wrong path (a device such as /dev/zero, a video) from being read whole into memory.
@@ -112,7 +112,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_PLAN_BYTES + 1)  # capped: /dev/zero or a huge file is not read whole
     except OSError as exc:
-        raise PlanFormatError(f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
+        raise PlanFormatError(
+            f"cannot read plan {path}: {exc.strerror}; pass the path `aoizora plan --out` wrote") from None
     except MemoryError:
         raise PlanFormatError(f"plan {path} does not fit in memory; pass the path `aoizora plan --out` wrote") from None
     if len(raw) > MAX_PLAN_BYTES:
@@ -154,6 +155,7 @@ def _non_finite(value: Any, where: str = "") -> str | None:
     """The path of the first non-finite number in a JSON document, None if all are finite."""
     if isinstance(value, float) and not math.isfinite(value):
         return where or "(top level)"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -182,8 +184,8 @@ def check_plan(data: Any, source: str = "plan") -> None:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")
     names, sizes = data["mesh"]["axis_names"], data["mesh"]["axis_sizes"]
     if len(names) != len(sizes):
-        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives {len(sizes)} sizes "
-                              f"(mesh.axis_sizes); {fix}")
+        raise PlanFormatError(f"{source} field mesh.axis_names names {len(names)} mesh axes but gives "
+                              f"{len(sizes)} sizes (mesh.axis_sizes); {fix}")
     if len(set(names)) != len(names):
         raise PlanFormatError(f"{source} field mesh.axis_names repeats a mesh axis name in {names}; {fix}")
     check_strategy_mesh(data, source, fix)
@@ -216,7 +218,8 @@ def _check_slice(topo: dict[str, Any], source: str, fix: str) -> None:
         raise PlanFormatError(f"{source} field topology names a slice aoizora does not know ({exc}); {fix}") from None
     if generation != profile.generation:
         raise PlanFormatError(
-            f"{source} field topology.name {topo['name']} disagrees with topology.generation {topo['generation']}; {fix}"
+            f"{source} field topology.name {topo['name']} disagrees with topology.generation "
+            f"{topo['generation']}; {fix}"
         )
     if list(shape) != list(topo["shape"]):
         raise PlanFormatError(

@@ -13,23 +13,29 @@ from typing import Any
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import PlanningError
-from aoizora.plan import cache
-from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.placement import JAX_DEFAULT
-from aoizora.progress import progress_reporter
+from aoizora.plan import cache
 from aoizora.plan.consistency import SCOPED_VMEM_FLAG
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
+from aoizora.progress import progress_reporter
+from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
+from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements
+from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
 from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
 from aoizora.stage2.sweep import Stage2Summary
-from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
-from aoizora.workload import ExpertDeployment, StrategySpace
-from aoizora.toolchain import CompilerFlags, check_compiler_flags, environment_flags, source_fingerprint, toolchain_versions
+from aoizora.toolchain import (
+    CompilerFlags,
+    check_compiler_flags,
+    environment_flags,
+    source_fingerprint,
+    toolchain_versions,
+)
 from aoizora.topology import Topology
+from aoizora.workload import ExpertDeployment, StrategySpace
 
 
 @dataclass(frozen=True)
@@ -329,7 +335,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         **space.plan_details(chosen.strategy, topology),
         "schema_version": SCHEMA_VERSION,
         "aoizora_version": aoizora.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "request": request,
         "workload": space.workload(),
         "topology": {
@@ -342,7 +348,8 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         },
         "toolchain": request["toolchain"],
         "compiler": {"libtpu_args": str(flags)},
-        "mesh": {"axis_names": list(best.placement.mesh.axis_names), "axis_sizes": list(best.placement.mesh.axis_sizes)},
+        "mesh": {"axis_names": list(best.placement.mesh.axis_names),
+                 "axis_sizes": list(best.placement.mesh.axis_sizes)},
         "strategy": {"key": best.key, **space.describe(chosen.strategy)},
         "placement": {
             "name": best.placement.name,
@@ -379,7 +386,8 @@ def _alternative(o: StrategyOutcome) -> dict[str, Any]:
         row["memory_bytes_per_device"] = o.compiled.memory_bytes if o.compiled else None
         row["jax_default_step_seconds"] = o.jax_default.q2.step_seconds if o.jax_default else None
         row["placements"] = [
-            {"name": s.placement.name, "step_seconds": s.q2.step_seconds, "exposed_comm_seconds": s.q2.exposed_comm_seconds}
+            {"name": s.placement.name, "step_seconds": s.q2.step_seconds,
+             "exposed_comm_seconds": s.q2.exposed_comm_seconds}
             for s in sorted(o.scored, key=lambda s: s.q2.step_seconds)
         ]
     return row
@@ -424,8 +432,8 @@ def nothing_fits(space: StrategySpace, topology: Topology, stage1: Stage1Result)
 def plan_function(
     fn: Any,
     abstract_args: Any,
-    strategy_space: "StrategySpace | list",
-    topology: "Topology | str",
+    strategy_space: StrategySpace | list,
+    topology: Topology | str,
     **kwargs: Any,
 ) -> PlanResult:
     """Plan a user's own JAX function through the same two stages.
@@ -437,11 +445,12 @@ def plan_function(
     from aoizora.topology import get_topology
 
     topo = get_topology(topology) if isinstance(topology, str) else topology
-    space = strategy_space if isinstance(strategy_space, StrategySpace) else FunctionSpace(fn, abstract_args, strategy_space)
+    space = (strategy_space if isinstance(strategy_space, StrategySpace)
+             else FunctionSpace(fn, abstract_args, strategy_space))
     return plan_space(space, topo, **kwargs)
 
 
-def plan_wan(model: str, topology: "Topology | str", resolution: str, frames: int, *,
+def plan_wan(model: str, topology: Topology | str, resolution: str, frames: int, *,
              expert_residency: str = "both", **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan --model` does.
 

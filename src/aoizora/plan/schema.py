@@ -112,7 +112,8 @@ PLAN_SCHEMA: dict[str, Any] = {
             "properties": {
                 "name": _doc({"type": "string"}, "the slice, e.g. `v5e:2x4`", serving="`Plan.mesh()` checks the slice"),
                 "generation": _doc({"type": "string"}, "the TPU generation (`v5e`, `v6e`, `tpu7x`, ...)"),
-                "shape": _doc({"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 3},
+                "shape": _doc({"type": "array", "items": {"type": "integer", "minimum": 1},
+                               "minItems": 2, "maxItems": 3},
                               "chips along x, y(, z)", "chips", "`Plan.mesh()` checks the slice's shape"),
                 "wrap": _about("list of boolean", "whether each dimension wraps around"),
                 "cores_per_chip": _doc({"type": "integer", "minimum": 1}, "JAX devices per chip", "devices",
@@ -242,4 +243,5 @@ def validate_plan_json(data: Any, source: str = "plan") -> None:
         jsonschema.validate(data, PLAN_SCHEMA)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise PlanFormatError(f"{source} is not a valid plan at {where}: {exc.message}; re-run `aoizora plan`") from None
+        raise PlanFormatError(
+            f"{source} is not a valid plan at {where}: {exc.message}; re-run `aoizora plan`") from None

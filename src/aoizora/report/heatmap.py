@@ -50,7 +50,7 @@ def link_heatmaps(
     )
     two_cores = topology.cores_per_chip == 2
     half_w = _HALF_WIDE if two_cores else _HALF
-    for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy)):
+    for col, ((title, _, coords), seconds) in enumerate(zip(panels, busy, strict=True)):
         shown = _shown_axes(coords.shape[:-1], axis_names)
         labels = _position_labels(topology, coords, [i for i, _ in shown])
         key = f"in each chip: its device's\n({', '.join(n for _, n in shown)})" if shown else "one device"
@@ -81,7 +81,8 @@ def link_heatmaps(
     )
     if topology.has_d2d:
         handles = [Line2D([], [], color="#555", lw=2), Line2D([], [], color="#555", lw=2, ls=(0, (2, 1)))]
-        fig.legend(handles, ["ICI link", "die-to-die link (core 0 | core 1)"], loc="lower left", fontsize=7, frameon=False)
+        fig.legend(handles, ["ICI link", "die-to-die link (core 0 | core 1)"], loc="lower left", fontsize=7,
+                   frameon=False)
     return fig
 
 
@@ -90,7 +91,7 @@ def _shown_axes(sizes: tuple[int, ...], axis_names: Sequence[str] | None) -> lis
     names = list(axis_names) if axis_names is not None else [f"axis {i}" for i in range(len(sizes))]
     if len(names) != len(sizes):
         raise ValueError(f"{len(names)} axis names for a mesh of {len(sizes)} axes")
-    return [(i, n) for i, (n, size) in enumerate(zip(names, sizes)) if size > 1]
+    return [(i, n) for i, (n, size) in enumerate(zip(names, sizes, strict=True)) if size > 1]
 
 
 def _position_labels(topology: Topology, coords: np.ndarray, shown: Sequence[int]) -> dict[tuple[int, ...], str]:
@@ -134,6 +135,10 @@ def _arrow(ax, start, end, load: float, cmap, norm, dashed: bool = False) -> Non
 
 
 def _draw_link(ax, link: Link, load: float, cmap, norm, half_w: float) -> None:
+    x1: float
+    y1: float
+    dx: float
+    dy: float
     (x0, y0), (x1, y1) = link.src[:2], link.dst[:2]
     if link.wraparound:  # a stub leaving the grid in the link's direction
         dx, dy = (link.direction, 0) if link.dim == 0 else (0, link.direction)

@@ -43,8 +43,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 def mesh_summary(names: Sequence[str], sizes: Sequence[int]) -> str:
     """The mesh as the strategy key names it (axes longer than 1), and the axes of size 1 it also has."""
-    used = ",".join(f"{n}={s}" for n, s in zip(names, sizes) if s > 1) or "one device"
-    unit = [n for n, s in zip(names, sizes) if s == 1]
+    used = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "one device"
+    unit = [n for n, s in zip(names, sizes, strict=True) if s == 1]
     return used + (f" (axes of size 1: {', '.join(unit)})" if unit else "")
 
 
@@ -168,7 +168,9 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
     ]
     for name, base in d.get("baselines", {}).items():
         if "speedup_of_plan" in base:
-            summary.append([f"vs {name.replace('_', ' ')}", f"{base['speedup_of_plan']:.3f}x ({base['strategy']} / {base['placement']}: {_ms(base['step_seconds'])} ms)"])
+            summary.append([f"vs {name.replace('_', ' ')}",
+                            f"{base['speedup_of_plan']:.3f}x ({base['strategy']} / {base['placement']}: "
+                            f"{_ms(base['step_seconds'])} ms)"])
     alternatives = [
         [a["strategy"], a.get("placement") or "-", _ms(a.get("step_seconds")), _ms(a.get("exposed_comm_seconds")),
          _ms(a.get("jax_default_step_seconds")),
@@ -176,21 +178,28 @@ def _write_files(plan: Plan, topo: Any, panels: list[tuple[str, np.ndarray, np.n
          a.get("dropped", "")]
         for a in d["alternatives"]
     ]
-    chosen = next((a for a in d["alternatives"] if a["strategy"] == d["strategy"]["key"]), {})
-    placements = [[p["name"], _ms(p["step_seconds"]), _ms(p["exposed_comm_seconds"])] for p in chosen.get("placements", [])]
+    chosen: dict[str, Any] = next((a for a in d["alternatives"] if a["strategy"] == d["strategy"]["key"]), {})
+    placements = [[p["name"], _ms(p["step_seconds"]), _ms(p["exposed_comm_seconds"])]
+                  for p in chosen.get("placements", [])]
     timings = [[k, f"{v:.2f} s"] for k, v in d["timings"].items()]
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.get("notes", []))
-    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>aoizora plan — {html.escape(d['workload']['name'])} on {html.escape(topo.name)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;margin:0.5em 0 1.5em}}
-td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}img{{max-width:100%}}</style></head><body>
-<h1>{html.escape(d['workload']['name'])} on {html.escape(topo.name)}</h1>
+    heading = f"{html.escape(d['workload']['name'])} on {html.escape(topo.name)}"
+    strategies = _table(["strategy", "best placement", "step ms", "exposed comm ms", "jax-default ms",
+                         "memory GiB/device", "dropped"], alternatives)
+    stage1 = html.escape(stage1_summary(d.get("stage1", {}).get("counts", {})))
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>aoizora plan — {heading}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}\
+table{{border-collapse:collapse;margin:0.5em 0 1.5em}}
+td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}\
+img{{max-width:100%}}</style></head><body>
+<h1>{heading}</h1>
 {_table(["", ""], summary)}
 <h2>Link loads of one step</h2><p>Each box is a chip at the coordinates its column (x) and row (y) give; inside it, the
 mesh position of the device placed on it, over the mesh axes the panel's title names. Each arrow is one direction of a
 link, coloured by how long it is busy in one step.</p><img src="{heat_src}" alt="link heatmaps">
 <h2>Timeline of one step</h2><img src="{tl_src}" alt="timeline">
-<h2>Strategies (Stage 2)</h2>{_table(["strategy", "best placement", "step ms", "exposed comm ms", "jax-default ms", "memory GiB/device", "dropped"], alternatives)}
+<h2>Strategies (Stage 2)</h2>{strategies}
 <h2>Placements of the chosen strategy</h2>{_table(["placement", "step ms", "exposed comm ms"], placements)}
-<h2>Planning</h2>{_table(["stage", "time"], timings)}<p>{html.escape(stage1_summary(d.get('stage1', {}).get('counts', {})))}</p>
+<h2>Planning</h2>{_table(["stage", "time"], timings)}<p>{stage1}</p>
 <ul>{notes}</ul><p>toolchain: {html.escape(toolchain_summary(d['toolchain']))}</p></body></html>"""
     (out / "index.html").write_text(doc, encoding="utf-8")

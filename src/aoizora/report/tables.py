@@ -15,7 +15,8 @@ from aoizora.topology import Topology
 def print_topology(topo: Topology, console: Console | None = None) -> None:
     console = console or Console()
     chip, dev = topo.chip_hardware, topo.hardware
-    wrap = ", ".join(f"axis {i} ({n})" for i, (n, w) in enumerate(zip(topo.shape, topo.wrap)) if w) or "none"
+    wrap = ", ".join(f"axis {i} ({n})" for i, (n, w) in enumerate(zip(topo.shape, topo.wrap, strict=True))
+                     if w) or "none"
     n_d2d = sum(1 for l in topo.links if l.kind == "d2d")
     d2d = f" + {n_d2d} directed die-to-die links (cores to ICI: {topo.core_ici})" if n_d2d else ""
     console.print(
@@ -23,7 +24,8 @@ def print_topology(topo: Topology, console: Console | None = None) -> None:
         f"{len(topo.links) - n_d2d} directed ICI links{d2d}, wraparound: {wrap}"
     )
     per_device = topo.cores_per_chip > 1
-    table = Table(title="hardware profile" + (f" (per chip; per device: 1/{topo.cores_per_chip})" if per_device else " (per chip)"))
+    table = Table(title="hardware profile"
+                  + (f" (per chip; per device: 1/{topo.cores_per_chip})" if per_device else " (per chip)"))
     table.add_column("field")
     table.add_column("per chip", justify="right")
     if per_device:
@@ -130,7 +132,8 @@ def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = No
         table.add_row(
             escape(a["strategy"]), escape(a.get("placement") or "-"), ms(a.get("step_seconds")),
             ms(a.get("exposed_comm_seconds")), ms(a.get("jax_default_step_seconds")),
-            "-" if mem is None else f"{mem / 2**30:.2f}", escape(a.get("dropped") or ("chosen" if a["strategy"] == chosen else "")),
+            "-" if mem is None else f"{mem / 2**30:.2f}",
+            escape(a.get("dropped") or ("chosen" if a["strategy"] == chosen else "")),
             style="bold" if a["strategy"] == chosen else None,
         )
     console.print(table)

@@ -24,18 +24,20 @@ def timeline_figure(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Fig
     title says how long the remaining iterations take.
     """
     fig, axes = plt.subplots(len(rows), 1, figsize=(10, 1.6 * len(rows) + 0.6), squeeze=False)
-    for ax, (title, segments) in zip(axes[:, 0], rows):
+    for ax, (title, segments) in zip(axes[:, 0], rows, strict=True):
         loops = [seg for seg in segments if seg["kind"] == "loop"]
         if loops:
             first = loops[0]
-            title += f" — up to the end of the first loop iteration; then {first['name']} ({(first['end'] - first['start']) * 1e3:,.1f} ms)"
+            title += (f" — up to the end of the first loop iteration; then {first['name']} "
+                      f"({(first['end'] - first['start']) * 1e3:,.1f} ms)")
             segments = [seg for seg in segments if seg["start"] < first["start"]]
             ax.set_xlim(0, first["start"] * 1e3 * 1.02)
         for seg in segments:
             start, width = seg["start"] * 1e3, (seg["end"] - seg["start"]) * 1e3
             ax.broken_barh(
                 [(start, width)], (_ROW[seg["kind"]] - 0.4, 0.8), facecolors=_COLORS[seg["kind"]],
-                hatch="//" if seg["kind"] == "loop" else None, edgecolor="white" if seg["kind"] != "loop" else "#888888",
+                hatch="//" if seg["kind"] == "loop" else None,
+                edgecolor="white" if seg["kind"] != "loop" else "#888888",
                 linewidth=0.2,
             )
         ax.set_yticks([0, 1], ["async comm", "stream"])

@@ -56,7 +56,7 @@ class NDLayout:
 def nd_layout(algorithm: AlgorithmConfig | None, group_size: int) -> NDLayout | None:
     """The N-D layout of an N-D strategy's config when it fits the group, else None (1-D ring)."""
     grid = algorithm.grid_of(group_size) if algorithm is not None else None
-    if grid is None:
+    if grid is None or algorithm is None:
         return None
     return NDLayout(grid, algorithm.dim_orders_of(len(grid)))
 
@@ -274,7 +274,7 @@ class Plan:
         self.n_senders += 1
         return self.n_senders - 1
 
-    def finish(self, members: tuple[int, ...]) -> "Plan":
+    def finish(self, members: tuple[int, ...]) -> Plan:
         """Index dependents and per-device involvement once the DAG is built."""
         self.members = members
         self.dependents = [[] for _ in self.src]
@@ -283,7 +283,7 @@ class Plan:
                 self.dependents[p].append(t)
         self.by_device = {d: [] for d in members}
         self.involvement = {d: 0 for d in members}
-        for t, (s, d) in enumerate(zip(self.src, self.dst)):
+        for t, (s, d) in enumerate(zip(self.src, self.dst, strict=True)):
             self.by_device[s].append(t)
             self.involvement[s] += 1
             if d != s:
@@ -355,7 +355,7 @@ def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, 
         out = []
         others = [range(n) if k != dim else range(1) for k, n in enumerate(sizes)]
         for base in itertools.product(*others):
-            start = sum(b * st for b, st in zip(base, strides))
+            start = sum(b * st for b, st in zip(base, strides, strict=True))
             line = tuple(order[start + k * strides[dim]] for k in range(sizes[dim]))
             if reorder:
                 line = best_ring_order(topology, line, bidirectional)
@@ -400,7 +400,7 @@ def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int,
     out = []
     for idx in itertools.product(*(range(n) for n in sizes)):
         c = list(lows)
-        for axis, i in zip(used, idx):
+        for axis, i in zip(used, idx, strict=True):
             c[axis] = lows[axis] + i
         d = chips.get(tuple(c))
         if d is None:

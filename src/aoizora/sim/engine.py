@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import PlacementError, SimulationError
+from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
-from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.sim.algorithms import Plan, build_plan
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult
@@ -211,7 +211,9 @@ class Simulator:
     def _loop_chains(program: Program) -> list[tuple[int, ...]]:
         chains = []
         for lp in program.loops:
-            chain, cur, seen = [], lp.index, set()
+            chain: list[int] = []
+            cur: int | None = lp.index
+            seen: set[int] = set()
             while cur is not None and cur not in seen:
                 seen.add(cur)
                 chain.append(cur)
@@ -461,7 +463,7 @@ class Simulator:
             if base != p_base + 1 or period <= 0:
                 continue
             tol = 1e-9 * period + 1e-15
-            if any(abs(a - b) > tol for a, b in zip(rel, p_rel)):
+            if any(abs(a - b) > tol for a, b in zip(rel, p_rel, strict=True)):
                 continue
             top = max(self.iters[d][i] for d in range(self.n))
             skip = self.trips[i] - 1 - top
@@ -482,7 +484,7 @@ class Simulator:
                     j = 1 + chain.index(i)
                     self.runs[rkey[:j] + (rkey[j] + skip,) + rkey[j + 1 :]] = run
             for cur, old in zip((self.compute, self.link_bytes, self.coll_total, self.coll_runs, self.coll_wait),
-                                p_stats):
+                                p_stats, strict=True):
                 cur += skip * (cur - old)
             self.extrapolated[i] = self.extrapolated.get(i, 0) + skip
             self._seen.clear()

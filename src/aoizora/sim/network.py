@@ -117,8 +117,8 @@ class FlowNetwork:
             return []
         finished = [self._ids[i] for i in np.flatnonzero(done)]
         keep = ~done
-        self._ids = [f for f, k in zip(self._ids, keep) if k]
-        self._routes = [r for r, k in zip(self._routes, keep) if k]
+        self._ids = [f for f, k in zip(self._ids, keep, strict=True) if k]
+        self._routes = [r for r, k in zip(self._routes, keep, strict=True) if k]
         self._remaining = self._remaining[keep]
         self._rates = self._rates[keep]
         self._dirty = True

@@ -9,12 +9,22 @@ Public API (the workload interface it reads, `StrategySpace`, is `aoizora.worklo
 from aoizora.stage1.cache import Stage1Cache, default_stage1_cache
 from aoizora.stage1.dag import CommNode, OpNode, Prediction
 from aoizora.stage1.ir import IRModule, Sharding, read_module
-from aoizora.stage1.predict import predict
 from aoizora.stage1.memory import MemoryEstimate, estimate_memory, predict_within_hbm
+from aoizora.stage1.predict import predict
 from aoizora.stage1.q1 import Q1Result, best_group_bandwidth, op_seconds, q1
 from aoizora.stage1.search import (
-    DEFAULT_TOP_K, ILLEGAL, KEPT, LOWERING_FAILED, OUT_OF_MEMORY, RANKED, ArgumentsDoNotFit, Entry, Stage1Result,
-    Verdict, analyse, run_stage1,
+    DEFAULT_TOP_K,
+    ILLEGAL,
+    KEPT,
+    LOWERING_FAILED,
+    OUT_OF_MEMORY,
+    RANKED,
+    ArgumentsDoNotFit,
+    Entry,
+    Stage1Result,
+    Verdict,
+    analyse,
+    run_stage1,
 )
 
 __all__ = [

@@ -80,8 +80,8 @@ def fusion_ends(region: Region) -> tuple[dict[int, int], set[int]]:
     fused = [continues_fusion(op) for op in ops]
     # the largest buffer each value is computed from (its own size when it is a buffer)
     source_bytes: dict[int, float] = {}
-    for op, through in zip(ops, fused):
-        for r, t in zip(op.results, op.result_types):
+    for op, through in zip(ops, fused, strict=True):
+        for r, t in zip(op.results, op.result_types, strict=True):
             own = t.bytes if t is not None else 0.0
             source_bytes[r] = max((source_bytes.get(v, 0.0) for v in op.operands), default=own) if through else own
     ends: dict[int, set[int]] = {}
@@ -90,7 +90,7 @@ def fusion_ends(region: Region) -> tuple[dict[int, int], set[int]]:
         op, through = ops[i], fused[i]
         if through and op.name not in NON_COMPUTING:
             sources = max((source_bytes.get(v, 0.0) for v in op.operands), default=0.0)
-            written.update(r for r, t in zip(op.results, op.result_types)
+            written.update(r for r, t in zip(op.results, op.result_types, strict=True)
                            if len(ends.get(r, ())) > 1 and t is not None and t.bytes <= sources)
         for v in set(uses(op)):
             got = ends.setdefault(v, set())

@@ -36,7 +36,13 @@ from typing import Any
 from aoizora.errors import AoizoraError
 from aoizora.stage1.events import CollectiveIssued, OpFinished, OpStarted, RegionEntered, RegionLeft, Value, ValueEvent
 from aoizora.stage1.fusion import (
-    NON_COMPUTING, UNFUSED_COLLECTIVES, VIEW_OPS, fusion_ends, last_uses, permute_issue_points, relayout,
+    NON_COMPUTING,
+    UNFUSED_COLLECTIVES,
+    VIEW_OPS,
+    fusion_ends,
+    last_uses,
+    permute_issue_points,
+    relayout,
 )
 from aoizora.stage1.heap import Timeline
 from aoizora.stage1.ir import COLLECTIVE_OPS, RETURN_OPS, Func, Op, Region, TensorType, called_op_names, same_shape
@@ -156,7 +162,7 @@ class HbmModel:
             raise EventStreamError(f"not a value event: {event!r}")
         handler(event)
 
-    def feed_all(self, events: Iterable[ValueEvent]) -> "HbmModel":
+    def feed_all(self, events: Iterable[ValueEvent]) -> HbmModel:
         for e in events:
             self.feed(e)
         return self
@@ -184,7 +190,7 @@ class HbmModel:
                             {r for points in issued_at.values() for r, _, _ in points}, tl.now, set(owned),
                             {a.id: a.bytes for a in e.args}, loop_state=loop_state)
         self.hoisted_permutes += len(rb.issued)
-        types = dict(zip(region.args, region.arg_types))
+        types = dict(zip(region.args, region.arg_types, strict=True))
         for a, b in owned.items():
             rb.handles[a] = [tl.open(b, label=f"written region argument {types.get(a)}")]
             rb.live[a], rb.free_at[a], rb.backing[a] = b, rb.last_use.get(a, 0), (a,)
@@ -197,7 +203,7 @@ class HbmModel:
         body owns until its last use there (ring attention's q, k and v, every step)."""
         self.timeline.momentary(running.reshard_bytes, label="shard_map operands resharded")
         op = running.op
-        return {a: t.bytes for v, a, t in zip(op.operands, body.args, body.arg_types)
+        return {a: t.bytes for v, a, t in zip(op.operands, body.args, body.arg_types, strict=True)
                 if v in enclosing.computed and t is not None}
 
     @staticmethod
@@ -213,7 +219,7 @@ class HbmModel:
         invariant = {k for k, a in enumerate(body.args)
                      if ret is not None and k < len(ret.operands) and ret.operands[k] == a
                      and running.operands[k].prefetchable}
-        return sum(val.bytes for k, (v, val) in enumerate(zip(op.operands, running.operands))
+        return sum(val.bytes for k, (v, val) in enumerate(zip(op.operands, running.operands, strict=True))
                    if v not in enclosing.args and v not in enclosing.live and k not in invariant)
 
     def _region_left(self, e: RegionLeft) -> None:
@@ -352,7 +358,7 @@ class HbmModel:
         pending = self._operands_to_write(rb, op)
         if not pending:
             return
-        size = {v: val.bytes for v, val in zip(op.operands, running.operands)}
+        size = {v: val.bytes for v, val in zip(op.operands, running.operands, strict=True)}
         read_directly = {b for v in op.operands if v not in pending for b in rb.backing.get(v, ())}
         for k, v in enumerate(pending):
             tl.tick()
@@ -382,7 +388,7 @@ class HbmModel:
         opened = 0.0
         if running.walked:
             tl.tick()  # the callee's buffers for these results end with it: hand them over
-        for v, t in zip(results, op.result_types):
+        for v, t in zip(results, op.result_types, strict=True):
             r = v.id
             rb.backing[r] = (r,)
             if r in rb.last_use and r not in rb.live:
@@ -409,9 +415,10 @@ class HbmModel:
         if op.name not in NON_COMPUTING or any(v in rb.computed for v in op.operands):
             rb.computed.update(op.results)
         elif rb.current is not None:
-            rb.computed.update(r for r, c in zip(op.results, rb.current.returns_computed) if c)
+            # returns_computed is empty but for a walked func.call: a view op or unwalked call computes nothing
+            rb.computed.update(r for r, c in zip(op.results, rb.current.returns_computed, strict=False) if c)
         reads = tuple(sorted({b for v in op.operands for b in rb.backing.get(v, ()) if b in rb.live}))
-        for r, t in zip(op.results, op.result_types):
+        for r, t in zip(op.results, op.result_types, strict=True):
             rb.backing[r] = reads
             if op.name in VIEW_OPS:
                 rb.free_at.update((b, max(rb.free_at[b], rb.last_use.get(r, i))) for b in reads)

@@ -54,7 +54,7 @@ class Timeline:
     def live_peak(self, outside: bool | None = None) -> float:
         """Most bytes live at one tick (`outside`: only those, only the others, or all when None)."""
         delta: dict[int, float] = {}
-        for s, e, z, o in zip(self.starts, self.ends, self.sizes, self.outside):
+        for s, e, z, o in zip(self.starts, self.ends, self.sizes, self.outside, strict=True):
             if outside is None or o == outside:
                 delta[s] = delta.get(s, 0.0) + z
                 delta[e + 1] = delta.get(e + 1, 0.0) - z

@@ -35,7 +35,7 @@ def _to_operands(op: Op, result_dims: tuple, fill: object) -> tuple[list, list]:
     lb, rb = op.attrs["lhs_batch"], op.attrs["rhs_batch"]
     lf, rf = dot_free_dims(op)
     lhs, rhs = [fill] * lt.rank, [fill] * rt.rank
-    for k, (i, j) in enumerate(zip(lb, rb)):
+    for k, (i, j) in enumerate(zip(lb, rb, strict=True)):
         lhs[i] = rhs[j] = result_dims[k]
     for k, d in enumerate(lf):
         lhs[d] = result_dims[len(lb) + k]
@@ -115,7 +115,7 @@ class BackwardHints:
         if old is None:
             self.preferences[key] = tuple(tuple(d) for d in dims)
         elif len(old) == len(dims):
-            self.preferences[key] = tuple(tuple(a for a in o if a in d) for o, d in zip(old, dims))
+            self.preferences[key] = tuple(tuple(a for a in o if a in d) for o, d in zip(old, dims, strict=True))
 
     def preferred_dims(self, frame: int, value: int, t: TensorType | None, dims: list[tuple[str, ...]],
                        used: set[str]) -> list[tuple[str, ...]]:
@@ -127,7 +127,7 @@ class BackwardHints:
         if want is None or t is None or len(want) != len(dims):
             return dims
         out = list(dims)
-        for i, (d, w) in enumerate(zip(dims, want)):
+        for i, (d, w) in enumerate(zip(dims, want, strict=True)):
             if d or not w or any(a in used for a in w):
                 continue
             if t.shape[i] >= self.sizes.n(w):
@@ -176,7 +176,8 @@ def _operand_preferences(op: Op, want: Dims, ot: TensorType) -> list[tuple[int, 
     if (not op.regions and same_shape(op)) or name in ("stablehlo.pad", "func.call"):
         # a pad is partitioned in place (halo exchange); a called helper (`_pad`, `_where`) is
         # taken as elementwise: Shardy propagates through its body
-        return [(v, want) for v, t in zip(op.operands, op.operand_types) if t is not None and t.rank == ot.rank]
+        return [(v, want) for v, t in zip(op.operands, op.operand_types, strict=True)
+                if t is not None and t.rank == ot.rank]
     return []
 
 

@@ -86,7 +86,7 @@ class Sharding:
     unreduced: tuple[str, ...] = ()
 
     @staticmethod
-    def replicated_of(rank: int, mesh: str = "") -> "Sharding":
+    def replicated_of(rank: int, mesh: str = "") -> Sharding:
         return Sharding(mesh, tuple(() for _ in range(rank)))
 
     @property
@@ -126,7 +126,7 @@ class Op:
     operand_types: tuple[TensorType | None, ...]
     result_types: tuple[TensorType | None, ...]
     attrs: dict[str, Any]
-    regions: list["Region"] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
 
 
 @dataclass
@@ -232,27 +232,31 @@ class IRModule:
         for op, _ in self.walk():
             if op.name != "sdy.manual_computation":
                 continue
-            colls, targets = [], []
-
-            def rec(ops: list[Op]) -> None:
-                for o in ops:
-                    if o.name in COLLECTIVE_OPS:
-                        colls.append(o.attrs["collective"])
-                    if o.name == "stablehlo.custom_call":
-                        targets.append(o.attrs["target"])
-                    if o.name == "func.call":
-                        rec(self.funcs[o.attrs["callee"]].body.ops)
-                    for r in o.regions:
-                        rec(r.ops)
-
-            rec(op.regions[0].ops)
+            colls: list[ExplicitCollective] = []
+            targets: list[str] = []
+            self._collect_calls(op.regions[0].ops, colls, targets)
             out.append(
-                ManualComputationInfo(op.attrs["in_shardings"], op.attrs["out_shardings"], op.attrs["manual_axes"], colls, targets)
+                ManualComputationInfo(op.attrs["in_shardings"], op.attrs["out_shardings"], op.attrs["manual_axes"],
+                                      colls, targets)
             )
         return out
 
+    def _collect_calls(self, ops: list[Op], colls: list[ExplicitCollective], targets: list[str]) -> None:
+        """Append the collectives and custom-call targets of `ops`, called functions and nested regions
+        included, in program order."""
+        for o in ops:
+            if o.name in COLLECTIVE_OPS:
+                colls.append(o.attrs["collective"])
+            if o.name == "stablehlo.custom_call":
+                targets.append(o.attrs["target"])
+            if o.name == "func.call":
+                self._collect_calls(self.funcs[o.attrs["callee"]].body.ops, colls, targets)
+            for r in o.regions:
+                self._collect_calls(r.ops, colls, targets)
+
     def while_loops(self) -> list[WhileInfo]:
-        return [WhileInfo(op.attrs.get("trip_count"), op.attrs.get("induction_arg")) for op, _ in self.walk() if op.name == "stablehlo.while"]
+        return [WhileInfo(op.attrs.get("trip_count"), op.attrs.get("induction_arg"))
+                for op, _ in self.walk() if op.name == "stablehlo.while"]
 
     def custom_calls(self) -> list[CustomCallInfo]:
         return [
@@ -303,7 +307,8 @@ def read_sharding(attr: ir.Attribute) -> Sharding:
     """Convert an `#sdy.sharding<...>` attribute (typed `TensorShardingAttr`)."""
     s = _sdy.TensorShardingAttr(attr)
     mesh = s.mesh_or_ref
-    mesh_name = ir.FlatSymbolRefAttr(mesh).value if isinstance(mesh, ir.FlatSymbolRefAttr) or _is_symbol(mesh) else str(mesh)
+    mesh_name = (ir.FlatSymbolRefAttr(mesh).value if isinstance(mesh, ir.FlatSymbolRefAttr) or _is_symbol(mesh)
+                 else str(mesh))
     dims = tuple(tuple(_axis_name(r) for r in _sdy.DimensionShardingAttr(d).axes) for d in s.dimension_shardings)
     return Sharding(
         mesh_name,
@@ -429,12 +434,14 @@ def _attrs(name: str, o: ir.Operation) -> dict[str, Any]:
         out["in_shardings"] = _per_value(a["in_shardings"])
         out["out_shardings"] = _per_value(a["out_shardings"])
         m = _sdy.ManualAxesAttr(a["manual_axes"])
-        out["manual_axes"] = tuple(str(ir.StringAttr(m[i]).value) if not isinstance(m[i], str) else m[i] for i in range(len(m)))
+        out["manual_axes"] = tuple(str(ir.StringAttr(m[i]).value) if not isinstance(m[i], str) else m[i]
+                                   for i in range(len(m)))
     elif name in COLLECTIVE_OPS:
         groups: tuple[tuple[int, ...], ...] = ()
         if "replica_groups" in a:
             arr = np.array(ir.DenseIntElementsAttr(a["replica_groups"]))
-            groups = tuple(tuple(int(v) for v in row if v >= 0) for row in arr.reshape(arr.shape[0], -1)) if arr.size else ()
+            groups = (tuple(tuple(int(v) for v in row if v >= 0) for row in arr.reshape(arr.shape[0], -1))
+                      if arr.size else ())
         pairs: tuple[tuple[int, int], ...] = ()
         if "source_target_pairs" in a:
             arr = np.array(ir.DenseIntElementsAttr(a["source_target_pairs"]))
@@ -454,7 +461,8 @@ def _while_trip_count(op: Op) -> None:
     cond, body = op.regions[0], op.regions[1]
     consts = {o.results[0]: o.attrs.get("scalar") for o in cond.ops if o.name == "stablehlo.constant"}
     ret = cond.ops[-1] if cond.ops else None
-    cmp = next((o for o in cond.ops if ret is not None and o.name == "stablehlo.compare" and o.results[0] in ret.operands), None)
+    cmp = next((o for o in cond.ops
+                if ret is not None and o.name == "stablehlo.compare" and o.results[0] in ret.operands), None)
     if cmp is None or cmp.attrs.get("direction") not in ("LT", "GT", "NE"):
         return
     lhs, rhs = cmp.operands
@@ -519,7 +527,8 @@ def read_module(module: ir.Module | Any) -> IRModule:
             arg_sh = _func_shardings(op, "arg_attrs", len(ftype.inputs))
             res_sh = _func_shardings(op, "res_attrs", len(ftype.results))
             body = reader.region(op.regions[0])
-            funcs[name] = Func(name, body.args, body.arg_types, arg_sh, tuple(tensor_type(t) for t in ftype.results), res_sh, body)
+            funcs[name] = Func(name, body.args, body.arg_types, arg_sh, tuple(tensor_type(t) for t in ftype.results),
+                               res_sh, body)
             vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
             if main is None and (name == "main" or (vis is not None and ir.StringAttr(vis).value == "public")):
                 main = name

@@ -46,8 +46,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aoizora.stage1.dag import KernelCostHook, Prediction
-from aoizora.stage1.predict import predict
 from aoizora.stage1.ir import IRModule
+from aoizora.stage1.predict import predict
 from aoizora.topology import HardwareProfile
 
 GIB = 2**30
@@ -100,7 +100,7 @@ class MemoryEstimate:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "MemoryEstimate":
+    def from_json(cls, d: dict) -> MemoryEstimate:
         """The estimate `to_json` wrote (its derived fields are recomputed, not read)."""
         return cls(float(d["argument_bytes"]), float(d["output_bytes"]), float(d["temp_bytes"]), int(d["hbm_bytes"]),
                    float(d["slack"]), float(d["outside_bytes"]))
@@ -127,7 +127,8 @@ def predict_within_hbm(module: IRModule, hardware: HardwareProfile, kernel_cost:
     pred = predict(module, kernel_cost, async_collective_fusion=hardware.async_collective_fusion)
     mem = estimate_memory(pred, hardware, slack)
     if not mem.fits and pred.hoisted_permutes:
-        late = predict(module, kernel_cost, hoist_permutes=False, async_collective_fusion=hardware.async_collective_fusion)
+        late = predict(module, kernel_cost, hoist_permutes=False,
+                       async_collective_fusion=hardware.async_collective_fusion)
         late_mem = estimate_memory(late, hardware, slack)
         if late_mem.fits:
             return late, late_mem

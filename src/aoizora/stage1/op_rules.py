@@ -11,11 +11,19 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from aoizora.workload import KernelCall
 from aoizora.stage1.ir import (
-    COLLECTIVE_OPS, Op, Sharding, TensorType, axis_size, contains_op, dot_free_dims, group_axes, same_shape,
+    COLLECTIVE_OPS,
+    Op,
+    Sharding,
+    TensorType,
+    axis_size,
+    contains_op,
+    dot_free_dims,
+    group_axes,
+    same_shape,
 )
 from aoizora.stage1.shardings import fit, merge, replicated, reshape_groups, with_dims
+from aoizora.workload import KernelCall
 
 if TYPE_CHECKING:
     from aoizora.stage1.propagate import ShardingPropagator
@@ -43,16 +51,17 @@ def cost_simple(w: ShardingPropagator, op: Op, ins: list[Sharding], outs: list[S
     if op.name in NO_COST:
         return
     sizes = w.sizes
-    out_bytes = sum(sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
-    in_bytes = sum(sizes.local_bytes(t, s) for t, s in zip(op.operand_types, ins))
-    elems = sum(math.prod(sizes.local_shape(t, s)) for t, s in zip(op.result_types, outs) if t is not None)
+    out_bytes = sum(sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs, strict=True))
+    # `ins` may cover only the leading operands: a dynamic slice's or update's data, not its start indices
+    in_bytes = sum(sizes.local_bytes(t, s) for t, s in zip(op.operand_types, ins, strict=False))
+    elems = sum(math.prod(sizes.local_shape(t, s)) for t, s in zip(op.result_types, outs, strict=True) if t is not None)
     w.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, min_bytes, mult)
 
 
 def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     rank = op.result_types[0].rank
     ranks = [t.rank if t is not None else 0 for t in op.operand_types]
-    partials = {s.unreduced for s, r in zip(ins, ranks) if r == rank}
+    partials = {s.unreduced for s, r in zip(ins, ranks, strict=True) if r == rank}
     keep_partial: tuple[str, ...] = ()
     if op.name in LINEAR_UNARY and len(ins) == 1:
         keep_partial = ins[0].unreduced
@@ -62,7 +71,7 @@ def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
     if not manual:
         dims = w.hints.preferred_dims(w.frame, op.results[0], op.result_types[0], list(target.dims), set(target.axes))
         target = with_dims(target, dims)
-    for v, t, s, r in zip(op.operands, op.operand_types, ins, ranks):
+    for v, t, s, r in zip(op.operands, op.operand_types, ins, ranks, strict=True):
         if r == rank:
             src = s if not keep_partial else with_dims(s, s.dims)
             w.reshard(v, t, src, target, mult, "operand")
@@ -138,10 +147,10 @@ def _dot_axes(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding):
         return tuple(keep)
 
     batch = []
-    for i, j in zip(lb, rb):
+    for i, j in zip(lb, rb, strict=True):
         la, ra = L.dims[i], R.dims[j]
         batch.append(take(la if (la == ra or not ra or (la and n(la) >= n(ra))) else ra))
-    common = [tuple(a for a in L.dims[i] if a in R.dims[j]) for i, j in zip(lc, rc)]
+    common = [tuple(a for a in L.dims[i] if a in R.dims[j]) for i, j in zip(lc, rc, strict=True)]
     contract = [take(c) for c in common]
     lfree = [take(L.dims[d]) for d in lf]
     rfree = [take(R.dims[d]) for d in rf]
@@ -153,7 +162,7 @@ def _split_one_sided_contractions(w: ShardingPropagator, op: Op, L: Sharding, R:
     """A contraction axis only one operand splits: gather that operand, or slice the other one and
     reduce the result, whichever moves fewer bytes (the latter adds the axis to `contract`)."""
     lt, rt = op.operand_types
-    for k, (i, j) in enumerate(zip(op.attrs["lhs_contract"], op.attrs["rhs_contract"])):
+    for k, (i, j) in enumerate(zip(op.attrs["lhs_contract"], op.attrs["rhs_contract"], strict=True)):
         for side_axes in (L.dims[i], R.dims[j]):
             for a in side_axes:
                 if a in used:
@@ -175,9 +184,9 @@ def _dot_operand_targets(op: Op, L: Sharding, R: Sharding, batch, contract, lfre
     lf, rf = dot_free_dims(op)
     Lw: list = [()] * lt.rank
     Rw: list = [()] * rt.rank
-    for k, (i, j) in enumerate(zip(lb, rb)):
+    for k, (i, j) in enumerate(zip(lb, rb, strict=True)):
         Lw[i] = Rw[j] = batch[k]
-    for k, (i, j) in enumerate(zip(lc, rc)):
+    for k, (i, j) in enumerate(zip(lc, rc, strict=True)):
         Lw[i] = Rw[j] = contract[k]
     for k, d in enumerate(lf):
         Lw[d] = lfree[k]
@@ -188,7 +197,8 @@ def _dot_operand_targets(op: Op, L: Sharding, R: Sharding, batch, contract, lfre
 
 def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dims = op.attrs.get("dimensions", ())
-    ins = [w.resolve_partial(v, t, s, mult, "reduce") for v, t, s in zip(op.operands, op.operand_types, ins)]
+    ins = [w.resolve_partial(v, t, s, mult, "reduce")
+           for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     src = ins[0]
     t0 = op.operand_types[0]
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
@@ -200,7 +210,7 @@ def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
     first = math.prod(w.sizes.local_shape(t0, ins[0])) * min(t0.itemsize, 2)
     cost_simple(w, op, ins, outs, mult, min_bytes=first)
     if reduced_axes and not manual:
-        ob = sum(w.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs))
+        ob = sum(w.sizes.local_bytes(t, s) for t, s in zip(op.result_types, outs, strict=True))
         nn = w.sizes.n(reduced_axes)
         w.collective("all-reduce", reduced_axes, ob, 2 * ob * (nn - 1) / nn, mult, cause="sharded-reduce",
                      result_bytes=ob, reason="reduce over a sharded dimension", deps=(len(w.nodes) - 1,))
@@ -276,10 +286,11 @@ def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
 def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dim = op.attrs["dimension"]
     rank = op.result_types[0].rank
-    ins = [w.resolve_partial(v, t, s, mult, "concatenate") for v, t, s in zip(op.operands, op.operand_types, ins)]
+    ins = [w.resolve_partial(v, t, s, mult, "concatenate")
+           for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     target = merge(ins, [rank] * len(ins), rank, w.sizes)
     target = with_dims(target, [() if i == dim else d for i, d in enumerate(target.dims)])
-    for v, t, s in zip(op.operands, op.operand_types, ins):
+    for v, t, s in zip(op.operands, op.operand_types, ins, strict=True):
         w.reshard(v, t, s, target, mult, "concatenate")
     cost_simple(w, op, [target] * len(ins), [target], mult, 0.0)
     return [target]
@@ -294,7 +305,7 @@ def _slice_like(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, m
         return [replicated(dst_t.rank)]
     changed = [(src_t.shape[i] != dst_t.shape[i] and not _appended(op, i)) or op.name == "stablehlo.reverse"
                for i in range(src_t.rank)]
-    kept = with_dims(s, [() if c else d for c, d in zip(changed, s.dims)])
+    kept = with_dims(s, [() if c else d for c, d in zip(changed, s.dims, strict=True)])
     w.reshard(op.operands[0], src_t, s, kept, mult, "slice")
     out = fit(kept, dst_t, w.sizes)
     cost_simple(w, op, [kept], [out], mult, 0.0)
@@ -319,7 +330,7 @@ def _dynamic_update_slice(w: ShardingPropagator, op: Op, ins: list[Sharding], mu
     base = w.resolve_partial(op.operands[0], t0, ins[0], mult, "update")
     upd = w.resolve_partial(op.operands[1], tu, ins[1], mult, "update")
     changed = [t0.shape[i] != tu.shape[i] for i in range(t0.rank)]
-    base = with_dims(base, [() if c else d for c, d in zip(changed, base.dims)])
+    base = with_dims(base, [() if c else d for c, d in zip(changed, base.dims, strict=True)])
     w.reshard(op.operands[0], t0, ins[0], base, mult, "update")
     w.reshard(op.operands[1], tu, upd, base, mult, "update")
     cost_simple(w, op, [base, base], [base], mult, 0.0)
@@ -344,7 +355,7 @@ def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
     """An opaque kernel. Outside shard_map its operands must arrive replicated (no sharding rule)."""
     given = op.attrs.get("result_shardings")
     if not manual:
-        for v, t, s in zip(op.operands, op.operand_types, ins):
+        for v, t, s in zip(op.operands, op.operand_types, ins, strict=True):
             if t is not None:
                 w.reshard(v, t, s, replicated(t.rank), mult, f"kernel boundary ({op.attrs['target']})")
         ins = [replicated(len(s.dims)) for s in ins]
@@ -352,8 +363,10 @@ def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
         fit(given[k], t, w.sizes) if (given and k < len(given) and t is not None) else _rep_of(t)
         for k, t in enumerate(op.result_types)
     ]
-    lin = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None for t, s in zip(op.operand_types, ins))
-    lout = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None for t, s in zip(op.result_types, outs))
+    lin = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None
+                for t, s in zip(op.operand_types, ins, strict=True))
+    lout = tuple(TensorType(w.sizes.local_shape(t, s), t.dtype) if t else None
+                 for t, s in zip(op.result_types, outs, strict=True))
     io = sum(t.bytes for t in lin + lout if t is not None)
     cost = w.kernel_cost(KernelCall(op.attrs["target"], lin, lout, manual)) if w.kernel_cost else None
     flops = cost.flops if cost and cost.flops is not None else 0.0
@@ -372,13 +385,15 @@ def _manual(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
     body = op.regions[0]
     has_kernel = contains_op(w.module.funcs, body, "stablehlo.custom_call")
     reason = "kernel boundary (shard_map)" if has_kernel else "shard_map boundary"
-    for v, t, s, want in zip(op.operands, op.operand_types, ins, in_sh):
+    for v, t, s, want in zip(op.operands, op.operand_types, ins, in_sh, strict=True):
         if t is not None:
             w.reshard(v, t, s, fit(want, t, w.sizes), mult, reason)
     # the body's arguments are the operands' shards: a parameter stays a parameter inside
-    w.prefetchable.update((w.frame, a) for a, v in zip(body.args, op.operands) if (w.frame, v) in w.prefetchable)
+    w.prefetchable.update((w.frame, a) for a, v in zip(body.args, op.operands, strict=True)
+                          if (w.frame, v) in w.prefetchable)
     w.region(body, [_rep_of(t) for t in body.arg_types], mult, manual=True)
-    return [fit(s, t, w.sizes) if t is not None else replicated(0) for s, t in zip(out_sh, op.result_types)]
+    return [fit(s, t, w.sizes) if t is not None else replicated(0)
+            for s, t in zip(out_sh, op.result_types, strict=True)]
 
 
 def _collective(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
@@ -400,7 +415,7 @@ def _collective(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, m
     outs = [_rep_of(t) if manual else with_dims(s, s.dims) for t in op.result_types]
     if not manual and c.kind in ("all-gather", "reduce-scatter", "all-to-all"):
         outs = [_rep_of(t) for t in op.result_types]
-    result_bytes = sum(w.sizes.local_bytes(t, o) for t, o in zip(op.result_types, outs))
+    result_bytes = sum(w.sizes.local_bytes(t, o) for t, o in zip(op.result_types, outs, strict=True))
     i = w.collective(c.kind, axes, payload, recv, mult, cause="written", result_bytes=result_bytes,
                      reason="written in the program", deps=w.deps(op.operands))
     for r in op.results:
@@ -416,7 +431,8 @@ def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
     if trips is None:
         w.note("a while loop without a recognisable trip count was counted once")
         trips = 1
-    carried = [w.resolve_partial(v, t, s, mult, "loop carry") for v, t, s in zip(op.operands, op.operand_types, ins)]
+    carried = [w.resolve_partial(v, t, s, mult, "loop carry")
+               for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     body = op.regions[1]
     ret = body.ops[-1] if body.ops else None
     # prefetchable loop invariants (the stacked weights of a scan): passed through unchanged
@@ -424,7 +440,7 @@ def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
                           if ret is not None and k < len(ret.operands) and ret.operands[k] == a
                           and (w.frame, op.operands[k]) in w.prefetchable)
     returned = w.region(body, carried, mult * trips, manual)
-    for k, (t, want) in enumerate(zip(op.result_types, carried)):
+    for k, (t, want) in enumerate(zip(op.result_types, carried, strict=True)):
         if k < len(returned) and t is not None and ret is not None:
             w.reshard(ret.operands[k], t, returned[k], want, mult * trips, "loop carry")
     return carried
@@ -436,14 +452,14 @@ def _call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual:
     prefetchable_in = [(saved, v) in w.prefetchable for v in op.operands]
     w.frames += 1
     w.frame = w.frames
-    w.prefetchable.update((w.frame, a) for a, p in zip(f.body.args, prefetchable_in) if p)
+    w.prefetchable.update((w.frame, a) for a, p in zip(f.body.args, prefetchable_in, strict=True) if p)
     returned = w.region(f.body, ins, mult, manual)
     prefetchable_out = [(w.frame, v) in w.prefetchable for v in (f.body.ops[-1].operands if f.body.ops else ())]
     w.frame = saved
-    w.prefetchable.update((saved, r) for r, p in zip(op.results, prefetchable_out) if p)
+    w.prefetchable.update((saved, r) for r, p in zip(op.results, prefetchable_out, strict=True) if p)
     ret = f.body.ops[-1] if f.body.ops else None
     if ret is not None:
-        for r, v in zip(op.results, ret.operands):
+        for r, v in zip(op.results, ret.operands, strict=True):
             if v in w.producer:
                 w.producer[r] = w.producer[v]
     return [returned[k] if k < len(returned) else _rep_of(t) for k, t in enumerate(op.result_types)]

@@ -40,7 +40,14 @@ from typing import Any
 
 from aoizora.stage1.dag import CommNode, KernelCostHook, Node, OpNode
 from aoizora.stage1.events import (
-    CollectiveCause, CollectiveIssued, OpFinished, OpStarted, RegionEntered, RegionLeft, Value, ValueEvent,
+    CollectiveCause,
+    CollectiveIssued,
+    OpFinished,
+    OpStarted,
+    RegionEntered,
+    RegionLeft,
+    Value,
+    ValueEvent,
 )
 from aoizora.stage1.hints import BackwardHints
 from aoizora.stage1.ir import RETURN_OPS, IRModule, Op, Region, Sharding, TensorType
@@ -185,14 +192,14 @@ class ShardingPropagator:
         f = self.module.entry
         shardings = [
             fit(s, t, self.sizes) if (s is not None and t is not None) else replicated(t.rank if t else 0)
-            for s, t in zip(f.arg_shardings, f.arg_types)
+            for s, t in zip(f.arg_shardings, f.arg_types, strict=True)
         ]
         self.prefetchable.update((self.frame, a) for a in f.body.args)
-        arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings))
+        arg_bytes = sum(self.sizes.local_bytes(t, s) for t, s in zip(f.arg_types, shardings, strict=True))
         results = self.region(f.body, shardings, 1, manual=False)
         out_bytes = 0.0
         ret = f.body.ops[-1] if f.body.ops else None
-        for k, (t, want) in enumerate(zip(f.result_types, f.result_shardings)):
+        for k, (t, want) in enumerate(zip(f.result_types, f.result_shardings, strict=True)):
             have = results[k] if k < len(results) else replicated(t.rank if t else 0)
             target = fit(want, t, self.sizes) if (want is not None and t is not None) else with_dims(have, have.dims)
             if t is not None:
@@ -202,26 +209,27 @@ class ShardingPropagator:
 
     def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
         """Walk a region (reporting it as value events); returns the shardings it returns."""
-        env: dict[int, Sharding] = dict(zip(region.args, arg_shardings))
+        env: dict[int, Sharding] = dict(zip(region.args, arg_shardings, strict=True))
         self.hints.collect_requests(region, self.frame)
         self.hints.collect_preferences(region, self.frame)
         self.emit(RegionEntered(region, tuple(self.value(a, t, env.get(a))
-                                                       for a, t in zip(region.args, region.arg_types))))
+                                                       for a, t in zip(region.args, region.arg_types, strict=True))))
         for op in region.ops:
             if op.name in RETURN_OPS:
-                returned = [env.get(v, replicated(t.rank if t else 0)) for v, t in zip(op.operands, op.operand_types)]
+                returned = [env.get(v, replicated(t.rank if t else 0))
+                            for v, t in zip(op.operands, op.operand_types, strict=True)]
                 self.emit(RegionLeft(returned=True))
                 return returned
             ins = self._operand_shardings(op, env, manual)
             self.emit(OpStarted(op, tuple(self.value(v, t, s)
-                                                   for v, t, s in zip(op.operands, op.operand_types, ins))))
+                                          for v, t, s in zip(op.operands, op.operand_types, ins, strict=True))))
             outs = self.op(op, ins, mult, manual)
-            for r, t, s in zip(op.results, op.result_types, outs):
+            for r, _t, s in zip(op.results, op.result_types, outs, strict=True):
                 env[r] = s
             if op.name in PREFETCH_PRESERVING and op.operands and (self.frame, op.operands[0]) in self.prefetchable:
                 self.prefetchable.update((self.frame, r) for r in op.results)
             self.emit(OpFinished(op, tuple(self.value(r, t, s)
-                                                    for r, t, s in zip(op.results, op.result_types, outs))))
+                                           for r, t, s in zip(op.results, op.result_types, outs, strict=True))))
         self.emit(RegionLeft(returned=False))
         return []
 
@@ -229,7 +237,7 @@ class ShardingPropagator:
     def _operand_shardings(op: Op, env: dict[int, Sharding], manual: bool) -> list[Sharding]:
         """The operands' shardings as the op reads them (replicated inside a shard_map body)."""
         ins = [env.get(v, replicated(t.rank if t else 0)) if t is not None else replicated(0)
-               for v, t in zip(op.operands, op.operand_types)]
+               for v, t in zip(op.operands, op.operand_types, strict=True)]
         if manual:
             ins = [replicated(len(s.dims)) for s in ins]
         return ins

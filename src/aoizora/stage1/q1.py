@@ -77,7 +77,7 @@ class Q1Result:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Q1Result":
+    def from_json(cls, d: dict) -> Q1Result:
         """The result `to_json` wrote (mesh axis names never contain "+")."""
         by_axes = {(() if k == "-" else tuple(k.split("+"))): float(v) for k, v in d["comm_seconds_by_axes"].items()}
         return cls(float(d["seconds"]), float(d["compute_seconds"]), float(d["comm_seconds"]),

@@ -25,16 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from aoizora.defaults import DEFAULT_TOP_K
+from aoizora.progress import progress_reporter
 from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
 from aoizora.interrupts import start_child
 from aoizora.stage1.ir import read_module
-from aoizora.defaults import DEFAULT_TOP_K
-from aoizora.progress import progress_reporter
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
-from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 from aoizora.topology import Topology
+from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
 
@@ -76,7 +76,8 @@ class Entry:
         return self.candidate.key
 
     def to_json(self, space: StrategySpace | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"key": self.key, "verdict": self.verdict, "reasons": list(self.reasons), "rank": self.rank}
+        out: dict[str, Any] = {"key": self.key, "verdict": self.verdict, "reasons": list(self.reasons),
+                               "rank": self.rank}
         if space is not None:
             out["strategy"] = space.describe(self.candidate.strategy)
         if self.q1 is not None:
@@ -128,7 +129,8 @@ def argument_bytes(inp: LoweringInputs) -> float:
 
     total = 0.0
     for leaf in jax.tree.leaves((inp.args, inp.kwargs)):
-        shape, dtype, sharding = getattr(leaf, "shape", None), getattr(leaf, "dtype", None), getattr(leaf, "sharding", None)
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        sharding = getattr(leaf, "sharding", None)
         if shape is None or dtype is None:
             continue
         local = sharding.shard_shape(tuple(shape)) if sharding is not None else tuple(shape)
@@ -227,7 +229,8 @@ def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory
 
 def _worker_analyse(strategies: list[Any]) -> list[_Analysed]:
     w = _WORKER
-    return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"]) for st in strategies]
+    return [_analyse_one(w["space"], st, w["topology"], w["overlap"], w["memory_slack"], w["keep"])
+            for st in strategies]
 
 
 def affinity_groups(space: StrategySpace, entries: list[Entry]) -> list[list[Entry]]:
@@ -309,7 +312,7 @@ def run_stage1(
     cache_key = None if cache is None or keep_predictions else _cache_key(space, topology, overlap, memory_slack)
     fresh: dict[str, dict[str, Any]] = {}  # analyses to add to the cache
 
-    if cache_key is not None:
+    if cache is not None and cache_key is not None:
         stored = cache.load(cache_key)
         for e in (e for e in own if e.key in stored):
             _apply(e, _analysed_from_json(stored[e.key]), timings)
@@ -329,7 +332,7 @@ def run_stage1(
         with progress_reporter(label, len(own), console=console, quiet=not progress) as bar:
             _analyse_groups(space, topology, groups, settings, n_workers, blob, analysed, bar.advance)
     finally:  # an interrupted Stage 1 keeps what it analysed
-        if cache_key is not None:
+        if cache is not None and cache_key is not None:
             cache.store(cache_key, fresh)
     _share_stand_in_analyses(legal, stand_ins)
     _rank(entries, top_k)
@@ -383,7 +386,7 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
     def collect(block: bool) -> None:
         done = [f for f in running if f.done()] if not block else [next(as_completed(running))]
         for fut in done:
-            for e, a in zip(running.pop(fut), fut.result()):
+            for e, a in zip(running.pop(fut), fut.result(), strict=True):
                 apply(e, a)
                 advance()
 
@@ -422,14 +425,16 @@ def _share_stand_in_analyses(legal: list[Entry], stand_ins: dict[str, Entry]) ->
     for e in legal:
         if e.key in stand_ins:
             twin = stand_ins[e.key]
-            e.verdict, e.reasons, e.q1, e.memory, e.prediction = twin.verdict, twin.reasons, twin.q1, twin.memory, twin.prediction
+            e.verdict, e.reasons, e.q1 = twin.verdict, twin.reasons, twin.q1
+            e.memory, e.prediction = twin.memory, twin.prediction
             # a twin never lowered (over HBM on its arguments alone) has no summary to share
             e.summary = {**twin.summary, "analysed_as": twin.key} if twin.summary is not None else None
 
 
 def _rank(entries: list[Entry], top_k: int) -> None:
     """Rank the entries that fit by Q1 (ties: serial time, then key) and keep the first `top_k`."""
-    fitting = sorted((e for e in entries if e.verdict == RANKED), key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
+    fitting = sorted((e for e in entries if e.verdict == RANKED),
+                     key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
     for r, e in enumerate(fitting):
         e.rank = r + 1
         if r < top_k:
@@ -462,6 +467,7 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     for e in result.ranked[: max(result.top_k, 1) * 2]:
         table.add_row(
             f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{e.q1.seconds * 1e3:.3f}",
-            f"{e.q1.compute_seconds * 1e3:.3f}", f"{e.q1.comm_seconds * 1e3:.3f}", f"{e.memory.total_bytes / 2**30:.2f}",
+            f"{e.q1.compute_seconds * 1e3:.3f}", f"{e.q1.comm_seconds * 1e3:.3f}",
+            f"{e.memory.total_bytes / 2**30:.2f}",
         )
     console.print(table)

@@ -31,7 +31,7 @@ class AxisSizes:
     def local_shape(self, t: TensorType, sh: Sharding | None) -> tuple[int, ...]:
         if sh is None or len(sh.dims) != t.rank:
             return t.shape
-        return tuple(-(-d // self.n(ax)) if ax else d for d, ax in zip(t.shape, sh.dims))
+        return tuple(-(-d // self.n(ax)) if ax else d for d, ax in zip(t.shape, sh.dims, strict=True))
 
     def local_bytes(self, t: TensorType | None, sh: Sharding | None) -> float:
         if t is None:
@@ -48,7 +48,7 @@ def fit(sh: Sharding, t: TensorType, sizes: AxisSizes) -> Sharding:
     if len(sh.dims) != t.rank:
         return replicated(t.rank)
     dims = []
-    for d, ax in zip(t.shape, sh.dims):
+    for d, ax in zip(t.shape, sh.dims, strict=True):
         keep: list[str] = []
         for a in ax:
             if d % (sizes.n(keep) * axis_size(sizes.sizes, a)) == 0:
@@ -71,7 +71,7 @@ def add_axes(src: Sharding, dst: Sharding, axes: tuple[str, ...]) -> Sharding:
 
 def merge(ins: list[Sharding], ranks: list[int], rank: int, sizes: AxisSizes) -> Sharding:
     """Result sharding of an elementwise op: the most sharded operand, completed by the others."""
-    cands = [s for s, r in zip(ins, ranks) if r == rank and len(s.dims) == rank]
+    cands = [s for s, r in zip(ins, ranks, strict=True) if r == rank and len(s.dims) == rank]
     if not cands:
         return replicated(rank)
     best = max(cands, key=lambda s: sizes.n(s.axes))

@@ -20,13 +20,20 @@ Public API:
 """
 
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
-from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles, compile_strategy, shared_compile_placement
+from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.outcomes import (
-    OUT_OF_HBM, OUT_OF_VMEM, CachedCompileError, Compiled, MemoryKind, Scored, StrategyOutcome, drop_reason, memory_kind,
+    OUT_OF_HBM,
+    OUT_OF_VMEM,
+    CachedCompileError,
+    Compiled,
+    MemoryKind,
+    Scored,
+    StrategyOutcome,
+    drop_reason,
+    memory_kind,
     refused_for_memory,
 )
 from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
@@ -36,7 +43,8 @@ from aoizora.stage2.verify import recompile_cannot_change_q2
 __all__ = [
     "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy", "default_compile_cache", "drop_reason",
+    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
+    "default_compile_cache", "drop_reason",
     "executor_from_spec", "memory_kind", "predicted_compile_placement", "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from aoizora.cost import CostModel, Q2Options
-from aoizora.hlo.program import CollectiveKind, Program
 from aoizora.hlo import ProgramBuilder
+from aoizora.hlo.program import CollectiveKind, Program
 from aoizora.placement import MeshSpec, Placement, enumerate_placements
 from aoizora.stage2.verify import REORDERING_MAP_ONLY_GENERATIONS
 from aoizora.topology import Topology

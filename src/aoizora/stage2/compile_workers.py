@@ -35,8 +35,8 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from aoizora.placement import Placement
@@ -235,7 +235,7 @@ class CompileExecutor(Protocol):
     def close(self) -> None:
         """Stop every compile process, killing those still compiling."""
 
-    def __enter__(self) -> "CompileExecutor": ...
+    def __enter__(self) -> CompileExecutor: ...
 
     def __exit__(self, *exc: Any) -> None: ...
 
@@ -345,7 +345,7 @@ class CompileWorkers:
         for child in idle:
             child.stop()
 
-    def __enter__(self) -> "CompileWorkers":
+    def __enter__(self) -> CompileWorkers:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,7 +16,12 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import Placement, enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord
 from aoizora.stage2.compile_workers import (
-    ChildResult, CompileExecutor, CompileTimeout, CompileWorkers, WorkloadNotTransferable, device_ids_of,
+    ChildResult,
+    CompileExecutor,
+    CompileTimeout,
+    CompileWorkers,
+    WorkloadNotTransferable,
+    device_ids_of,
     memory_bytes,
 )
 from aoizora.stage2.outcomes import CachedCompileError, Compiled, drop_reason, is_out_of_memory
@@ -162,7 +167,7 @@ class EarlyCompiles:
         self.futures[key] = self._threads.submit(compile_strategy, self.space, strategy, key, self.topology,
                                                  placement, self.timeout_s, self.cache, flags, self.executor)
 
-    def __enter__(self) -> "EarlyCompiles":
+    def __enter__(self) -> EarlyCompiles:
         return self
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:

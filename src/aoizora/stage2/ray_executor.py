@@ -35,7 +35,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from aoizora.defaults import DEFAULT_RAY_CPUS_PER_COMPILE
 from aoizora.errors import ExecutorError
 from aoizora.stage2.compile_workers import (
-    CHILD_START_TIMEOUT_S, ChildDied, ChildResult, CompileChild, CompileJob, CompileTimeout, CompileWorkers, _run,
+    CHILD_START_TIMEOUT_S,
+    ChildDied,
+    ChildResult,
+    CompileChild,
+    CompileJob,
+    CompileTimeout,
+    CompileWorkers,
+    _run,
     result_of,
 )
 from aoizora.toolchain import compile_environment

@@ -18,9 +18,9 @@ from typing import Any
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.placement import Placement, enumerate_placements
+from aoizora.stage2 import compiling
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
-from aoizora.stage2 import compiling
 from aoizora.stage2.compiling import shared_compile_placement
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, memory_kind
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary

@@ -59,8 +59,8 @@ class BoundedSweep:
     """
 
     def __init__(self, entries: list[tuple[str, Any]], lower_bounds: Mapping[str, float], baselines: Collection[str],
-                 workers: int, compile_one: Callable[[str, Any], Compiled], finish: Callable[[int, StrategyOutcome], None],
-                 on_pruned: Callable[[str], None] | None) -> None:
+                 workers: int, compile_one: Callable[[str, Any], Compiled],
+                 finish: Callable[[int, StrategyOutcome], None], on_pruned: Callable[[str], None] | None) -> None:
         self.entries = list(entries)
         self.bounds = dict(lower_bounds)
         self.baselines = set(baselines)
@@ -102,7 +102,8 @@ class BoundedSweep:
     def reopen(self, best_q2: float) -> bool:
         """Pruned strategies whose bound is below `best_q2` (the best pair after verification) go
         back to the pending list; True when any did."""
-        back = [i for i, (key, _) in enumerate(self.entries) if key in self.summary.pruned and self.bounds[key] < best_q2]
+        back = [i for i, (key, _) in enumerate(self.entries)
+                if key in self.summary.pruned and self.bounds[key] < best_q2]
         for i in back:
             del self.summary.pruned[self.entries[i][0]]
         self.pending = sorted(self.pending + back, key=self._order)

@@ -11,14 +11,13 @@ from aoizora.errors import ExecutorError
 from aoizora.hlo.algorithm import RingOrder
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
+from aoizora.stage2 import compiling
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor
-from aoizora.stage2 import compiling
 from aoizora.stage2.outcomes import StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
-
 
 #: Generations on which libtpu 0.0.42.1's compiled program depends on the mesh's device order only
 #: through each collective's ``has_reordering_map``: `experiments/order_dependence.py` compiles a small
@@ -73,7 +72,8 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
         except ExecutorError:
             raise
         except Exception as exc:
-            notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); kept the shared compile")
+            notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); "
+                         "kept the shared compile")
             continue
         if own.from_cache:
             timings["verify_cached"] = timings.get("verify_cached", 0.0) + own.compile_seconds

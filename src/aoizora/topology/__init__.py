@@ -12,8 +12,8 @@ from aoizora.topology.hardware import (
 from aoizora.topology.slice import (
     CORE_ICI_MODES,
     Chip,
-    CoreIci,
     Coords,
+    CoreIci,
     DevicePosition,
     Link,
     Topology,

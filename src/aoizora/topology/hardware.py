@@ -187,7 +187,7 @@ class HardwareProfile:
         }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table() -> dict[str, Any]:
     text = resources.files("aoizora").joinpath("data/hardware.json").read_text()
     return json.loads(text)

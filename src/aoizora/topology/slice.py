@@ -171,7 +171,7 @@ class Topology:
             by_chip.setdefault(chip, []).append(int(dev.id))
         expected = math.prod(shape)
         if len(by_chip) != expected or any(
-            any(not 0 <= c < n for c, n in zip(chip, shape)) for chip in by_chip
+            any(not 0 <= c < n for c, n in zip(chip, shape, strict=True)) for chip in by_chip
         ):
             raise TopologyError(
                 f"libtpu describes {len(by_chip)} chips for {self.name}, expected {expected} in a {shape} grid"
@@ -266,7 +266,8 @@ class Topology:
             for src_core, dst_core in ((0, 1), (1, 0)):
                 direction = +1 if dst_core > src_core else -1
                 links.append(
-                    Link(first_index + len(links), chip.coords, chip.coords, dim, direction, bw, False, "d2d", src_core, dst_core)
+                    Link(first_index + len(links), chip.coords, chip.coords, dim, direction, bw, False, "d2d",
+                         src_core, dst_core)
                 )
         return tuple(links)
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.errors import MeshSpecError
 from aoizora.hlo.builder import program_from_compiled
@@ -29,7 +30,8 @@ class NamedProgram:
     program: Program
 
 
-def collective_microprograms(topology: Topology, mesh_spec: MeshSpec, payload_bytes: int = 16 * MIB) -> Iterator[NamedProgram]:
+def collective_microprograms(topology: Topology, mesh_spec: MeshSpec,
+                             payload_bytes: int = 16 * MIB) -> Iterator[NamedProgram]:
     """psum, all_gather, psum_scatter, all_to_all and a ring ppermute over each mesh axis (and all axes)."""
     mesh = jax_default_placement(topology, mesh_spec).jax_mesh(topology)
     names = mesh_spec.axis_names
@@ -44,7 +46,7 @@ def collective_microprograms(topology: Topology, mesh_spec: MeshSpec, payload_by
         compiled = jax.jit(fn).lower(x).compile()
         return NamedProgram(tag, program_from_compiled(compiled))
 
-    axes: list[str | tuple[str, ...]] = [a for a, n in zip(names, mesh_spec.axis_sizes) if n > 1]
+    axes: list[str | tuple[str, ...]] = [a for a, n in zip(names, mesh_spec.axis_sizes, strict=True) if n > 1]
     if len(axes) > 1:
         axes.append(tuple(axes))  # type: ignore[arg-type]
     for axis in axes:
@@ -86,7 +88,7 @@ def default_suite(topology: Topology, mesh_spec: MeshSpec, which: str = "all") -
         roles = ["batch", "seq", "heads"][-len(names):] if len(names) <= 3 else None
         if roles is None:
             raise MeshSpecError(f"the built-in transformer suite takes meshes of up to 3 axes, not {mesh_spec}")
-        rules = {role: name for role, name in zip(roles, names)}
+        rules = {role: name for role, name in zip(roles, names, strict=True)}
         if "heads" in rules:
             rules["mlp"] = rules["heads"]
         cfg = TransformerConfig(layers=4, dim=1024, heads=16, head_dim=64, mlp=4096, seq=4096, batch=2)

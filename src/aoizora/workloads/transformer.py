@@ -13,7 +13,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 Rules = Mapping[str, str | tuple[str, ...] | None]  # logical axis -> mesh axis (or axes)
 
@@ -29,7 +30,7 @@ class TransformerConfig:
     batch: int = 2
 
     @classmethod
-    def like_wan_14b(cls, seq: int = 4096, layers: int = 40) -> "TransformerConfig":
+    def like_wan_14b(cls, seq: int = 4096, layers: int = 40) -> TransformerConfig:
         """Wan 2.1 14B block dimensions (dim 5120, 40 heads x 128, ffn 13824)."""
         return cls(layers=layers, dim=5120, heads=40, head_dim=128, mlp=13824, seq=seq, batch=2)
 
@@ -53,7 +54,8 @@ def abstract_args(cfg: TransformerConfig, mesh: Mesh, rules: Rules) -> tuple[Any
     """ShapeDtypeStructs (with shardings) of the activations and the stacked layer weights."""
     bf16 = jnp.bfloat16
     L, D, H, K, F = cfg.layers, cfg.dim, cfg.heads, cfg.head_dim, cfg.mlp
-    shapes = {"wq": (L, D, H, K), "wk": (L, D, H, K), "wv": (L, D, H, K), "wo": (L, H, K, D), "w1": (L, D, F), "w2": (L, F, D)}
+    shapes = {"wq": (L, D, H, K), "wk": (L, D, H, K), "wv": (L, D, H, K), "wo": (L, H, K, D),
+              "w1": (L, D, F), "w2": (L, F, D)}
     specs = param_specs(rules)
     params = {k: jax.ShapeDtypeStruct(s, bf16, sharding=NamedSharding(mesh, specs[k])) for k, s in shapes.items()}
     x = jax.ShapeDtypeStruct(

@@ -40,7 +40,8 @@ class TransformerStrategy:
             return None if not live else live[0] if len(live) == 1 else live
 
         embed = {"replicated": None, "fsdp": axes("fsdp"), "context+fsdp": axes("context", "fsdp")}[self.weights]
-        return {"batch": axes("data", "fsdp"), "seq": axes("context"), "heads": axes("tensor"), "mlp": axes("tensor"), "embed": embed}
+        return {"batch": axes("data", "fsdp"), "seq": axes("context"), "heads": axes("tensor"), "mlp": axes("tensor"),
+                "embed": embed}
 
     @property
     def key(self) -> str:

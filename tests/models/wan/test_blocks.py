@@ -10,15 +10,20 @@ import pytest
 from aoizora import toolchain
 from aoizora.models.wan.attention import splash_grid_steps
 from aoizora.models.wan.blocks import (
+    KV_ALIGN,
+    LARGE_BLOCK_KV,
+    LARGE_BLOCK_KV_COMPUTE,
+    SPLASH_LIMIT_LENGTH,
+    compile_splash_call,
+    fitted_splash_blocks,
+    local_batch,
     searched_splash_tile,
-    KV_ALIGN, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call, fitted_splash_blocks,
-    local_batch, self_attention_lengths,
+    self_attention_lengths,
 )
 from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
-
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
 # is 9,360 tokens, which no context degree here divides into 128-aligned shards without padding.
@@ -74,7 +79,8 @@ def test_fitted_blocks_tile_the_lengths_in_the_fewest_blocks_with_little_padding
     assert blocks.block_kv % blocks.block_kv_compute == 0
     # the compute sub-block fills a 256-wide MXU and is the largest such divisor up to 1,024
     assert KV_ALIGN <= blocks.block_kv_compute <= LARGE_BLOCK_KV_COMPUTE and blocks.block_kv_compute % KV_ALIGN == 0
-    assert not any(blocks.block_kv % b == 0 for b in range(blocks.block_kv_compute + KV_ALIGN, LARGE_BLOCK_KV_COMPUTE + 1, KV_ALIGN))
+    assert not any(blocks.block_kv % b == 0
+                   for b in range(blocks.block_kv_compute + KV_ALIGN, LARGE_BLOCK_KV_COMPUTE + 1, KV_ALIGN))
 
 
 def test_fitted_blocks_of_a_720p_call_and_the_grid_they_save():

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError
 from aoizora.models.wan.checkpoint import load_params, save_params, validate_checkpoint
 from aoizora.models.wan.params import init_params
-from wan_testutil import TINY_T2V
 
 NAME = "blocks.0.attn1.to_q.weight"
 
@@ -63,8 +63,8 @@ def test_a_boolean_weight_of_the_right_shape_is_refused(tmp_path):
 
 @pytest.mark.parametrize("label", ["F32", "BF16", "F16"])
 def test_floating_weights_load_whatever_their_width(tmp_path, label):
-    from safetensors.numpy import load_file
     import ml_dtypes
+    from safetensors.numpy import load_file
 
     path = tmp_path / "w.safetensors"
     save_params(init_params(TINY_T2V, seed=0), TINY_T2V, path)
@@ -76,8 +76,9 @@ def test_floating_weights_load_whatever_their_width(tmp_path, label):
 
 
 def test_the_expert_is_named_in_a_pipeline_folder(tmp_path):
-    from aoizora.models.wan.pipeline import load_expert_params, load_pipeline_config
     from test_wan22_pipeline import MODEL_INDEX, _write_expert
+
+    from aoizora.models.wan.pipeline import load_expert_params, load_pipeline_config
 
     (tmp_path / "model_index.json").write_text(json.dumps(MODEL_INDEX))
     _write_expert(tmp_path / "transformer", init_params(TINY_T2V, seed=1))

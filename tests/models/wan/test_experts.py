@@ -1,16 +1,21 @@
 """The expert Wan deployments: sourced data, per generation, legal strategies."""
 
+import re
 from types import SimpleNamespace
 
 from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
-import re
-
 from aoizora.models.wan.experts import (
-    MAXDIFFUSION, MAXDIFFUSION_COMMIT, TODAYS_WAN_EXPERTS, TPU_RECIPES, WAN_EXPERTS, experts_for, newest_documented,
+    MAXDIFFUSION,
+    MAXDIFFUSION_COMMIT,
+    TODAYS_WAN_EXPERTS,
+    TPU_RECIPES,
+    WAN_EXPERTS,
+    experts_for,
+    newest_documented,
 )
-from aoizora.toolchain import CompilerFlags
 from aoizora.models.wan.space import WanSpace, strategy_key
+from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
 
 VIDEO = VideoShape(81, 720, 1280)
@@ -47,7 +52,8 @@ def test_tpu7x_has_the_2d_context_and_the_flash_deployment():
                                       weights="gathered", splash_blocks=blocks)
     assert strategy_key(two_d.strategy).startswith("data=2,context_ring=2,context_ulysses=2 ")
     assert flash.name == "maxdiffusion-flash" and "231.3" in flash.documented
-    assert flash.strategy == Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=blocks)
+    assert flash.strategy == Strategy(data=2, context=4, attention="allgather", weights="gathered",
+                                      splash_blocks=blocks)
     assert "--xla_tpu_enable_async_all_to_all=true" in two_d.libtpu_args
     # on 16 devices the Ulysses pair stays on a chip's two cores, the ring grows
     (big, _) = space.expert_deployments(SimpleNamespace(generation="tpu7x", num_devices=16))
@@ -64,7 +70,8 @@ def test_generations_without_a_row_fall_back_to_the_readme_and_illegal_ones_are_
 
 def test_todays_rows_are_sourced_dated_and_carry_kernel_tiles_and_vmem():
     for e in TODAYS_WAN_EXPERTS:
-        assert (MAXDIFFUSION in e.source or TPU_RECIPES in e.source) and re.search(r"\b[0-9a-f]{40}\b", e.source), e.name
+        assert ((MAXDIFFUSION in e.source or TPU_RECIPES in e.source)
+                and re.search(r"\b[0-9a-f]{40}\b", e.source)), e.name
         assert re.fullmatch(r"2026-\d\d-\d\d", e.date) and e.date > "2026-04-25", e.name
         assert e.kernel_profile.startswith("maxdiffusion-custom") and not e.splash_blocks.reasons()
         assert CompilerFlags.parse(" ".join(e.libtpu_args)), e.name

@@ -88,4 +88,5 @@ def test_unknown_profiles_are_refused():
         wan_space("wan2.2-t2v-a14b", "720p", 81, generation="tpu7x", kernel_profile="cudnn")
     bad = dataclasses.replace(HOP_STRATEGY, kernel_profile="cudnn")
     assert any("kernel profile" in r for r in check_strategy(bad, A14B, VIDEO, 2, 8))
-    assert strategy_key(HOP_STRATEGY) == "data=2,context_ring=2,context_ulysses=2 | weights=gathered | attn=ulysses_ring"
+    assert strategy_key(HOP_STRATEGY) == ("data=2,context_ring=2,context_ulysses=2 | weights=gathered "
+                                          "| attn=ulysses_ring")

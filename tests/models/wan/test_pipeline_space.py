@@ -9,16 +9,19 @@ import pytest
 
 from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.models.wan.pipeline import WanPipelineConfig
+from aoizora.models.wan.pipeline_space import (
+    WanPipelineSpace,
+    expert_bytes_per_device,
+    host_to_device_bandwidth,
+    swap_estimate,
+)
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import jax_default_placement
-from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
-from aoizora.workload import lowering_inputs_on
-from aoizora.models.wan.pipeline_space import (
-    WanPipelineSpace, expert_bytes_per_device, host_to_device_bandwidth, swap_estimate,
-)
+from aoizora.stage2.compiling import compile_strategy
 from aoizora.topology import get_topology
+from aoizora.workload import lowering_inputs_on
 
 VIDEO = VideoShape(5, 128, 128)  # 128 tokens
 # two 2-layer experts of Wan 2.1 1.3B's width: cheap to lower and compile, real block shapes
@@ -46,7 +49,8 @@ def test_expert_bytes_per_device_is_the_sharded_argument_size(topo_2x4):
 def test_stage1_counts_both_experts(topo_2x4):
     both, swap = _spaces()
     extra = expert_bytes_per_device(EXPERT, STRATEGY)
-    assert argument_bytes(lowering_inputs_on(both, STRATEGY, topo_2x4)) - argument_bytes(lowering_inputs_on(swap, STRATEGY, topo_2x4)) == extra
+    assert (argument_bytes(lowering_inputs_on(both, STRATEGY, topo_2x4))
+            - argument_bytes(lowering_inputs_on(swap, STRATEGY, topo_2x4))) == extra
     _, _, mem_both, _, _ = analyse(both, STRATEGY, topo_2x4)
     _, _, mem_swap, _, _ = analyse(swap, STRATEGY, topo_2x4)
     # the second expert is an argument of the lowered program (kept though unused)

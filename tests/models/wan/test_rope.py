@@ -50,7 +50,8 @@ def _minor_dims_of_two(partner: str) -> list[str]:
     """Array shapes of the compiled rotation (libtpu, one v5e device) whose minor dimension is 2."""
     dev = toolchain.compile_only_devices("v5e:2x2")[0]
     x = jax.ShapeDtypeStruct((1, 512, 8, 128), jnp.bfloat16, sharding=jax.sharding.SingleDeviceSharding(dev))
-    table = jax.ShapeDtypeStruct((512, 128 if partner == "matmul" else 64), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(dev))
+    table = jax.ShapeDtypeStruct((512, 128 if partner == "matmul" else 64), jnp.float32,
+                                 sharding=jax.sharding.SingleDeviceSharding(dev))
     text = jax.jit(apply_rope, static_argnums=3).lower(x, table, table, partner).compile().as_text()
     return re.findall(r"\b(?:bf16|f32)\[[0-9,]*,2\]", text)
 

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from aoizora.models.wan.config import PRESETS, VideoShape
 from aoizora.errors import StrategyError
+from aoizora.models.wan.config import PRESETS, VideoShape
+from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.stage1 import analyse
-from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
 
 VIDEO = VideoShape(5, 128, 128)  # 2 latent frames x 8 x 8 tokens after patchify = 128 tokens
 
@@ -33,9 +33,11 @@ def test_candidates_and_reasons(space):
     assert cands[strategy_key(Strategy(context=8, context_ulysses=4, attention="ulysses_ring",
                                        weights="replicated"))].legal
     # U = 1 and U = context are ring and Ulysses: never enumerated as 2D
-    assert not any(c.strategy.attention == "ulysses_ring" and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
+    assert not any(c.strategy.attention == "ulysses_ring"
+                   and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
                    for c in cands.values())
-    assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False  # 12 heads
+    # 12 heads do not split over 8 Ulysses shards
+    assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False
     dup = cands[strategy_key(Strategy(data=2, tensor=4, attention="ring", weights="tensor"))]
     assert any("duplicate" in r for r in dup.reasons)
     assert cands[strategy_key(Strategy(data=2, context=4, attention="allgather", weights="replicated"))].legal
@@ -91,8 +93,8 @@ def test_compiled_splash_calls_are_costed_as_themselves():
 
 def test_stage1_and_stage2_cost_a_splash_call_alike():
     from aoizora.models.wan.attention import splash_cost
-    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
+    from aoizora.workload import KernelCall
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
     q = TensorType((40, 4736, 128), "bf16")
@@ -134,7 +136,10 @@ def test_chunked_ulysses_ring_repeats_collectives_and_kernels_per_chunk(space, t
     assert sum(n.multiplicity for n in ring_steps) == 2 * 2 * 30
     # the all-to-all payload per chunk is half the unchunked one: the same bytes in total
     whole, _, _, _, _ = analyse(space, dataclasses.replace(st, ulysses_chunks=1), topo_2x4)
-    a2a_bytes = lambda p: sum(c.recv_bytes * c.multiplicity for c in p.comms if c.kind == "all-to-all")
+
+    def a2a_bytes(p):
+        return sum(c.recv_bytes * c.multiplicity for c in p.comms if c.kind == "all-to-all")
+
     assert a2a_bytes(pred) == a2a_bytes(whole)
 
 
@@ -204,8 +209,8 @@ def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
     """With fixed splash blocks K/V are streamed once per block_q rows, not per the kernel's own pick."""
     from aoizora.models.wan.attention import splash_cost
     from aoizora.models.wan.strategy import SplashBlocks
-    from aoizora.workload import KernelCall
     from aoizora.stage1.ir import TensorType
+    from aoizora.workload import KernelCall
 
     space = WanSpace(PRESETS["t2v-14b"], VIDEO)
     q = TensorType((40, 6048, 128), "bf16")  # padded to 2 blocks of 3024

@@ -6,10 +6,15 @@ from __future__ import annotations
 import pytest
 
 from aoizora.models.wan.blocks import (
-    RAISED_SCOPED_VMEM_KIB, compile_splash_call, fitted_splash_blocks, local_batch, searched_splash_tile,
-    self_attention_lengths, splash_call_seconds,
+    RAISED_SCOPED_VMEM_KIB,
+    compile_splash_call,
+    fitted_splash_blocks,
+    local_batch,
+    searched_splash_tile,
+    self_attention_lengths,
+    splash_call_seconds,
 )
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.strategy import Strategy
 from aoizora.models.wan.vmem import splash_blocks_fit
 from aoizora.topology import hardware_profile
 

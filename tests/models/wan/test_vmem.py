@@ -10,11 +10,16 @@ import pytest
 from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call
 from aoizora.models.wan.strategy import SplashBlocks
 from aoizora.models.wan.vmem import (
-    COEFFICIENTS, coefficients_from_data, effective_limit_kib, splash_blocks_fit, splash_working_set_bytes,
+    COEFFICIENTS,
+    coefficients_from_data,
+    effective_limit_kib,
+    splash_blocks_fit,
+    splash_working_set_bytes,
 )
 from aoizora.topology import hardware_profile
 
-DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json").read_text())
+DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json")
+                  .read_text())
 MEASURED = sorted(DATA["default_limit_kib"])
 ROW = 128
 
@@ -78,8 +83,9 @@ def test_the_rule_is_within_its_margin_of_the_measured_query_block_limit(gen):
     hw = hardware_profile(gen)
     for batch, measured in hw.splash_max_block_q.items():
         ruled = _largest_admitted_block_q(gen, batch, None)
-        per_row = (splash_working_set_bytes(gen, batch, SplashBlocks(2 * ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
-                   - splash_working_set_bytes(gen, batch, SplashBlocks(ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))) / ROW
+        double = splash_working_set_bytes(gen, batch, SplashBlocks(2 * ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        single = splash_working_set_bytes(gen, batch, SplashBlocks(ROW, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        per_row = (double - single) / ROW
         assert ruled <= measured <= ruled + 2 * _margin(gen, batch) / per_row + ROW
 
 

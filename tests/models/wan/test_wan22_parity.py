@@ -4,22 +4,24 @@ I2V-A14B by channel concatenation) and TI2V's per-token timesteps with the first
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import diffusers
-import torch
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np
+import pytest
+import torch
+from wan_testutil import TINY_T2V, bf16_errors, rel_err  # noqa: E402
 
 from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
 from aoizora.models.wan.model import forward  # noqa: E402
 from aoizora.models.wan.pipeline import (  # noqa: E402
-    WanPipelineConfig, load_expert_params, load_pipeline_config, make_pipeline_steps, sample_pipeline,
+    WanPipelineConfig,
+    load_expert_params,
+    load_pipeline_config,
+    make_pipeline_steps,
+    sample_pipeline,
 )
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_T2V, bf16_errors, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.parity
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.registry import model_config, pipeline_config, video_shape
@@ -18,7 +19,6 @@ from aoizora.models.wan.checkpoint import save_params
 from aoizora.models.wan.config import WAN22_TI2V_5B, WAN_T2V_14B, VideoShape
 from aoizora.models.wan.params import init_params, param_shapes
 from aoizora.models.wan.pipeline import WanPipelineConfig, load_expert_params, load_pipeline_config
-from wan_testutil import TINY_T2V
 
 MODEL_INDEX = {
     "_class_name": "WanPipeline", "_diffusers_version": "0.42.1", "boundary_ratio": 0.875,
@@ -68,7 +68,7 @@ def test_two_expert_folder_with_a_sharded_expert(two_experts):
     assert pipe.boundary_ratio == 0.875 and pipe.shift == 12.0 and pipe.transformer == TINY_T2V
     assert pipe.transformer_2 == TINY_T2V and pipe.boundary_timestep == 875.0
     got = load_expert_params(root, pipe)
-    for want, loaded in zip((hi, lo), got):
+    for want, loaded in zip((hi, lo), got, strict=True):
         jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), want, loaded)
     # the experts differ (the second is not the first loaded twice)
     assert not np.array_equal(np.asarray(got[0]["blocks"]["ff1"]["w"]), np.asarray(got[1]["blocks"]["ff1"]["w"]))
@@ -128,7 +128,8 @@ def test_published_configurations():
 
     t2v, i2v, ti2v = (pipeline_config(f"wan2.2-{m}") for m in ("t2v-a14b", "i2v-a14b", "ti2v-5b"))
     assert len(t2v.experts) == 2 and t2v.transformer == t2v.transformer_2 == WAN_T2V_14B
-    assert (t2v.boundary_ratio, t2v.shift, t2v.steps, t2v.guidance_scale, t2v.guidance_scale_2) == (0.875, 12.0, 40, 4.0, 3.0)
+    assert ((t2v.boundary_ratio, t2v.shift, t2v.steps, t2v.guidance_scale, t2v.guidance_scale_2)
+            == (0.875, 12.0, 40, 4.0, 3.0))
     assert (i2v.boundary_ratio, i2v.shift, i2v.guidance(0), i2v.guidance(1)) == (0.9, 5.0, 3.5, 3.5)
     assert i2v.transformer.condition_channels == 20 and not i2v.transformer.is_i2v
     assert len(ti2v.experts) == 1 and ti2v.expand_timesteps and ti2v.transformer.dim == 3072

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError, ShapeError, StrategyError
 from aoizora.models.wan.checkpoint import load_params, save_params
@@ -16,7 +17,6 @@ from aoizora.models.wan.config import WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, Vi
 from aoizora.models.wan.model import forward
 from aoizora.models.wan.params import init_params, param_shapes
 from aoizora.models.wan.strategy import Strategy, check_strategy, make_mesh, validate_strategy
-from wan_testutil import TINY_T2V
 
 
 @pytest.fixture()
@@ -39,7 +39,8 @@ def test_roundtrip_single_and_sharded_index(ckpt, tmp_path):
     half = len(names) // 2
     save_file({n: tensors[n] for n in names[:half]}, str(d / "part-1.safetensors"))
     save_file({n: tensors[n] for n in names[half:]}, str(d / "part-2.safetensors"))
-    index = {"weight_map": {n: ("part-1.safetensors" if i < half else "part-2.safetensors") for i, n in enumerate(names)}}
+    index = {"weight_map": {n: ("part-1.safetensors" if i < half else "part-2.safetensors")
+                            for i, n in enumerate(names)}}
     (d / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index))
     loaded = load_params(d, TINY_T2V)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), params, loaded)
@@ -213,8 +214,8 @@ def test_2d_context_strategy_mesh_rules_and_legality():
 
 def test_plan_description_round_trips_to_the_strategy():
     """What the space writes into a plan (through JSON) is what the runner reads back."""
-    from aoizora.models.wan.strategy import SplashBlocks
     from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.strategy import SplashBlocks
 
     space = WanSpace(WAN_T2V_14B, VideoShape(81, 720, 1280))
     for st in (Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", ulysses_chunks=2,

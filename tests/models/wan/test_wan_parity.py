@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import diffusers
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np
 import pytest
-
-import diffusers
 import torch
-
-import jax  # noqa: E402
+from wan_testutil import TINY_I2V, TINY_T2V, bf16_errors, make_inputs, rel_err  # noqa: E402
 
 from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
 from aoizora.models.wan.model import forward  # noqa: E402
 from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
-from wan_testutil import TINY_I2V, TINY_T2V, bf16_errors, make_inputs, rel_err  # noqa: E402
-
-import jax.numpy as jnp  # noqa: E402
 
 pytestmark = pytest.mark.parity
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import diffusers
-import torch
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
 from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler  # noqa: E402
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from wan_testutil import TINY_I2V, TINY_T2V, rel_err
 
 from aoizora.models.wan.config import VideoShape
 from aoizora.models.wan.params import init_params
@@ -14,7 +15,6 @@ from aoizora.models.wan.sampling import make_denoise_step, sample
 from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler
 from aoizora.models.wan.sharding import param_shardings
 from aoizora.models.wan.strategy import Strategy, make_mesh
-from wan_testutil import TINY_I2V, TINY_T2V, rel_err
 
 pytestmark = [
     pytest.mark.slow,  # runs the model on 8 CPU devices

@@ -8,12 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from wan_testutil import TINY_I2V, rel_err
 
-from aoizora.models.wan.params import init_params
 from aoizora.models.wan.config import VideoShape
+from aoizora.models.wan.params import init_params
 from aoizora.models.wan.sampling import make_forward, opaque_kernel_costs
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
-from wan_testutil import TINY_I2V, rel_err
 
 pytestmark = [
     pytest.mark.slow,  # runs the model on 8 CPU devices

@@ -49,7 +49,8 @@ def test_a_plans_description_keeps_the_tile():
 
 
 def test_a_tile_is_two_positive_integers_for_16_bit_weights():
-    assert any("two positive integers" in r for r in check_strategy(Strategy(weights="replicated", weight_tile=(0, 128)), WAN_T2V_1_3B))
+    assert any("two positive integers" in r
+               for r in check_strategy(Strategy(weights="replicated", weight_tile=(0, 128)), WAN_T2V_1_3B))
     f32 = WAN_T2V_1_3B.replace(dtype=jnp.float32)
     assert any("16-bit" in r for r in check_strategy(Strategy(weights="replicated", weight_tile=(16, 128)), f32))
     assert check_strategy(Strategy(weights="replicated", weight_tile=(16, 128)), WAN_T2V_1_3B) == []

@@ -14,23 +14,53 @@ What `__all__` exports, by module (each function's own docstring is its referenc
 from aoizora.models.wan.attention import KernelCost, KernelLog
 from aoizora.models.wan.checkpoint import load_config, load_params, save_params
 from aoizora.models.wan.config import (
-    PRESETS, WAN22_I2V_A14B, WAN22_T2V_A14B, WAN22_TI2V_5B, WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape, WanConfig,
+    PRESETS,
+    WAN22_I2V_A14B,
+    WAN22_T2V_A14B,
+    WAN22_TI2V_5B,
+    WAN_I2V_14B,
+    WAN_T2V_1_3B,
+    WAN_T2V_14B,
+    VideoShape,
+    WanConfig,
 )
 from aoizora.models.wan.model import forward
 from aoizora.models.wan.params import init_params, param_logical_axes, param_shapes, param_table
-from aoizora.models.wan.sampling import (
-    denoise_step, lower_denoise_step, lower_forward, make_denoise_step, make_forward, opaque_kernel_costs, sample,
-)
 from aoizora.models.wan.pipeline import (
-    WanPipelineConfig, load_expert_params, load_pipeline_config, make_pipeline_steps, sample_pipeline,
+    WanPipelineConfig,
+    load_expert_params,
+    load_pipeline_config,
+    make_pipeline_steps,
+    sample_pipeline,
+)
+from aoizora.models.wan.sampling import (
+    denoise_step,
+    lower_denoise_step,
+    lower_forward,
+    make_denoise_step,
+    make_forward,
+    opaque_kernel_costs,
+    sample,
 )
 from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler
 from aoizora.models.wan.sharding import (
-    abstract_forward_inputs, abstract_params, abstract_step_inputs, param_shardings,
+    abstract_forward_inputs,
+    abstract_params,
+    abstract_step_inputs,
+    param_shardings,
 )
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_RING_MESH_AXES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
-    enumerate_strategies, logical_rules, make_mesh, validate_strategy,
+    ATTENTION_VARIANTS,
+    MESH_AXES,
+    ULYSSES_RING_MESH_AXES,
+    WEIGHT_MODES,
+    SplashBlocks,
+    Strategy,
+    check_strategy,
+    enumerate_strategies,
+    logical_rules,
+    make_mesh,
+    validate_strategy,
 )
 
 __all__ = [

@@ -40,7 +40,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.errors import ShapeError
 from aoizora.models.wan.strategy import Strategy
@@ -144,7 +145,8 @@ def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: in
     flops, hbm_bytes = splash_cost(batch * heads, lq, lk, d, itemsize, residuals, bq)
     kernels.record(KernelCost(
         name=name, custom_call_target="tpu_custom_call",
-        hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}", q_shape=(batch, lq, heads, d),
+        hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}",
+        q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops,
         transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0,
     ))

@@ -13,10 +13,10 @@ blocks no larger than the largest block_q the generation's compiler accepts at t
 batch (`HardwareProfile.splash_max_block_q`, measured by compiling) and the fewest K/V blocks of at
 most `LARGE_BLOCK_KV` keys, Q blocks rounded up to 128 rows and K/V blocks to `KV_ALIGN` keys, so
 that padding stays below that per block and the K/V compute sub-block (the width of the score
-tile the MXU computes) is never narrower than the widest MXU. The kernel's VMEM working set grows with the local batch (it is vmapped over it) and with
-the call's query and key lengths, so the limit is measured at `SPLASH_LIMIT_LENGTH` queries and
-keys and holds for calls up to that length; longer calls keep the kernel's per-call pick.
-Which tiles a scoped VMEM limit allows in general (other K/V blocks, raised limits) is the
+tile the MXU computes) is never narrower than the widest MXU. The kernel's VMEM working set grows
+with the local batch (it is vmapped over it) and with the call's query and key lengths, so the
+limit is measured at `SPLASH_LIMIT_LENGTH` queries and keys and holds for calls up to that length;
+longer calls keep the kernel's per-call pick.
 measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 """
 

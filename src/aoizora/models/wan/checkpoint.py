@@ -51,7 +51,8 @@ class SafetensorsFile:
             with open(self.path, "rb") as fh:
                 prefix = fh.read(8)
                 if len(prefix) < 8:
-                    raise CheckpointError(f"{self.path} is {len(prefix)} bytes, too short for a safetensors file; {fix}")
+                    raise CheckpointError(
+                        f"{self.path} is {len(prefix)} bytes, too short for a safetensors file; {fix}")
                 (n,) = struct.unpack("<Q", prefix)
                 if n > min(size - 8, MAX_HEADER_BYTES):  # the header length is read from the file: bound it
                     raise CheckpointError(
@@ -217,7 +218,7 @@ def load_params(
     return tree
 
 
-def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, "SafetensorsFile"]:
+def validate_checkpoint(path: str | os.PathLike, config: WanConfig, strict: bool = True) -> dict[str, SafetensorsFile]:
     """Check every tensor's presence, shape and dtype (and, with `strict`, that nothing is left over)
     from the safetensors headers alone; returns where each tensor lives. Raises `CheckpointError`
     naming the first bad tensor."""
@@ -282,7 +283,7 @@ def save_params(params: dict, config: WanConfig, path: str | os.PathLike) -> Non
             node = node[k]
         arr = np.asarray(jax.device_get(node))
         items = [arr[i] for i in range(config.num_layers)] if spec.stacked else [arr]
-        for src, a in zip(_sources(spec, config), items):
+        for src, a in zip(_sources(spec, config), items, strict=True):
             if spec.kind == "linear":
                 a = a.T
             elif spec.kind == "conv":

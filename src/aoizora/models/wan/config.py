@@ -105,12 +105,12 @@ class WanConfig:
         """Length of the cross-attention context (text, plus image tokens for I2V)."""
         return self.text_len + (self.image_len if self.is_i2v else 0)
 
-    def replace(self, **changes: Any) -> "WanConfig":
+    def replace(self, **changes: Any) -> WanConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_diffusers(cls, cfg: dict[str, Any], dtype: Any = jnp.bfloat16,
-                       vae_stride: tuple[int, int, int] = VAE_STRIDE) -> "WanConfig":
+                       vae_stride: tuple[int, int, int] = VAE_STRIDE) -> WanConfig:
         """Build from a diffusers `config.json` dict of a `WanTransformer3DModel` (and the VAE's
         stride, which lives in the VAE's config)."""
         if cfg.get("pos_embed_seq_len") is not None:

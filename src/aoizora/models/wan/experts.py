@@ -174,7 +174,8 @@ WAN_EXPERTS: tuple[WanExpert, ...] = (
         name="maxdiffusion-readme-default-blocks", generations=(), attention="allgather", context_ulysses=1,
         splash_blocks=SplashBlocks(block_q=512, block_kv=512, block_kv_compute=512),
         libtpu_args=README_LIBTPU_ARGS, source=_README_DEFAULT_BLOCKS,
-        documented="the README's Wan 2.1 T2V command with base_wan_14b.yml's default flash_block_sizes (no timing given)",
+        documented="the README's Wan 2.1 T2V command with base_wan_14b.yml's default flash_block_sizes "
+                   "(no timing given)",
         maxdiffusion_attention="flash", date=MAXDIFFUSION_DATE,
     ),
 )
@@ -198,7 +199,8 @@ FAST_V7_LIBTPU_ARGS = _flags(
     "--xla_tpu_enable_async_collective_fusion=true --xla_tpu_enable_async_collective_fusion_multiple_steps=true "
     "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true "
     "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_enable_async_all_to_all=true "
-    "--xla_tpu_enable_all_experimental_scheduler_features=true --xla_tpu_enable_scheduler_memory_pressure_tracking=true "
+    "--xla_tpu_enable_all_experimental_scheduler_features=true "
+    "--xla_tpu_enable_scheduler_memory_pressure_tracking=true "
     "--xla_tpu_host_transfer_overlap_limit=24 --xla_tpu_aggressive_opt_barrier_removal=ENABLED "
     "--xla_lhs_prioritize_async_depth_over_stall=ENABLED --xla_should_allow_loop_variant_parameter_in_chain=ENABLED "
     "--xla_should_add_loop_invariant_op_in_chain=ENABLED --xla_tpu_enable_ici_ag_pipelining=true "
@@ -209,7 +211,8 @@ FAST_V7_LIBTPU_ARGS = _flags(
     "--xla_tpu_megacore_fusion_allow_ags=true --xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
     "--xla_tpu_sparse_core_all_gather_latency_multiplier=1 --xla_tpu_sparse_core_reduce_scatter_latency_multiplier=3 "
     "--xla_tpu_enable_sparse_core_collective_aggregator=true --xla_tpu_enable_sparse_core_offload_queuing_in_lhs=true "
-    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true --xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
     "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
     "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
     "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
@@ -232,7 +235,8 @@ _RECIPE_FLAGS = (
     "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
     "--xla_tpu_sparse_core_all_gather_latency_multiplier=1 --xla_tpu_sparse_core_reduce_scatter_latency_multiplier=3 "
     "--xla_tpu_enable_sparse_core_collective_aggregator=true --xla_tpu_enable_sparse_core_offload_queuing_in_lhs=true "
-    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true --xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
     "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
     "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
     "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
@@ -243,7 +247,8 @@ TRILLIUM_RECIPE_LIBTPU_ARGS = _flags(_RECIPE_FLAGS.format(vmem="--xla_tpu_scoped
 
 _FAST = (f"{MAXDIFFUSION} end_to_end/tpu/run_wan_fast_inference.sh (the tuned v7 2D-ring recipe: "
          "ici_data_parallelism=2, ici_context_parallelism=4, ulysses_shards=2, per_device_batch_size=0.125, "
-         f"720x1280, 81 frames, Wan 2.2 by default), last changed at {FAST_INFERENCE_COMMIT}, read at {MAXDIFFUSION_HEAD}")
+         "720x1280, 81 frames, Wan 2.2 by default), "
+         f"last changed at {FAST_INFERENCE_COMMIT}, read at {MAXDIFFUSION_HEAD}")
 _CP_COMMENT = (f"{MAXDIFFUSION} src/maxdiffusion/configs/base_wan_27b.yml (comment: 'Best 2D-ring / USP (Ulysses x "
                "ring) configs for WAN2.2-T2V-A14B (720x1280, 81 frames)', attention=ulysses_ring_custom; the comment "
                "gives block_q only: block_kv 1024 as run_wan_fast_inference.sh pairs with BQ=9472), "
@@ -288,7 +293,8 @@ TODAYS_WAN_EXPERTS: tuple[WanExpert, ...] = (
         maxdiffusion_attention="ulysses_ring_custom_fixed_m", date="2026-07-27", meshes=((8, (2, 4)),),
         kernel_options=(("block_kv_compute_in", 1024), ("heads_per_tile", 1), ("vmem_limit_bytes", 67108864)),
         command=f"{_MD}base_wan_27b.yml attention=ulysses_ring_custom_fixed_m ulysses_shards=2 ici_data_parallelism=2 "
-                f"ici_fsdp_parallelism=1 ici_context_parallelism=4 ici_tensor_parallelism=1 per_device_batch_size=0.125 "
+                "ici_fsdp_parallelism=1 ici_context_parallelism=4 ici_tensor_parallelism=1 "
+                "per_device_batch_size=0.125 "
                 f"{_SHAPE} flash_block_sizes='{{\"block_q\":6400,\"block_kv\":2048,\"block_kv_compute\":2048}}'",
     ),
     WanExpert(
@@ -298,7 +304,8 @@ TODAYS_WAN_EXPERTS: tuple[WanExpert, ...] = (
         maxdiffusion_attention="ulysses_ring_custom", date="2026-07-27", meshes=((8, (2, 4)),),
         kernel_options=(("block_kv_compute_in", 1024), ("heads_per_tile", 1), ("vmem_limit_bytes", 67108864)),
         command=f"{_MD}base_wan_27b.yml attention=ulysses_ring_custom ulysses_shards=2 ici_data_parallelism=2 "
-                f"ici_fsdp_parallelism=1 ici_context_parallelism=4 ici_tensor_parallelism=1 per_device_batch_size=0.125 "
+                "ici_fsdp_parallelism=1 ici_context_parallelism=4 ici_tensor_parallelism=1 "
+                "per_device_batch_size=0.125 "
                 f"{_SHAPE} flash_block_sizes='{{\"block_q\":9472,\"block_kv\":1024,\"block_kv_compute\":1024}}'",
     ),
     _cp_comment_row(context=8, ulysses=4, slice_name="v7x-8"),

@@ -4,7 +4,8 @@ strategy-aware code path for single-device and sharded execution."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,14 @@ from aoizora.errors import ShapeError
 from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import WanConfig, grid_of_latent
 from aoizora.models.wan.rope import apply_rope, rope_tables
-from aoizora.models.wan.strategy import Strategy, check_mesh, logical_rules, logical_to_spec, padded_length, validate_strategy
+from aoizora.models.wan.strategy import (
+    Strategy,
+    check_mesh,
+    logical_rules,
+    logical_to_spec,
+    padded_length,
+    validate_strategy,
+)
 
 F32 = jnp.float32
 
@@ -36,7 +44,8 @@ def linear(x: jnp.ndarray, p: dict, dtype: Any | None = None) -> jnp.ndarray:
     return y.astype(dtype)
 
 
-def layer_norm(x: jnp.ndarray, eps: float, scale: jnp.ndarray | None = None, bias: jnp.ndarray | None = None) -> jnp.ndarray:
+def layer_norm(x: jnp.ndarray, eps: float, scale: jnp.ndarray | None = None,
+               bias: jnp.ndarray | None = None) -> jnp.ndarray:
     """LayerNorm computed in float32 (returns float32)."""
     x = x.astype(F32)
     mu = jnp.mean(x, axis=-1, keepdims=True)
@@ -91,14 +100,14 @@ class ShardingContext:
         self.rules = logical_rules(strategy) if strategy is not None else None
 
     def __call__(self, x: jnp.ndarray, axes: Sequence[str | None]) -> jnp.ndarray:
-        if self.mesh is None:
+        if self.mesh is None or self.rules is None:  # both set, or neither
             return x
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh, logical_to_spec(axes, self.rules)))
 
     def gather_weights(self, tree: dict, axes_tree: dict) -> dict:
         """Constrain one layer's weights to their compute layout: `embed` unsharded (all-gathered
         over fsdp×context when stored sharded), heads/mlp still on tensor."""
-        if self.mesh is None:
+        if self.mesh is None or self.rules is None:  # both set, or neither
             return tree
         rules = dict(self.rules, embed=None)
 
@@ -207,7 +216,7 @@ def forward(
     """
     if (strategy is None) != (mesh is None):
         raise ValueError("pass both strategy and mesh, or neither")
-    if strategy is not None:
+    if strategy is not None and mesh is not None:  # both set, or neither
         check_mesh(strategy, mesh)
     dt = config.dtype
     b = latents.shape[0]

@@ -9,7 +9,8 @@ is one `jax.lax.scan` (compact compiled programs, one sharding annotation per we
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -74,8 +75,10 @@ def param_table(config: WanConfig) -> list[ParamSpec]:
             src = b + f"{a}.to_{n}"
             t += _linear(("blocks", a, n), d, d, "embed", "heads", src, **S)
         t += _linear(("blocks", a, "o"), d, d, "heads", "embed", b + f"{a}.to_out.0", **S)
-        t.append(ParamSpec(("blocks", a, "norm_q"), (L, d), ("layers", "heads"), False, b + f"{a}.norm_q.weight", "vec"))
-        t.append(ParamSpec(("blocks", a, "norm_k"), (L, d), ("layers", "heads"), False, b + f"{a}.norm_k.weight", "vec"))
+        t.append(ParamSpec(("blocks", a, "norm_q"), (L, d), ("layers", "heads"), False,
+                           b + f"{a}.norm_q.weight", "vec"))
+        t.append(ParamSpec(("blocks", a, "norm_k"), (L, d), ("layers", "heads"), False,
+                           b + f"{a}.norm_k.weight", "vec"))
     if config.is_i2v:
         kv = config.added_kv_proj_dim
         t += _linear(("blocks", "attn2", "add_k"), kv, d, "embed", "heads", b + "attn2.add_k_proj", **S)

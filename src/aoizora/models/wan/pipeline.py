@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +31,14 @@ from jax.sharding import Mesh
 from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.wan.checkpoint import load_params
 from aoizora.models.wan.config import (
-    VAE_STRIDE, WAN22_I2V_A14B, WAN22_T2V_A14B, WAN22_TI2V_5B, WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, WanConfig,
+    VAE_STRIDE,
+    WAN22_I2V_A14B,
+    WAN22_T2V_A14B,
+    WAN22_TI2V_5B,
+    WAN_I2V_14B,
+    WAN_T2V_1_3B,
+    WAN_T2V_14B,
+    WanConfig,
 )
 from aoizora.models.wan.sampling import make_denoise_step
 from aoizora.models.wan.strategy import Strategy
@@ -96,10 +104,10 @@ class WanPipelineConfig:
         return UniPCScheduler(num_steps=steps or self.steps, shift=self.shift if shift is None else shift,
                               num_train_timesteps=self.num_train_timesteps)
 
-    def replace(self, **changes: Any) -> "WanPipelineConfig":
+    def replace(self, **changes: Any) -> WanPipelineConfig:
         return dataclasses.replace(self, **changes)
 
-    def with_dtype(self, dtype: Any) -> "WanPipelineConfig":
+    def with_dtype(self, dtype: Any) -> WanPipelineConfig:
         two = None if self.transformer_2 is None else self.transformer_2.replace(dtype=dtype)
         return self.replace(transformer=self.transformer.replace(dtype=dtype), transformer_2=two)
 
@@ -155,7 +163,8 @@ def load_pipeline_config(path: str | os.PathLike, dtype: Any = jnp.bfloat16,
     experts = [WanConfig.from_diffusers(_read_json(root / n / "config.json"), dtype=dtype, vae_stride=stride)
                for n in names]
     if vae and experts[0].out_channels != int(vae.get("z_dim", experts[0].out_channels)):
-        raise CheckpointError(f"transformer predicts {experts[0].out_channels} channels, the VAE's z_dim is {vae['z_dim']}")
+        raise CheckpointError(
+            f"transformer predicts {experts[0].out_channels} channels, the VAE's z_dim is {vae['z_dim']}")
     sched = _read_json(root / "scheduler" / "scheduler_config.json", required=False)
     base = defaults or WanPipelineConfig(experts[0])
     boundary = index.get("boundary_ratio")
@@ -183,7 +192,7 @@ def load_expert_params(path: str | os.PathLike, pipeline: WanPipelineConfig, sha
 
     root = Path(path)
     folders = [root / name for name in EXPERT_FOLDERS[: len(pipeline.experts)]]
-    for folder, cfg in zip(folders, pipeline.experts):
+    for folder, cfg in zip(folders, pipeline.experts, strict=True):
         try:
             validate_checkpoint(folder, cfg, strict=strict)
         except CheckpointError as exc:
@@ -191,7 +200,7 @@ def load_expert_params(path: str | os.PathLike, pipeline: WanPipelineConfig, sha
             raise CheckpointError(f"{role} expert {folder.name}/: {exc}") from exc
     shardings = shardings or [None] * len(folders)
     return [load_params(folder, cfg, shardings=sh, strict=strict)
-            for folder, cfg, sh in zip(folders, pipeline.experts, shardings)]
+            for folder, cfg, sh in zip(folders, pipeline.experts, shardings, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ from aoizora.models.wan.params import param_dtype, param_table
 from aoizora.models.wan.pipeline import WanPipelineConfig
 from aoizora.models.wan.sampling import make_denoise_step
 from aoizora.models.wan.sharding import abstract_params
+from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.strategy import Strategy, logical_rules
 from aoizora.workload import LoweringInputs
-from aoizora.models.wan.space import WanSpace
 
 RESIDENCIES: tuple[str, ...] = ("both", "swap")
 #: Transfers of one expert per video when swapping: the low-noise one in at the boundary, the
@@ -57,7 +57,7 @@ def expert_bytes_per_device(config: WanConfig, strategy: Strategy) -> int:
     for spec in param_table(config):
         used: set[str] = set()
         local = []
-        for n, name in zip(spec.shape, spec.axes):
+        for n, name in zip(spec.shape, spec.axes, strict=True):
             axes = [a for a in (rules.get(name) or ()) if a not in used] if name else []
             used.update(axes)
             local.append(-(-n // math.prod(sizes[a] for a in axes)))
@@ -124,8 +124,9 @@ class WanPipelineSpace(WanSpace):
         out["pipeline"] = {
             "experts": [
                 {"name": name, "role": role, "steps": steps.count(i), "guidance_scale": p.guidance(i)}
-                for i, (name, role) in enumerate(zip(("transformer", "transformer_2"),
-                                                     ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",)))
+                for i, (name, role) in enumerate(zip(
+                    ("transformer", "transformer_2"),
+                    ("high-noise", "low-noise") if len(p.experts) > 1 else ("only",), strict=False))
                 if i < len(p.experts)
             ],
             "boundary_ratio": p.boundary_ratio,

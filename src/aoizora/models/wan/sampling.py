@@ -3,18 +3,24 @@ and a sampling loop over it; plus the jitted, mesh-aware transformer forward."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from aoizora.errors import ShapeError
+from aoizora.errors import ShapeError, StrategyError
 from aoizora.models.wan import attention as attn
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.model import forward
 from aoizora.models.wan.sharding import (
-    abstract_forward_inputs, abstract_params, abstract_step_inputs, batch_sharding, param_shardings, replicated,
+    abstract_forward_inputs,
+    abstract_params,
+    abstract_step_inputs,
+    batch_sharding,
+    param_shardings,
+    replicated,
 )
 from aoizora.models.wan.strategy import Strategy, check_mesh, validate_strategy
 
@@ -24,6 +30,8 @@ def make_forward(config: WanConfig, strategy: Strategy | None = None, mesh: Mesh
     (single device when both are None)."""
     if strategy is None:
         return jax.jit(lambda p, x, t, c, i=None: forward(p, x, t, c, i, config=config))
+    if mesh is None:
+        raise StrategyError("a strategy runs on a mesh: pass the mesh with the strategy")
     check_mesh(strategy, mesh)
     validate_strategy(strategy, config)
     bs = [batch_sharding(strategy, mesh, n) for n in (5, 1, 3, 3)]
@@ -120,6 +128,8 @@ def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | No
     options = dict(compiler_options) if compiler_options else None
     if strategy is None:
         return jax.jit(fn, compiler_options=options)
+    if mesh is None:
+        raise StrategyError("a strategy runs on a mesh: pass the mesh with the strategy")
     check_mesh(strategy, mesh)
     validate_strategy(strategy, config, batch=2 * videos)
     rep = replicated(mesh)

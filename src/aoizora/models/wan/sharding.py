@@ -17,10 +17,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental.layout import Format, Layout
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.params import ParamSpec, param_dtype, param_table, _set
+from aoizora.models.wan.params import ParamSpec, _set, param_dtype, param_table
 from aoizora.models.wan.strategy import Strategy, check_mesh, logical_rules, logical_to_spec
 
 

@@ -33,19 +33,25 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS, MESH_AXES, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, SplashBlocks, Strategy, check_strategy,
-    context_splits, describe_tile,
+    ATTENTION_VARIANTS,
+    MESH_AXES,
+    ULYSSES_CHUNK_CHOICES,
+    WEIGHT_MODES,
+    SplashBlocks,
+    Strategy,
+    check_strategy,
+    context_splits,
+    describe_tile,
 )
 from aoizora.placement import MeshSpec
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
-from aoizora.workload import KernelCall
-from aoizora.workload import Candidate, ExpertDeployment, LoweringInputs, StrategySpace, axis_assignments
-from aoizora.models.wan.experts import legal_expert_strategies
+from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, StrategySpace, axis_assignments
 
 
 def strategy_key(st: Strategy) -> str:
@@ -126,7 +132,8 @@ class WanSpace(StrategySpace):
         # the attention kernel every candidate is costed with (`kernel_profiles`); the documented
         # deployments compared are those that run it
         if kernel_profile not in KERNEL_PROFILES:
-            raise StrategyError(f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
+            raise StrategyError(
+                f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
         self.kernel_profile = kernel_profile
         self._meshes: dict[Strategy, Any] = {}
         self._kernel_costs: dict[Strategy, list] = {}
@@ -182,9 +189,11 @@ class WanSpace(StrategySpace):
             reasons.append(f"attention={st.attention} with context=1 runs as {self.attentions[0]} (duplicate)")
         profile = KERNEL_PROFILES[st.kernel_profile]
         if st.context > 1 and st.attention not in profile.variants:
-            reasons.append(f"the {profile.name} kernel is deployed with {' and '.join(profile.variants)} attention only")
+            reasons.append(
+                f"the {profile.name} kernel is deployed with {' and '.join(profile.variants)} attention only")
         if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
-            reasons.append(f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
+            reasons.append(
+                f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
         return reasons
 
     def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
@@ -319,9 +328,11 @@ class WanSpace(StrategySpace):
                           "shift": self.scheduler.shift},
             "kernel": self.kernel,
             # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
-            "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q else "the kernel's pick per call"),
+            "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q
+                              else "the kernel's pick per call"),
             **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
-            **({"user_deployment": {**self.user_deployment.to_json(), "strategy": strategy_key(self.user_deployment.strategy)}}
+            **({"user_deployment": {**self.user_deployment.to_json(),
+                                    "strategy": strategy_key(self.user_deployment.strategy)}}
                if self.user_deployment is not None else {}),
         }
 

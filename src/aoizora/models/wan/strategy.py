@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -159,10 +160,10 @@ class Strategy:
 
     @property
     def axis_sizes(self) -> dict[str, int]:
-        return dict(zip(self.mesh_axes, self.mesh_shape))
+        return dict(zip(self.mesh_axes, self.mesh_shape, strict=True))
 
     @classmethod
-    def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> "Strategy":
+    def from_axis_sizes(cls, sizes: dict[str, int], **fields: object) -> Strategy:
         """The strategy whose `axis_sizes` are `sizes` (4 axes, or the 5 of a 2D context mesh)."""
         sizes = {k: int(v) for k, v in sizes.items()}
         if "context_ring" in sizes or "context_ulysses" in sizes:
@@ -173,7 +174,7 @@ class Strategy:
         return cls(**sizes, **fields)  # type: ignore[arg-type]
 
     @classmethod
-    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> "Strategy":
+    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> Strategy:
         """The strategy a plan describes (`plan.strategy`: mesh, attention, weights, and the Ulysses
         chunks, splash blocks and weight tile when set), to run the plan with."""
         try:
@@ -187,7 +188,8 @@ class Strategy:
                                        scoped_vmem_kib=(int(description["scoped_vmem_kib"])
                                                         if description.get("scoped_vmem_kib") else None))
         except (KeyError, TypeError, ValueError) as exc:
-            raise StrategyError(f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
+            raise StrategyError(
+                f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
 
     @property
     def num_devices(self) -> int:

@@ -72,7 +72,7 @@ def fit_splash_vmem(points: Iterable[tuple[SplashBlocks, float]]) -> dict[str, f
     y = np.array([w for _, w in points], dtype=float)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     margin = float(np.max(np.abs(y - x @ coef)))
-    return dict(zip(COEFFICIENTS, [*(float(c) for c in coef), margin]))
+    return dict(zip(COEFFICIENTS, [*(float(c) for c in coef), margin], strict=True))
 
 
 def _profile(generation: str | HardwareProfile) -> HardwareProfile:
@@ -86,7 +86,7 @@ def splash_working_set_bytes(generation: str | HardwareProfile, local_batch: int
     coef = _profile(generation).splash_vmem.get(local_batch)
     if coef is None:
         return None
-    return float(sum(c * t for c, t in zip(coef[:4], _terms(blocks))))
+    return float(sum(c * t for c, t in zip(coef[:4], _terms(blocks), strict=True)))
 
 
 def effective_limit_kib(generation: str | HardwareProfile, scoped_vmem_limit_kib: int | None = None) -> int | None:

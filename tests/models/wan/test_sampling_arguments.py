@@ -1,0 +1,17 @@
+"""The jitted step builders refuse a strategy given without the mesh it runs on."""
+
+from __future__ import annotations
+
+import pytest
+from wan_testutil import TINY_T2V
+
+from aoizora.errors import StrategyError
+from aoizora.models.wan.sampling import make_denoise_step, make_forward
+from aoizora.models.wan.strategy import Strategy
+
+
+def test_a_strategy_without_its_mesh_is_refused():
+    with pytest.raises(StrategyError, match="pass the mesh"):
+        make_forward(TINY_T2V, Strategy(), None)
+    with pytest.raises(StrategyError, match="pass the mesh"):
+        make_denoise_step(TINY_T2V, None, Strategy(), None)
