@@ -172,7 +172,7 @@ def strategy_space_config(name: str, topology: str, space: Any, strategy: Any, s
         inputs = space.lowering_inputs(strategy, mesh)
         return jax.jit(functools.partial(inputs.fn, **inputs.kwargs), **inputs.jit_kwargs), inputs.args
 
-    mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape))
+    mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape, strict=True))
     return Config(name, topology, mesh_axes, build, setup=setup, flags=flags,
                   opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op),
                   kernel_profile=getattr(strategy, "kernel_profile", ""))
@@ -203,10 +203,9 @@ def predict(config: Config, cache: Any) -> Prediction:
     """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
     from aoizora.cost.model import CostModel
     from aoizora.hlo import build_program
-    from aoizora.stage2.compile_cache import CompileRecord
-    from aoizora.toolchain import toolchain_versions
     from aoizora.sim import simulate
-    from aoizora.toolchain import CompilerFlags, compile_lowered
+    from aoizora.stage2.compile_cache import CompileRecord
+    from aoizora.toolchain import CompilerFlags, compile_lowered, toolchain_versions
     from aoizora.topology import get_topology
 
     try:

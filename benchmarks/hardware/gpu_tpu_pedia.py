@@ -24,8 +24,10 @@ from __future__ import annotations
 from common import ComparisonEntry, Source, TimedEntry, wan_config
 
 REPO = "yangwhale/gpu-tpu-pedia"
-WAN21 = Source(REPO, "tpu/Wan2.1/README.md", "332abb79ce6e887a2f3ec2cbd9b4dc171ea2a6d3", where="性能基准: Benchmark column, 720P and 480P, 50 steps")
-WAN22 = Source(REPO, "tpu/Wan2.2/README.md", "0b9db4a7f40526fb019a75c81bd923d9e43041fd", where="性能数据: TPU v5p-8, Stage 2 ~180s, 40 steps")
+WAN21 = Source(REPO, "tpu/Wan2.1/README.md", "332abb79ce6e887a2f3ec2cbd9b4dc171ea2a6d3",
+               where="性能基准: Benchmark column, 720P and 480P, 50 steps")
+WAN22 = Source(REPO, "tpu/Wan2.2/README.md", "0b9db4a7f40526fb019a75c81bd923d9e43041fd",
+               where="性能数据: TPU v5p-8, Stage 2 ~180s, 40 steps")
 
 
 def _v6e(name: str, resolution: str):
@@ -40,7 +42,8 @@ def _v6e(name: str, resolution: str):
 def entries() -> list:
     from aoizora.models.wan.strategy import Strategy
 
-    v5p = wan_config("dp2-tp2", "v5p:2x2x1", "wan2.2-i2v-a14b", "720p", 81, Strategy(data=2, tensor=2, weights="tensor", kernel_profile="maxdiffusion-custom"),
+    v5p_strategy = Strategy(data=2, tensor=2, weights="tensor", kernel_profile="maxdiffusion-custom")
+    v5p = wan_config("dp2-tp2", "v5p:2x2x1", "wan2.2-i2v-a14b", "720p", 81, v5p_strategy,
                      generation="v5p", setup="fitted blocks (the source's custom kernel); no flags")
     return [
         ComparisonEntry(
@@ -49,6 +52,7 @@ def entries() -> list:
             higher_is_better=False, notes="held out; another runtime (torchax); its exp2 kernel costed with the "
             "maxdiffusion-custom profile (measured on TPU7x)"),
         TimedEntry("gpu-tpu-pedia/wan22-i2v-v5p-8-dp2", "Wan 2.2 I2V A14B denoise step, v5p-8, dp2 x tp2, torchax",
-                   WAN22, v5p, 180.0 / 40, measured_note="~180 s transformer stage / 40 steps (approximate, as published)",
+                   WAN22, v5p, 180.0 / 40,
+                   measured_note="~180 s transformer stage / 40 steps (approximate, as published)",
                    notes="held out; another runtime; the source rounds its figure"),
     ]

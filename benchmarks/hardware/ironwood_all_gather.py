@@ -28,7 +28,8 @@ REPO = "AI-Hypercomputer/accelerator-microbenchmarks"
 COMMIT = "ecd4c82fac418f597923c800f48883081d480ac3"
 SOURCE = Source(REPO, "Ironwood/guides/collectives/all_gather.md", COMMIT, where="Expected Results, topology 2x2x1")
 FLAGS = ("--xla_jf_debug_level=3 --xla_sc_disable_megacore_partitioning=true "
-         "--xla_tpu_disable_sparse_core_collective_offload_remover=true --xla_tpu_enable_all_gather_offload_tracing=true "
+         "--xla_tpu_disable_sparse_core_collective_offload_remover=true "
+         "--xla_tpu_enable_all_gather_offload_tracing=true "
          "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
          "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
          "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
@@ -62,7 +63,8 @@ def entries() -> list:
                  f"all_gather over (d_0, d_1) of f32[{n},8,128] per device; flags: {FLAGS}")
         out.append(TimedEntry(
             f"ironwood/all-gather-2x2x1-N{n}", f"all-gather f32[{n},8,128] x4, tpu7x 2x2x1", SOURCE,
-            Config(f"ironwood-ag-N{n}", "tpu7x:2x2x1", (("d_0", 2), ("d_1", 2), ("d_2", 2)), _all_gather(n), setup=setup,
+            Config(f"ironwood-ag-N{n}", "tpu7x:2x2x1", (("d_0", 2), ("d_1", 2), ("d_2", 2)), _all_gather(n),
+                   setup=setup,
                    flags=FLAGS),
             seconds, measured_note=f"{gbps:.1f} GB/s achieved = 6 x input bytes / time", group="ironwood-2x2x1",
         ))

@@ -54,7 +54,8 @@ def entries() -> list:
             f"maxdiffusion/{key}-readme",
             f"README: tokamax flash vs ring, {model} 720p/81f, {steps} steps, v7x-{devices}, dp2 x context{context}",
             SOURCE,
-            (_config("flash", "allgather", model, topology, context), _config("ring", "ring", model, topology, context)),
+            (_config("flash", "allgather", model, topology, context),
+             _config("ring", "ring", model, topology, context)),
             measured, steps,
             notes="held out" + ("; the README warns of ring instability on 16 TPUs" if devices == 16 else "")))
     return out

@@ -24,7 +24,6 @@ and a prefill chunk of 1024 tokens. Attention itself (no collective) is left out
 from __future__ import annotations
 
 import numpy as np
-
 from common import ComparisonEntry, Config, Source
 
 SOURCE = Source(
@@ -42,9 +41,9 @@ def _layer(tokens: int):
 def _layer_program(mesh, tokens: int):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
-
     from common import sharded
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     def rms(x):
         return x * jax.lax.rsqrt(jnp.mean(jnp.square(x.astype(jnp.float32)), -1, keepdims=True) + 1e-5).astype(x.dtype)

@@ -57,7 +57,7 @@ def run_timed(entry: TimedEntry, cache: Any) -> dict[str, Any]:
 def run_comparison(entry: ComparisonEntry, cache: Any) -> dict[str, Any]:
     preds = [predict(c, cache) for c in entry.configs]
     configs = []
-    for c, m, p in zip(entry.configs, entry.measured, preds):
+    for c, m, p in zip(entry.configs, entry.measured, preds, strict=True):
         row: dict[str, Any] = {"name": c.name, "setup": c.setup, "kernel_profile": c.kernel_profile, "measured": m,
                                **_prediction_json(p)}
         if entry.measured_unit == "s":
@@ -76,7 +76,7 @@ def run_comparison(entry: ComparisonEntry, cache: Any) -> dict[str, Any]:
         "sim": preds[0].sim_s / p.sim_s,
         "q2_comm": preds[0].q2_comm_s / p.q2_comm_s if p.q2_comm_s else math.nan,
         "sim_comm": preds[0].sim_comm_s / p.sim_comm_s if p.sim_comm_s else math.nan,
-    } for c, m, p in zip(entry.configs, entry.measured, preds)]
+    } for c, m, p in zip(entry.configs, entry.measured, preds, strict=True)]
 
     def order(values: list[float]) -> list[str]:
         """Names fastest first; configurations within 0.1 % of each other are one tie ("a = b")."""
@@ -114,14 +114,16 @@ def run_pipeline(entry: PipelineEntry, cache: Any) -> dict[str, Any]:
         step = [getattr(p, f"{model}_s") for p in preds]
         outside = entry.measured_total_s[best] - entry.steps * step[best]
         out[f"{model}_implied_outside_steps_seconds"] = outside
-        out[f"{model}_order_fastest_first"] = [entry.configs[i].name for i in sorted(range(len(step)), key=step.__getitem__)]
+        fastest_first = sorted(range(len(step)), key=step.__getitem__)
+        out[f"{model}_order_fastest_first"] = [entry.configs[i].name for i in fastest_first]
     out["measured_order_fastest_first"] = [entry.configs[i].name for i in
                                            sorted(range(len(preds)), key=lambda i: entry.measured_total_s[i])]
-    for i, (c, p) in enumerate(zip(entry.configs, preds)):
+    for i, (c, p) in enumerate(zip(entry.configs, preds, strict=True)):
         row: dict[str, Any] = {"name": c.name, "setup": c.setup, "kernel_profile": c.kernel_profile,
                                "measured_total_seconds": entry.measured_total_s[i],
                                **_prediction_json(p),
-                               "measured_step_difference_seconds": (entry.measured_total_s[i] - entry.measured_total_s[best])
+                               "measured_step_difference_seconds":
+                                   (entry.measured_total_s[i] - entry.measured_total_s[best])
                                / entry.steps}
         for model in ("q2", "sim"):
             step_i, step_b = getattr(p, f"{model}_s"), getattr(preds[best], f"{model}_s")
@@ -182,7 +184,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
             continue
         if r["kind"] == "timed":
             table.add_row(r["key"], r["topology"], _us(r["measured_seconds"]) + " us", _us(r["q2_seconds"]) + " us",
-                          _us(r["sim_seconds"]) + " us", f"{r['q2_over_measured']:.2f}", f"{r['sim_over_measured']:.2f}",
+                          _us(r["sim_seconds"]) + " us", f"{r['q2_over_measured']:.2f}",
+                          f"{r['sim_over_measured']:.2f}",
                           r["measured_note"])
             continue
         for c in r["configs"]:
@@ -215,9 +218,11 @@ def _pipeline_rows(table: Any, r: dict[str, Any]) -> None:
             f"measured {c['measured_step_ratio_to_fastest_given_q2']:.3f} (given Q2's step), Q2 "
             f"{c['q2_step_ratio_to_fastest']:.3f}, sim {c['sim_step_ratio_to_fastest']:.3f}")
     table.add_row("  fastest first", "", "", "", "", "", "",
-                  f"measured: {' > '.join(r['measured_order_fastest_first'])}; Q2: {' > '.join(r['q2_order_fastest_first'])}; "
+                  f"measured: {' > '.join(r['measured_order_fastest_first'])}; "
+                  f"Q2: {' > '.join(r['q2_order_fastest_first'])}; "
                   f"sim: {' > '.join(r['sim_order_fastest_first'])}; work outside the {r['steps']} steps implied: "
-                  f"Q2 {r['q2_implied_outside_steps_seconds']:.1f} s, sim {r['sim_implied_outside_steps_seconds']:.1f} s")
+                  f"Q2 {r['q2_implied_outside_steps_seconds']:.1f} s, "
+                  f"sim {r['sim_implied_outside_steps_seconds']:.1f} s")
 
 
 def _commit() -> str:

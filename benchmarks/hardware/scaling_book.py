@@ -16,8 +16,6 @@
 
 from __future__ import annotations
 
-import functools
-
 from common import ComparisonEntry, Config, Source, TimedEntry, sharded
 
 REPO = "jax-ml/scaling-book"
@@ -42,7 +40,8 @@ def _all_gather_y(e: int, f: int):
 def _matmul_default(mesh):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     B, D, F = 1024, 2048, 8192
     fn = jax.jit(lambda a, w: a @ w, out_shardings=NamedSharding(mesh, P("X", "Y")))
@@ -52,7 +51,8 @@ def _matmul_default(mesh):
 def _matmul_no_contracting_comm(mesh):
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     B, D, F = 1024, 2048, 8192
     fn = jax.jit(lambda a, w: a @ w, out_shardings=NamedSharding(mesh, P("X", "Y")))
@@ -95,7 +95,8 @@ def entries() -> list:
     mesh_8x4 = (("X", 8), ("Y", 4))
     setup_a = "v5e 4x8 (32 chips), mesh {'X': 8, 'Y': 4} (jax default order), AllGather_Y bf16[2048_Y, 8192]"
     setup_b = "v5e 4x8 (32 chips), mesh {'X': 8, 'Y': 4} (jax default order), AllGather_Y bf16[256_Y, 256]"
-    jax_stuff = Source(REPO, "jax-stuff.md", COMMIT, where="Example [Collective Matmul], profiles quoted after the code")
+    jax_stuff = Source(REPO, "jax-stuff.md", COMMIT,
+                       where="Example [Collective Matmul], profiles quoted after the code")
     mesh_2x4 = (("X", 2), ("Y", 4))
     setup = "v5e-8 (2x4), jax.make_mesh((2, 4), ('X', 'Y')), B, D, F = 1024, 2048, 8192, int32"
     return [
@@ -111,12 +112,16 @@ def entries() -> list:
             notes="book's estimate: ~3 us (3 hops, latency bound)",
         ),
         ComparisonEntry(
-            "scaling-book/collective-matmul", "A[B_X,D_Y] . W[D,F_Y] on v5e-8: jit vs collective matmul vs no contracting comm",
+            "scaling-book/collective-matmul",
+            "A[B_X,D_Y] . W[D,F_Y] on v5e-8: jit vs collective matmul vs no contracting comm",
             jax_stuff,
             (
-                Config("jit-matmul", "v5e:2x4", mesh_2x4, _matmul_default, setup=setup + "; jax.jit, A P('X','Y'), W P(None,'Y'), out P('X','Y')"),
-                Config("collective-matmul", "v5e:2x4", mesh_2x4, _collective_matmul, setup=setup + "; shard_map collective matmul, ppermute (j -> j-1) over Y"),
-                Config("no-contracting-comm", "v5e:2x4", mesh_2x4, _matmul_no_contracting_comm, setup=setup + "; A P('X', None), W P(None,'Y')"),
+                Config("jit-matmul", "v5e:2x4", mesh_2x4, _matmul_default,
+                       setup=setup + "; jax.jit, A P('X','Y'), W P(None,'Y'), out P('X','Y')"),
+                Config("collective-matmul", "v5e:2x4", mesh_2x4, _collective_matmul,
+                       setup=setup + "; shard_map collective matmul, ppermute (j -> j-1) over Y"),
+                Config("no-contracting-comm", "v5e:2x4", mesh_2x4, _matmul_no_contracting_comm,
+                       setup=setup + "; A P('X', None), W P(None,'Y')"),
             ),
             (311e-6, 244e-6, 224e-6), "s", higher_is_better=False,
             notes="dtype int32 assumed (jnp.arange without dtype, 64-bit off); see module docstring",

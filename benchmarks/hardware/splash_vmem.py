@@ -26,7 +26,10 @@ import re
 from pathlib import Path
 
 from aoizora.models.wan.blocks import (
-    LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call,
+    LARGE_BLOCK_KV,
+    LARGE_BLOCK_KV_COMPUTE,
+    SPLASH_LIMIT_LENGTH,
+    compile_splash_call,
 )
 from aoizora.models.wan.strategy import SplashBlocks
 from aoizora.toolchain import toolchain_versions
@@ -79,7 +82,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     out = {"_about": __doc__.split("\n\n")[2].replace("\n", " "),
-           "kernel": {"length": SPLASH_LIMIT_LENGTH, "block_kv": LARGE_BLOCK_KV, "block_kv_compute": LARGE_BLOCK_KV_COMPUTE, "heads": HEADS,
+           "kernel": {"length": SPLASH_LIMIT_LENGTH, "block_kv": LARGE_BLOCK_KV,
+                      "block_kv_compute": LARGE_BLOCK_KV_COMPUTE, "heads": HEADS,
                       "head_dim": HEAD_DIM, "dtype": "bf16", "residuals": True},
            "toolchain": toolchain_versions(), "rows": rows}
     args.out.write_text(json.dumps(out, indent=1) + "\n")

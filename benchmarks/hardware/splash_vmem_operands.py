@@ -125,7 +125,8 @@ def main() -> None:
     if args.step:
         _run(args.step, args.topology, args.batch, args.block_q)
         return
-    print(f"{args.topology}, local batch {args.batch}, {HEADS} heads of {HEAD_DIM}, {TOKENS} queries and keys", flush=True)
+    print(f"{args.topology}, local batch {args.batch}, {HEADS} heads of {HEAD_DIM}, {TOKENS} queries and keys",
+          flush=True)
     for step, (_, _, lowered, fewer_rows) in STEPS.items():
         flags = f"--xla_tpu_scoped_vmem_limit_kib={(args.default_limit_mib - 2) * 1024}" if lowered else ""
         env = {**os.environ, "LIBTPU_INIT_ARGS": f"{os.environ.get('LIBTPU_INIT_ARGS', '')} {flags}".strip()}

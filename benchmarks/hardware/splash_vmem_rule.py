@@ -119,7 +119,8 @@ def working_set(topology: str, batch: int, blocks: tuple[int, int, int]) -> dict
     last_refusal = next((s for s in reversed(steps) if not s["compiles"]), None)
     known = steps[-1]["compiles"] and last_refusal is not None
     return {"working_set_kib": last_refusal["used_kib"] if known else None,
-            "note": "" if known else ("compiles at the first limit" if steps[-1]["compiles"] else f"refused up to {MAX_KIB} KiB"),
+            "note": "" if known else
+                    ("compiles at the first limit" if steps[-1]["compiles"] else f"refused up to {MAX_KIB} KiB"),
             "steps": steps}
 
 
@@ -185,7 +186,8 @@ def main() -> None:
         for batch in (1,) if args.core else (1, 2):
             for blocks in HELD_OUT_BLOCKS[:3] if args.core else HELD_OUT_BLOCKS:
                 for limit in (None, *RAISED_LIMITS_KIB):
-                    row = {"generation": gen, "batch": batch, "blocks": list(blocks), **probe(topo, batch, blocks, limit)}
+                    row = {"generation": gen, "batch": batch, "blocks": list(blocks),
+                           **probe(topo, batch, blocks, limit)}
                     print(json.dumps(row), flush=True)
                     held_out.append(row)
         out = {"_about": " ".join(__doc__.split("\n\n")[3:6]).replace("\n", " "),

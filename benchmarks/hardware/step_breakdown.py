@@ -77,7 +77,8 @@ def _program(config: Any, cache: Any) -> tuple[Any, Any, Any]:
     fn, args = config.build(mesh)
     lowered = fn.lower(*args)
     flags = CompilerFlags.parse(config.flags)
-    key = cache.key(lowered.as_text(), topology.name, [int(d.id) for d in mesh.devices.flat], toolchain_versions(), flags)
+    device_ids = [int(d.id) for d in mesh.devices.flat]
+    key = cache.key(lowered.as_text(), topology.name, device_ids, toolchain_versions(), flags)
     record = cache.get(key)
     text = record.hlo_text if record is not None else compile_lowered(lowered, flags).as_text()
     program = build_program(text, opaque_cost=config.opaque_cost)
@@ -139,7 +140,8 @@ def _print(result: dict[str, Any]) -> None:
             print(f"   compute {kind:<45} {ms:9.3f} ms")
     for c in result["collectives"]:
         if c["alone_ms"] >= 0.01:
-            print(f"   {c['kind']:<18} {c['name'][:48]:<48} alone {c['alone_ms']:8.3f} ms, exposed {c['exposed_ms']:8.3f} ms"
+            print(f"   {c['kind']:<18} {c['name'][:48]:<48} alone {c['alone_ms']:8.3f} ms, "
+                  f"exposed {c['exposed_ms']:8.3f} ms"
                   f" ({c['bottleneck_MB']:.0f} MB on its busiest link)")
 
 

@@ -63,7 +63,8 @@ def evaluate() -> list[dict]:
     for r in rows:
         p = predict(r)
         out.append({**{k: r[k] for k in ("generation", "batch", "q_len", "kv_len", "heads", "head_dim")}, **p,
-                    "ratio": p["predicted_s"] / p["measured_s"], "no_step_cost_ratio": p["no_step_cost_s"] / p["measured_s"],
+                    "ratio": p["predicted_s"] / p["measured_s"],
+                    "no_step_cost_ratio": p["no_step_cost_s"] / p["measured_s"],
                     "plain_ratio": p["plain_roofline_s"] / p["measured_s"],
                     "role": "derivation" if id(r) in derived else "held-out", "source": r["source"]})
     return out
@@ -93,7 +94,8 @@ def main() -> None:
             console.print(f"{gen}: held-out rows with {label}: {len(mine)}, median predicted/measured "
                           f"{statistics.median(r['ratio'] for r in mine):.2f} "
                           f"({min(r['ratio'] for r in mine):.2f}-{max(r['ratio'] for r in mine):.2f}); without the "
-                          f"grid-step cost {statistics.median(r['no_step_cost_ratio'] for r in mine):.2f}; plain roofline "
+                          f"grid-step cost {statistics.median(r['no_step_cost_ratio'] for r in mine):.2f}; "
+                          "plain roofline "
                           f"{statistics.median(r['plain_ratio'] for r in mine):.2f}")
 
 

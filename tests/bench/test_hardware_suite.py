@@ -13,7 +13,7 @@ SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "hardware"
 sys.path.insert(0, str(SUITE))
 
 import run  # noqa: E402
-from common import ComparisonEntry, Config, PipelineEntry, Prediction, Source, TimedEntry  # noqa: E402
+from common import Config, PipelineEntry, Prediction, Source, TimedEntry  # noqa: E402
 
 
 def test_every_entry_cites_its_source_and_setup():
@@ -47,7 +47,8 @@ def test_a_pipeline_entry_compares_step_differences(monkeypatch):
     monkeypatch.setattr(run, "predict", fake_predict)
     configs = tuple(Config(n, "v5e:2x2", (("x", 4),), build=lambda mesh: (None, ()), setup=n) for n in "bca")
     totals = tuple(outside + steps * step_times[c.name] for c in configs)
-    out = run.run_pipeline(PipelineEntry("t/pipe", "t", Source(url="https://example.org"), configs, totals, steps), None)
+    entry = PipelineEntry("t/pipe", "t", Source(url="https://example.org"), configs, totals, steps)
+    out = run.run_pipeline(entry, None)
     assert out["measured_fastest"] == "a" and out["measured_order_fastest_first"] == ["a", "b", "c"]
     assert out["q2_order_fastest_first"] == ["a", "b", "c"]
     assert out["q2_implied_outside_steps_seconds"] == pytest.approx(outside)  # the fastest is predicted exactly

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from aoizora.defaults import DEFAULT_TOP_K
+from aoizora.interrupts import start_child
 from aoizora.progress import progress_reporter
 from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
-from aoizora.interrupts import start_child
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import MemoryEstimate, predict_within_hbm
 from aoizora.stage1.q1 import Overlap, Q1Result, q1
