@@ -118,7 +118,7 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
                           executor) -> dict[str, Any]:
     """`run_cell` after planning: the baselines, the oracle sweep and the metrics (compiles in `executor`).
 
-    Longer than most: half of it is the cell record's literal, one field a line, kept whole so that
+    Over 60 lines: half of it is the cell record's literal, one field a line, kept whole so that
     the record's schema reads in one place."""
     plan = planned.plan
     chosen = (plan.strategy["key"], plan.data["placement"]["name"])

@@ -92,6 +92,9 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
          verify_top: int, workers: int, executor: str, ray_cpus_per_compile: float | None, libtpu_args: str | None,
          expert_residency: str, ring_order: str, ring_direction: str) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
+    # Over 60 lines (this docstring is the command's --help, so the reason lives here): the checks of
+    # the options against each other, then the dispatch to Stage 1 only, a MaxDiffusion deployment,
+    # or a plan with its outputs, in the order --help lists them.
     from rich.console import Console
 
     from aoizora.cost import Q2Options

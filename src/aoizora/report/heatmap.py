@@ -36,6 +36,8 @@ def link_heatmaps(
     The chips' coordinates label the columns (x) and rows (y); each chip is labelled inside (per
     core on two-core chips) with the mesh position of the device placed there, as a tuple over the
     mesh axes longer than 1 (a placement only moves those); the panel's title names those axes.
+
+    Over 60 lines of matplotlib: one figure, a panel per link kind, with its labels and legend.
     """
     zs = topology.shape[2] if len(topology.shape) == 3 else 1
     nx, ny = topology.shape[0], topology.shape[1]

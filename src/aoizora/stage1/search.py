@@ -300,6 +300,9 @@ def run_stage1(
     `cache`: analyses of this space on this slice stored by an earlier run are taken from it and
     new ones added to it (`aoizora.stage1.cache`); not used with `keep_predictions`, which the
     cache does not hold.
+
+    Just over 60 lines: Stage 1's steps in order (the cache, lowering and analysis serially or in
+    workers, memory, Q1, the ranking), each one call.
     """
     t_start = time.perf_counter()
     candidates = list(space.candidates(topology.num_devices))

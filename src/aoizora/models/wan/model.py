@@ -213,6 +213,10 @@ def forward(
     Long on purpose: it follows diffusers' `WanTransformer3DModel.forward` step by step (checks,
     patchify, time/text/image conditions, the scanned blocks, the output head) so that a parity
     review reads the two side by side; one block is `_block`.
+
+    Over 60 lines because it follows diffusers' `WanTransformer3DModel.forward` step by step (patch
+    embedding, condition embedders, the scanned blocks, the output head), so that it and the parity
+    tests' reference read side by side.
     """
     if (strategy is None) != (mesh is None):
         raise ValueError("pass both strategy and mesh, or neither")
