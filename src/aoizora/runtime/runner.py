@@ -148,7 +148,7 @@ def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on
     if check:
         single_params = jax.device_put(jax.device_get(params), mesh.devices.flat[0])
         ref, _, _ = loop(make_denoise_step(config, scheduler, expand_timesteps=expand), single_params)
-        report.check_relative_error = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+        report.check_relative_error = float(np.linalg.norm(out - ref)) / max(float(np.linalg.norm(ref)), 1e-30)
     return report
 
 

@@ -182,7 +182,7 @@ def _cyclic_orders(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _two_opt(topology: Topology, order: tuple[int, ...], bidirectional: bool
-             ) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+             ) -> tuple[tuple[int, ...], tuple[float, int, int]]:
     """Deterministic first-improvement 2-opt on the ring cost, from `order`."""
     best, best_cost = order, ring_cost(topology, order, bidirectional)
     n = len(order)

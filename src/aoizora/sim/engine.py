@@ -526,7 +526,7 @@ def ring_switches(ring_order: RingOrder | str, ring_direction: RingDirection | s
                               f"not {ring_direction!r}")
     if default_direction not in tuple(RingDirection):
         raise SimulationError("default_direction must be 'unidirectional' or 'bidirectional'")
-    forced = None if ring_direction in ("auto", None) else RingDirection(ring_direction)
+    forced = None if ring_direction is None or ring_direction == "auto" else RingDirection(ring_direction)
     return RingOrder(ring_order), forced, RingDirection(default_direction)
 
 

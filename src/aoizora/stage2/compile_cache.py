@@ -60,7 +60,7 @@ def _kernel_digest(body_b64: str) -> str:
     with ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(base64.b64decode(body_b64, validate=True))
-        return hashlib.sha256(module.operation.get_asm(enable_debug_info=False).encode()).hexdigest()
+        return hashlib.sha256(str(module.operation.get_asm(enable_debug_info=False)).encode()).hexdigest()
 
 
 def _without_source_paths(lowered_text: str) -> str:

@@ -93,6 +93,7 @@ def compile_strategy(
         if record is not None:
             if record.error is not None:
                 raise CachedCompileError(record.error)
+            assert record.hlo_text is not None  # a record without an error holds its program
             try:
                 program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
             except AoizoraError as exc:  # unparseable: the entry is not trusted, the program is compiled again

@@ -99,7 +99,8 @@ class _RayChild(CompileChild):
 
     def __init__(self, cpus: float, expected: dict[str, str]) -> None:
         super().__init__()
-        self.actor = _CompileActor.options(num_cpus=cpus).remote()
+        actor_class: Any = _CompileActor  # a Ray actor class: ray.remote adds `options`
+        self.actor = actor_class.options(num_cpus=cpus).remote()
         self.cpus = cpus
         self.expected = expected
         self.pid: int | None = None  # the actor's worker process, once it answered

@@ -49,15 +49,17 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
             pool: CompileExecutor) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
     by_key = {o.key: o for o in outcomes}
+    # the placement each strategy was compiled over (only compiled strategies have scored pairs)
+    compiled_over = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
     # among pairs of one strategy with equal Q2, the one on its compile placement leads: it needs no recompile
     rank = {o.key: i for i, o in enumerate(outcomes)}
     pairs = sorted((s for o in outcomes for s in o.scored), key=lambda s: (
-        s.q2.step_seconds, rank[s.key], s.placement.name != by_key[s.key].compiled.placement_name))
+        s.q2.step_seconds, rank[s.key], s.placement.name != compiled_over[s.key]))
     for s in pairs[:verify_top]:
         if (s.key, s.placement.name) in verified:
             continue
         verified.add((s.key, s.placement.name))
-        if s.placement.name == by_key[s.key].compiled.placement_name:  # its program is its own compile
+        if s.placement.name == compiled_over[s.key]:  # its program is its own compile
             s.verified = True
             continue
         if recompile_cannot_change_q2(model, s.program, s.placement):

@@ -95,9 +95,9 @@ def rank_placements(
     """Every placement scored by Q2 (and the simulator), best Q2 first."""
     options = options or Q2Options()
     model = CostModel(topology, options)
-    sim_fn = None
-    if simulate:
-        from aoizora.sim import simulate as sim_fn
+    from aoizora.sim import simulate as run_simulation
+
+    sim_fn = run_simulation if simulate else None
     rows = []
     for p in placements:
         q2 = model.evaluate(program, p)
@@ -121,5 +121,6 @@ def validate(
     pairs = []
     for named in programs:
         for row in rank_placements(named.program, topology, placements, options=options, progress=progress):
+            assert row.sim is not None  # rank_placements simulates by default
             pairs.append(PairScore(named.name, row.placement.name, row.q2.step_seconds, row.sim.step_seconds))
     return compare_scores(pairs)

@@ -171,10 +171,12 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
         return None
     lq, lk = self_attention_lengths(strategy, tokens)
     nb = local_batch(strategy, batch)
-    best, best_cost = (fitted, None), splash_call_seconds(hw, lq, lk, head_dim, fitted)
+    best: tuple[SplashBlocks, int | None] = (fitted, None)
+    best_cost = splash_call_seconds(hw, lq, lk, head_dim, fitted)
     default = effective_limit_kib(hw)
     for limit in RAISED_SCOPED_VMEM_KIB:
-        if default is None or effective_limit_kib(hw, limit) <= default:
+        raised = effective_limit_kib(hw, limit)
+        if default is None or raised is None or raised <= default:
             continue  # the chip gives no more than the default
         for cap_kv, cap_kvc in KV_TILE_CAPS:
             block_kv = _fewest_blocks(lk, cap_kv, KV_ALIGN)

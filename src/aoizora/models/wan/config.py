@@ -125,7 +125,8 @@ class WanConfig:
         kw.pop("vae_stride", None)
         kw.pop("rope_partner", None)
         kw.pop("ulysses_exchange", None)
-        return cls(**kw, dtype=dtype, vae_stride=tuple(vae_stride))
+        t, h, w = vae_stride
+        return cls(**kw, dtype=dtype, vae_stride=(t, h, w))
 
     def to_diffusers(self) -> dict[str, Any]:
         """The diffusers constructor arguments of the same architecture."""

@@ -151,7 +151,7 @@ def lower_denoise_step(config: WanConfig, video: VideoShape, strategy: Strategy,
                        guidance_scale: float = 5.0):
     """`jax.jit(denoise_step).lower(...)` from abstract, sharded inputs — no weights materialised."""
     validate_strategy(strategy, config, video, batch=2, num_devices=mesh.devices.size)
-    fn = make_denoise_step(config, scheduler, strategy, mesh, guidance_scale)
+    fn: Any = make_denoise_step(config, scheduler, strategy, mesh, guidance_scale)  # a jitted function
     a = abstract_step_inputs(config, video, mesh, scheduler)
     return fn.lower(abstract_params(config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
                     a["text_uncond"], a["image"], a["condition"])
@@ -160,7 +160,7 @@ def lower_denoise_step(config: WanConfig, video: VideoShape, strategy: Strategy,
 def lower_forward(config: WanConfig, video: VideoShape, strategy: Strategy, mesh: Mesh, batch: int = 2):
     """`jax.jit(forward).lower(...)` from abstract, sharded inputs (the transformer alone)."""
     validate_strategy(strategy, config, video, batch=batch, num_devices=mesh.devices.size)
-    fn = make_forward(config, strategy, mesh)
+    fn: Any = make_forward(config, strategy, mesh)  # a jitted function
     a = abstract_forward_inputs(config, video, strategy, mesh, batch)
     return fn.lower(abstract_params(config, strategy, mesh), a["latents"], a["timestep"], a["text"], a["image"])
 
