@@ -199,11 +199,22 @@ def placement_for(config: Config, topology: Any) -> Any:
     return Placement(f"{config.name}-order", "the source's device order", spec, reordered)
 
 
-def predict(config: Config, cache: Any) -> Prediction:
-    """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
-    from aoizora.cost.model import CostModel
+@dataclass
+class CompiledConfig:
+    """A configuration's program as libtpu compiled it for its slice and device order."""
+
+    module: Any  # the parsed HLO module (`aoizora.hlo.parser.HloModule`)
+    program: Any  # `aoizora.hlo.program.Program`, its opaque kernels costed by the config
+    topology: Any
+    placement: Any
+    compile_seconds: float
+    from_cache: bool
+
+
+def compile_config(config: Config, cache: Any) -> CompiledConfig:
+    """Compile `config` for its slice (or read the compile cache, where a compile is stored), parsed once."""
     from aoizora.hlo import build_program
-    from aoizora.sim import simulate
+    from aoizora.hlo.parser import parse_hlo
     from aoizora.stage2.compile_cache import CompileRecord
     from aoizora.toolchain import CompilerFlags, compile_lowered, toolchain_versions
     from aoizora.topology import get_topology
@@ -224,29 +235,40 @@ def predict(config: Config, cache: Any) -> Prediction:
     flags = CompilerFlags.parse(config.flags)
     key = cache.key(lowered.as_text(), topology.name, ids, toolchain_versions(), flags)
     record = cache.get(key)
-    from_cache = record is not None
-    if record is None:
-        t0 = time.perf_counter()
-        try:
-            compiled = compile_lowered(lowered, flags)
-        except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
-            raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
-        seconds = time.perf_counter() - t0
-        program = build_program(compiled.as_text(), opaque_cost=config.opaque_cost)
-        record = CompileRecord(compiled.as_text(), program.device_ids, None, seconds,
-                               label=f"hardware suite / {config.name} / {topology.name}")
-        cache.put(key, record)
-    if record.error is not None:
-        raise NotRunnable(f"the compiler refused {config.name}: {record.error}")
-    program = build_program(record.hlo_text, device_ids=record.device_ids, opaque_cost=config.opaque_cost)
-    q2 = CostModel(topology).evaluate(program, placement)
-    sim = simulate(program, topology, placement)
+    if record is not None:
+        if record.error is not None:
+            raise NotRunnable(f"the compiler refused {config.name}: {record.error}")
+        module = parse_hlo(record.hlo_text)
+        program = build_program(module, device_ids=record.device_ids, opaque_cost=config.opaque_cost)
+        return CompiledConfig(module, program, topology, placement, record.compile_seconds, True)
+    t0 = time.perf_counter()
+    try:
+        compiled = compile_lowered(lowered, flags)
+    except Exception as exc:  # the compiler's refusal is a result for this entry, not a crash of the run
+        raise NotRunnable(f"libtpu refused {config.name}: {str(exc).strip().splitlines()[0][:200]}") from exc
+    seconds = time.perf_counter() - t0
+    text = compiled.as_text()
+    module = parse_hlo(text)
+    program = build_program(module, opaque_cost=config.opaque_cost)
+    cache.put(key, CompileRecord(text, program.device_ids, None, seconds,
+                                 label=f"hardware suite / {config.name} / {topology.name}"))
+    return CompiledConfig(module, program, topology, placement, seconds, False)
+
+
+def predict(config: Config, cache: Any) -> Prediction:
+    """Compile `config` for its slice (or read the compile cache) and predict it with Q2 and the simulator."""
+    from aoizora.cost.model import CostModel
+    from aoizora.sim import simulate
+
+    c = compile_config(config, cache)
+    q2 = CostModel(c.topology).evaluate(c.program, c.placement)
+    sim = simulate(c.program, c.topology, c.placement)
     return Prediction(
         q2_s=q2.step_seconds, sim_s=sim.step_seconds, q2_comm_s=q2.comm_seconds,
         sim_comm_s=sim.comm_seconds,
         compute_s=q2.compute_seconds,
-        collectives=[f"{c.kind.value} x{c.multiplicity}" for c in program.collectives],
-        compile_seconds=record.compile_seconds, from_cache=from_cache,
+        collectives=[f"{col.kind.value} x{col.multiplicity}" for col in c.program.collectives],
+        compile_seconds=c.compile_seconds, from_cache=c.from_cache,
     )
 
 

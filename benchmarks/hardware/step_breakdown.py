@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import placement_for  # noqa: E402
+from common import compile_config  # noqa: E402
 from run import MODULES  # noqa: E402
 
 
@@ -42,47 +41,22 @@ def _entry(key: str) -> Any:
     raise SystemExit(f"no hardware-suite entry {key!r}; `python benchmarks/hardware/run.py` lists them")
 
 
-_DATA_FORMAT_CALL = re.compile(r"%(sparse-core-data-format-call[\w.-]*call-start) = .*?to_apply=%([\w.-]+)")
-_CALL = re.compile(r"call-start\(.*?to_apply=%([\w.-]+)")
-
-
-def relayout_computations(hlo_text: str) -> set[str]:
+def relayout_computations(module: Any) -> set[str]:
     """The computations a TPU7x SparseCore data-format call runs (a relayout libtpu offloads to the
-    SparseCores), with the computations they call in turn."""
-    bodies: dict[str, list[str]] = {}
-    current: list[str] = []
-    for line in hlo_text.splitlines():
-        if line.startswith("%") and line.rstrip().endswith("{"):
-            current = bodies.setdefault(line[1:].split(" ", 1)[0], [])
-        elif not line.startswith("}"):
-            current.append(line)
-    todo = [callee for _, callee in _DATA_FORMAT_CALL.findall(hlo_text)]
+    SparseCores), with the computations they call in turn, in a parsed module."""
+    def callees(comp: Any, only_data_format: bool) -> list[str]:
+        return [module.computation(inst.attr("to_apply")).name for inst in comp.instructions
+                if inst.opcode == "call-start" and inst.attr("to_apply")
+                and (not only_data_format or inst.name.startswith("sparse-core-data-format-call"))]
+
+    todo = [name for comp in module.computations.values() for name in callees(comp, True)]
     found: set[str] = set()
     while todo:
         name = todo.pop()
         if name not in found:
             found.add(name)
-            todo.extend(_CALL.findall("\n".join(bodies.get(name, []))))
+            todo.extend(callees(module.computation(name), False))
     return found
-
-
-def _program(config: Any, cache: Any) -> tuple[Any, Any, Any]:
-    from aoizora.hlo import build_program
-    from aoizora.toolchain import CompilerFlags, compile_lowered, toolchain_versions
-    from aoizora.topology import get_topology
-
-    topology = get_topology(config.topology)
-    placement = placement_for(config, topology)
-    mesh = placement.jax_mesh(topology)
-    fn, args = config.build(mesh)
-    lowered = fn.lower(*args)
-    flags = CompilerFlags.parse(config.flags)
-    device_ids = [int(d.id) for d in mesh.devices.flat]
-    key = cache.key(lowered.as_text(), topology.name, device_ids, toolchain_versions(), flags)
-    record = cache.get(key)
-    text = record.hlo_text if record is not None else compile_lowered(lowered, flags).as_text()
-    program = build_program(text, opaque_cost=config.opaque_cost)
-    return program, topology, placement, relayout_computations(text)
 
 
 def _kind(node: Any, relayouts: set[str]) -> str:
@@ -101,7 +75,9 @@ def breakdown(config: Any, cache: Any) -> dict[str, Any]:
     """One trip of the longest loop of `config`'s program: compute by kind, collectives alone and exposed."""
     from aoizora.cost.model import CostModel, node_seconds
 
-    program, topology, placement, relayouts = _program(config, cache)
+    compiled = compile_config(config, cache)
+    program, topology, placement = compiled.program, compiled.topology, compiled.placement
+    relayouts = relayout_computations(compiled.module)
     loop = max(program.loops, key=lambda lp: lp.trip_count or 0)
     q2 = CostModel(topology).evaluate(program, placement, timeline=True)
     compute: dict[str, float] = defaultdict(float)

@@ -20,7 +20,7 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, ToolchainError, TopologyError
 
-# libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) when it loads, so a second process that
+# libtpu takes a machine-wide lock file when it loads, so a second process that
 # only compiles (a planner next to a test run, a CLI call from a test) would abort. Compile-only
 # use shares no chip, so aoizora allows several loads unless the user decided otherwise. It must
 # be set before libtpu loads, hence at import time of this module (imported by `aoizora`).

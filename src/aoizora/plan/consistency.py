@@ -209,26 +209,33 @@ def _check_prediction(section: dict[str, Any], links: int, where: str, source: s
         if len(loads) != links:
             raise _fail(source, f"{where}.link_bytes",
                         f"holds {len(loads)} values but the slice has {links} links", fix)
-    collectives = section.get("collectives")
-    if collectives is not None:
-        if not isinstance(collectives, list):
-            raise _fail(source, f"{where}.collectives", "is not a list", fix)
-        for i, c in enumerate(collectives):
-            ok = (isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("kind"), str)
-                  and _number(c.get("seconds")) and c["seconds"] >= 0)
-            if not ok:
-                raise _fail(source, f"{where}.collectives[{i}]",
-                            "is not a collective (an object with name, kind and seconds >= 0)", fix)
-    timeline = section.get("timeline")
-    if timeline is not None:
-        if not isinstance(timeline, list):
-            raise _fail(source, f"{where}.timeline", "is not a list", fix)
-        for i, e in enumerate(timeline):
-            ok = (isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("kind"), str)
-                  and _number(e.get("start")) and _number(e.get("end")) and 0 <= e["start"] <= e["end"])
-            if not ok:
-                raise _fail(source, f"{where}.timeline[{i}]",
-                            "is not a timeline entry (an object with kind, name and 0 <= start <= end)", fix)
+    _check_items(source, f"{where}.collectives", section.get("collectives"), _is_collective,
+                 "a collective (an object with name, kind and seconds >= 0)", fix)
+    _check_items(source, f"{where}.timeline", section.get("timeline"), _is_timeline_entry,
+                 "a timeline entry (an object with kind, name and 0 <= start <= end)", fix)
+
+
+def _check_items(source: str, field: str, items: Any, valid: Any, what: str, fix: str) -> None:
+    """A list field (when present) whose every item is `valid`; the refusal names the item."""
+    if items is None:
+        return
+    if not isinstance(items, list):
+        raise _fail(source, field, "is not a list", fix)
+    for i, item in enumerate(items):
+        if not valid(item):
+            raise _fail(source, f"{field}[{i}]", f"is not {what}", fix)
+
+
+def _named(item: Any) -> bool:
+    return isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("kind"), str)
+
+
+def _is_collective(c: Any) -> bool:
+    return _named(c) and _number(c.get("seconds")) and c["seconds"] >= 0
+
+
+def _is_timeline_entry(e: Any) -> bool:
+    return _named(e) and _number(e.get("start")) and _number(e.get("end")) and 0 <= e["start"] <= e["end"]
 
 
 def _number(value: Any) -> bool:
