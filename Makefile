@@ -4,38 +4,50 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# One stamp per set of extras: the demo needs the package alone, the tests add torch, diffusers and
+# Ray (the `test` and `ray` extras), the linters their own. Every version is pinned in pyproject.toml
+# and served by PyPI; where the host's pip offers a local CPU build of the pinned torch, pip takes it.
+BASE := $(VENV)/.installed-base
+TESTS := $(VENV)/.installed-test
+LINT := $(VENV)/.installed-lint
 
 .PHONY: demo test test-fast lint bench clean
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q 'torch==2.13.0+cpu'
-	$(PY) -m pip install -q -e '.[test,ray,lint]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e .
+	touch $(BASE)
 
-demo: $(STAMP)
+$(TESTS): $(BASE)
+	$(PY) -m pip install -q -e '.[test,ray]'
+	touch $(TESTS)
+
+$(LINT): $(BASE)
+	$(PY) -m pip install -q -e '.[lint]'
+	touch $(LINT)
+
+demo: $(BASE)
 	$(VENV)/bin/aoizora demo
 
-bench: $(STAMP)
+bench: $(BASE)
 	$(VENV)/bin/aoizora bench --quick --out bench-out
 
 # ruff (style, imports, likely bugs) and mypy (types of src/aoizora), both configured in pyproject.toml
 LINT_DIRS := src tests benchmarks tools experiments
-lint: $(STAMP)
+lint: $(LINT)
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/mypy
 
 # Test files run in TEST_WORKERS processes, each file's tests in one of them (module fixtures once).
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(TESTS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The suite without the tests marked (pyproject.toml) as compiling full models, running diffusers'
 # reference, starting Ray, or running the CLI in a subprocess.
 FAST_TESTS := not slow and not tpu_compile and not parity and not ray
-test-fast: $(STAMP)
+test-fast: $(TESTS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST_TESTS)"
 
 clean:
