@@ -63,3 +63,40 @@ def test_on_a_terminal_the_bar_counts_and_leaves_no_line():
             bar.advance()
         assert (task.completed, task.total) == (3, 3)
     assert "scoring placements: " not in out.getvalue()
+
+
+def test_the_time_left_is_the_pace_so_far_times_what_is_left():
+    from aoizora.progress import estimate_remaining, remaining_text
+
+    assert estimate_remaining(30.0, 0, 4) is None
+    assert estimate_remaining(30.0, 1, 4) == 90.0
+    assert estimate_remaining(30.0, 3, 2) == 0.0
+    assert remaining_text(None) == "estimating time left"
+    assert remaining_text(90.0) == "about 90 s left"
+    assert remaining_text(300.0) == "about 5.0 min left"
+
+
+def test_off_a_terminal_the_lines_say_the_time_left():
+    console, out = _console(terminal=False)
+    now = [0.0]
+    lines = _LineCounter(console, "Stage 2", 4, every_s=60.0, clock=lambda: now[0])
+    now[0] = 70.0
+    lines.set_remaining(210.0)
+    lines.advance()
+    now[0] = 280.0
+    lines.set_remaining(None)
+    lines.add_to_total(0)
+    lines.advance()
+    assert out.getvalue().splitlines() == ["Stage 2: 1/4 (70 s, about 3.5 min left)",
+                                           "Stage 2: 2/4 (280 s, estimating time left)"]
+
+
+def test_on_a_terminal_the_bar_shows_compiles_done_and_the_time_left():
+    console, out = _console(terminal=True)
+    with progress_reporter("Stage 2: compile and score", 4, console=console) as bar:
+        bar.advance()
+        bar.set_remaining(42.0)
+        console.file.flush()
+        bar.advance()
+    text = out.getvalue()
+    assert "about 42 s left" in text and "/4" in text

@@ -29,11 +29,29 @@ class Counter:
     def add_to_total(self, n: int = 1) -> None:
         """`n` items joined the step."""
 
+    def set_remaining(self, seconds: float | None) -> None:
+        """The step's estimated seconds left (None: no estimate yet)."""
+
+
+def remaining_text(seconds: float | None) -> str:
+    """An estimate of the time left as the bar and the log lines show it."""
+    if seconds is None:
+        return "estimating time left"
+    return f"about {seconds:,.0f} s left" if seconds < 120 else f"about {seconds / 60:,.1f} min left"
+
+
+def estimate_remaining(elapsed: float, done: int, total: int) -> float | None:
+    """Seconds left at the pace so far (`elapsed` seconds for `done` of `total` items); None before
+    the first item is done."""
+    if done <= 0:
+        return None
+    return elapsed / done * max(total - done, 0)
+
 
 class _BarCounter(Counter):
     def __init__(self, bar: Progress, label: str, total: int) -> None:
         self._bar, self._total = bar, total
-        self._task = bar.add_task(label, total=total)
+        self._task = bar.add_task(label, total=total, left="")
 
     def advance(self) -> None:
         self._bar.advance(self._task)
@@ -41,6 +59,9 @@ class _BarCounter(Counter):
     def add_to_total(self, n: int = 1) -> None:
         self._total += n
         self._bar.update(self._task, total=self._total)
+
+    def set_remaining(self, seconds: float | None) -> None:
+        self._bar.update(self._task, left=remaining_text(seconds))
 
 
 class _LineCounter(Counter):
@@ -51,6 +72,8 @@ class _LineCounter(Counter):
         self._console, self._label, self.total, self._every_s, self._clock = console, label, total, every_s, clock
         self.done = 0
         self._done_printed: int | None = None  # the count of the last line; None before the first
+        self._left: float | None = None
+        self._has_estimate = False
         self._start = self._last = clock()
 
     def advance(self) -> None:
@@ -61,9 +84,13 @@ class _LineCounter(Counter):
     def add_to_total(self, n: int = 1) -> None:
         self.total += n
 
+    def set_remaining(self, seconds: float | None) -> None:
+        self._left, self._has_estimate = seconds, True
+
     def print(self) -> None:
         now = self._clock()
-        self._console.print(f"{self._label}: {self.done}/{self.total} ({now - self._start:,.0f} s)",
+        left = f", {remaining_text(self._left)}" if self._has_estimate and self.done < self.total else ""
+        self._console.print(f"{self._label}: {self.done}/{self.total} ({now - self._start:,.0f} s{left})",
                             highlight=False, markup=False)
         self._last, self._done_printed = now, self.done
 
@@ -86,6 +113,7 @@ def progress_reporter(label: str, total: int, *, console: Console | None = None,
         yield lines
         lines.finish()
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[left]}"))
     with Progress(*columns, console=console, transient=True) as bar:
         yield _BarCounter(bar, label, total)

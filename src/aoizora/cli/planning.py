@@ -42,8 +42,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         export_to=("maxdiffusion", os.path.join(out_dir, "maxdiffusion")), top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
-        workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None, libtpu_args=None,
-        expert_residency="both", ring_order="auto", ring_direction="auto",
+        time_budget=None, workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None,
+        libtpu_args=None, expert_residency="both", ring_order="auto", ring_direction="auto",
     )
 
 
@@ -79,6 +79,9 @@ def demo(ctx: click.Context, out_dir: str) -> None:
               help="Seconds per TPU compile.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
+@click.option("--time-budget", type=_Seconds(), default=None,
+              help="Answer within about this many seconds with the best plan found by then; the plan says what "
+                   "was not compiled or verified, and is not cached.  [default: plan fully]")
 @_workers_option
 @_libtpu_args_option
 @click.option("--expert-residency", type=click.Choice(["both", "swap"]), default="both", show_default=True,
@@ -89,8 +92,8 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
          maxdiffusion_command: str | None, kernel_profile: str | None, export_to: tuple[str, str] | None, top_k: int,
          out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, workers: int, executor: str, ray_cpus_per_compile: float | None, libtpu_args: str | None,
-         expert_residency: str, ring_order: str, ring_direction: str) -> None:
+         verify_top: int, time_budget: float | None, workers: int, executor: str, ray_cpus_per_compile: float | None,
+         libtpu_args: str | None, expert_residency: str, ring_order: str, ring_direction: str) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     # Over 60 lines (this docstring is the command's --help, so the reason lives here): the checks of
     # the options against each other, then the dispatch to Stage 1 only, a MaxDiffusion deployment,
@@ -138,7 +141,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
             outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
                                  verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
-                                 libtpu_args=flags, executor=pool)
+                                 libtpu_args=flags, executor=pool, time_budget_s=time_budget)
     except PlanningError:
         _no_fit_hint(space, topo)
         raise

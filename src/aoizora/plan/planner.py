@@ -18,8 +18,9 @@ from aoizora.plan import cache
 from aoizora.plan.consistency import SCOPED_VMEM_FLAG
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
-from aoizora.progress import progress_reporter
+from aoizora.progress import Counter, estimate_remaining, progress_reporter
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
+from aoizora.stage2 import TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
@@ -89,6 +90,7 @@ def plan_space(
     libtpu_args: str | CompilerFlags | None = None,
     include_experts: bool = True,
     executor: CompileExecutor | None = None,
+    time_budget_s: float | None = None,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
 
@@ -105,11 +107,16 @@ def plan_space(
     local child processes; `aoizora.stage2.executor_from_spec` makes a Ray one). The
     plan is the one a sequential run makes (see `run_stage2`), so the executor is not part of the
     cached request.
+    `time_budget_s`: plan for at most about this many seconds (None: plan fully). Like a solver's
+    time limit, Stage 2 stops compiling and verifying when it runs out and the plan is the best pair
+    found by then; the plan's `stage2.time_budget` says what was not compiled or verified, and a
+    plan anything was cut from is not cached (`aoizora.stage2.budget`).
 
     Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
     steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
     """
     options = options or Q2Options()
+    budget = TimeBudget(time_budget_s) if time_budget_s is not None else None
     flags = planning_flags(libtpu_args, topology.name)
     request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
                        include_experts=include_experts)
@@ -126,7 +133,8 @@ def plan_space(
     t_start = time.perf_counter()
     # the experts are compiled whatever Stage 1 ranks: they compile while it lowers
     with _own_executor(executor) as executor, \
-            EarlyCompiles(space, topology, compile_timeout_s, compile_cache, executor) as early:
+            EarlyCompiles(space, topology, compile_timeout(budget, compile_timeout_s), compile_cache,
+                          executor) as early:
         for ex in experts:
             early.start(ex.key, ex.deployment.strategy, ex.flags)
         if stage1 is None:
@@ -144,17 +152,20 @@ def plan_space(
         config = Stage2Config(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
                               compile_cache=compile_cache, flags=flags, flags_by_key=flags_by_key,
                               lower_bounds=bounds, baselines=[ex.key for ex in experts], reserve=reserve,
-                              backfill_for=[e.key for e in stage1.kept], compile_placement=placements)
+                              backfill_for=[e.key for e in stage1.kept], compile_placement=placements,
+                              budget=budget)
         stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
     outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
-    notes = extra_notes + notes + _compile_order_notes(outcomes, topology)
-    best = _best_pair(outcomes, len(kept), topology)
+    notes = extra_notes + notes + _compile_order_notes(outcomes, topology) + _budget_notes(budget)
+    best = _best_pair(outcomes, len(kept), topology, budget)
     baselines = _baselines(outcomes, best, experts, topology, options)
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
     doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
+    if budget is not None:
+        doc["stage2"]["time_budget"] = budget.record.to_json()
     plan = Plan(doc)
     if use_cache:
         cache.store(request, plan)
@@ -172,13 +183,27 @@ def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerF
     return out
 
 
-def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology) -> Scored:
+def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology,
+               budget: TimeBudget | None = None) -> Scored:
     """The pair with the lowest Q2 (a verified one on a tie); PlanningError when no strategy compiled."""
     pairs = [s for o in outcomes for s in o.scored]
+    if not pairs and budget is not None and budget.record.cut:
+        raise PlanningError(f"no strategy finished compiling within the time budget of {budget.seconds:g} s on "
+                            f"{topology.name}; give a larger --time-budget, or none to plan fully")
     if not pairs:
         reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
         raise PlanningError(f"none of the {attempted} strategies compiled for {topology.name} ({reasons})")
     return min(pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
+
+
+def _budget_notes(budget: TimeBudget | None) -> list[str]:
+    """What the time budget cut, in one note (none when it cut nothing)."""
+    if budget is None or not budget.record.cut:
+        return []
+    r = budget.record
+    return [f"the time budget of {budget.seconds:g} s cut Stage 2 short: {len(r.not_compiled)} strategies not "
+            f"compiled, {len(r.stopped)} compiles stopped, {len(r.not_verified)} leading pairs not verified "
+            "(stage2.time_budget); plan without --time-budget for the full plan"]
 
 
 def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]
@@ -293,12 +318,35 @@ def _compile_order_notes(outcomes: list[StrategyOutcome], topology: Topology) ->
 def _stage2(space: StrategySpace, kept: list[tuple[str, Any]], topology: Topology, config: Stage2Config,
             executor: CompileExecutor, started: Mapping[str, Future[Compiled]], progress: bool,
             console: Any) -> Stage2Result:
-    """`run_stage2` under a progress bar."""
+    """`run_stage2` under a progress bar: compiles done of those to do, and the time left at the pace so far
+    (within what is left of the time budget, if any)."""
     label = f"Stage 2: compile and score ({topology.name})"
     with progress_reporter(label, len(kept), console=console, quiet=not progress) as bar:
+        pace = _Pace(bar, len(kept), config.budget)
+        bar.set_remaining(None)
         return run_stage2(space, kept, topology, config, executor=executor, started=started,
-                          on_compiled=lambda _: bar.advance(), on_backfill=lambda _: bar.add_to_total(),
-                          on_pruned=lambda _: bar.advance())
+                          on_compiled=lambda _: pace.done(), on_backfill=lambda _: pace.more(),
+                          on_pruned=lambda _: pace.done())
+
+
+class _Pace:
+    """Stage 2's progress: advances the bar and re-estimates the seconds left at each compile done."""
+
+    def __init__(self, bar: Counter, total: int, budget: TimeBudget | None) -> None:
+        self.bar, self.total, self.budget = bar, total, budget
+        self.finished, self.start = 0, time.monotonic()
+
+    def done(self) -> None:
+        self.finished += 1
+        self.bar.advance()
+        left = estimate_remaining(time.monotonic() - self.start, self.finished, self.total)
+        if left is not None and self.budget is not None:
+            left = min(left, max(self.budget.remaining(), 0.0))
+        self.bar.set_remaining(left)
+
+    def more(self) -> None:
+        self.total += 1
+        self.bar.add_to_total()
 
 
 def _expert_json(dep: Any, key: str, outcomes: list[StrategyOutcome], best: Scored) -> dict[str, Any]:

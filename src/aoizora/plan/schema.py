@@ -216,6 +216,9 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "verify_recompiles": _doc({"type": "array", "items": {"type": "object",
                                                                       "required": ["strategy", "placement"]}},
                                           "pairs recompiled over their own device order before the choice"),
+                "time_budget": _doc({"type": "object", "required": ["seconds", "cut"]},
+                                    "with --time-budget: the budget, whether it cut Stage 2 short, and the "
+                                    "strategies not compiled, compiles stopped and leading pairs not verified"),
             },
         }, "what Stage 2 compiled, pruned and recompiled"),
         "timings": _doc({"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},

@@ -16,9 +16,11 @@ Public API:
 - `EarlyCompiles`: compiles started before Stage 2 (the experts, while Stage 1 lowers);
 - `CompilePlacements` (`aoizora.stage2.compile_order`): the device order each strategy is compiled
   over, predicted best from Stage 1's collectives where the compiled program depends on it;
-- `Stage2Summary`: what Stage 2 compiled, and what Q1 pruned.
+- `Stage2Summary`: what Stage 2 compiled, and what Q1 pruned;
+- `TimeBudget`, `BudgetRecord` and `compile_timeout` (`budget.py`): a planning time budget, and what it cut.
 """
 
+from aoizora.stage2.budget import BudgetRecord, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
@@ -41,7 +43,8 @@ from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import recompile_cannot_change_q2
 
 __all__ = [
-    "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "CachedCompileError", "CompileCache", "CompileExecutor",
+    "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
+    "CachedCompileError", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
     "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
     "default_compile_cache", "drop_reason",

@@ -11,6 +11,7 @@ from typing import Any
 from aoizora.cost import Q2Result
 from aoizora.hlo.program import Program
 from aoizora.placement import JAX_DEFAULT, Placement
+from aoizora.stage2.budget import OutOfBudget
 from aoizora.stage2.compile_workers import CompileTimeout
 
 
@@ -105,6 +106,6 @@ def drop_reason(exc: BaseException) -> str:
     first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
     if is_out_of_memory(exc):
         return f"{_memory_label(first)}: {first}"
-    if isinstance(exc, CompileTimeout):
+    if isinstance(exc, CompileTimeout | OutOfBudget):
         return first
     return f"compile failed: {getattr(exc, 'original_type', type(exc).__name__)}: {first}"

@@ -19,8 +19,9 @@ from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
 from aoizora.placement import Placement, enumerate_placements
 from aoizora.stage2 import compiling
+from aoizora.stage2.budget import NOT_COMPILED, STOPPED, OutOfBudget, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
+from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import shared_compile_placement
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, memory_kind
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
@@ -40,7 +41,9 @@ class Stage2Config:
     key's own in `flags_by_key`. `lower_bounds`: Stage 1's Q1 per key. `baselines`: keys compiled
     first and never pruned. `reserve`: the strategies that replace one the compiler refuses for
     memory, among `backfill_for` (None: every kept one). `compile_placement(key, strategy)`: the
-    placement a strategy is compiled over (None: its first).
+    placement a strategy is compiled over (None: its first). `budget`: the planning time budget
+    (None: none): no compile starts after it ends, one still running then is stopped, and no pair
+    is verified after it (`aoizora.stage2.budget`).
     """
 
     options: Q2Options | None = None
@@ -54,6 +57,7 @@ class Stage2Config:
     reserve: Sequence[tuple[str, Any]] = ()
     backfill_for: Collection[str] | None = None
     compile_placement: Callable[[str, Any], Placement] | None = None
+    budget: TimeBudget | None = None
 
 
 @dataclass
@@ -113,7 +117,8 @@ def run_stage2(
     replaceable = set(k for k, _ in kept) if config.backfill_for is None else set(config.backfill_for)
     run = _Stage2Run(space, topology, model, pool, config, started or {}, replaceable, on_compiled, on_backfill)
     run.sweep = BoundedSweep(kept, config.lower_bounds, config.baselines, pool.size, run.compile_one, run.finish,
-                             on_pruned)
+                             on_pruned, expired=config.budget.expired if config.budget is not None else None,
+                             on_out_of_time=run.not_started)
     try:
         outcomes = run.sweep_and_verify(config.verify_top)
     finally:
@@ -139,6 +144,7 @@ class _Stage2Run:
         self.space, self.topology, self.model, self.pool = space, topology, model, pool
         self.compile_placement = config.compile_placement
         self.compile_timeout_s, self.compile_cache = config.compile_timeout_s, config.compile_cache
+        self.budget = config.budget
         self.flags, self.flags_by_key, self.started = config.flags, config.flags_by_key, started
         self.spare, self.replaceable = list(config.reserve), replaceable
         self.on_compiled, self.on_backfill = on_compiled, on_backfill
@@ -152,11 +158,33 @@ class _Stage2Run:
 
     def compile_one(self, key: str, strategy: Any) -> Compiled:
         if key in self.started:
-            return self.started[key].result()
+            try:
+                return self.started[key].result()
+            except CompileTimeout:
+                if self.budget is not None and self.budget.expired():
+                    self.budget.record.stopped.append(key)
+                    raise OutOfBudget(STOPPED) from None
+                raise
         placement = (self.compile_placement(key, strategy) if self.compile_placement is not None
                      else shared_compile_placement(self.space, self.topology, strategy))
-        return compiling.compile_strategy(self.space, strategy, key, self.topology, placement, self.compile_timeout_s,
-                                self.compile_cache, self.flags_of(key), executor=self.pool)
+        timeout = compile_timeout(self.budget, self.compile_timeout_s)
+        if self.budget is not None and timeout is not None and timeout <= 0:
+            self.budget.record.not_compiled.append(key)
+            raise OutOfBudget(NOT_COMPILED)
+        try:
+            return compiling.compile_strategy(self.space, strategy, key, self.topology, placement, timeout,
+                                              self.compile_cache, self.flags_of(key), executor=self.pool)
+        except CompileTimeout:
+            if self.budget is not None and timeout is not None and self.budget.binds(self.compile_timeout_s, timeout):
+                self.budget.record.stopped.append(key)
+                raise OutOfBudget(STOPPED) from None
+            raise
+
+    def not_started(self, i: int, entry: tuple[str, Any]) -> None:
+        """A strategy the budget kept from compiling: an outcome that says so."""
+        assert self.budget is not None
+        self.budget.record.not_compiled.append(entry[0])
+        self.finish(i, StrategyOutcome(entry[0], entry[1], dropped=NOT_COMPILED))
 
     def finish(self, i: int, outcome: StrategyOutcome) -> None:
         """Score a compiled strategy on every placement; backfill one the compiler refused for memory."""
@@ -201,10 +229,10 @@ class _Stage2Run:
             t0 = time.perf_counter()
             verify_leading_pairs(self.space, self.topology, self.model, outcomes, verify_top, verified,
                                  self.compile_timeout_s, self.compile_cache, self.flags_of, self.timings, self.notes,
-                                 self.pool)
+                                 self.pool, budget=self.budget)
             self.timings["verify"] += time.perf_counter() - t0
             best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
-            if not self.sweep.reopen(best):
+            if (self.budget is not None and self.budget.expired()) or not self.sweep.reopen(best):
                 return outcomes
             self.notes.append("the verifying recompile raised the leading pair's Q2 above a pruned strategy's Q1: "
                               "that strategy was compiled after all")

@@ -56,11 +56,16 @@ class BoundedSweep:
 
     The bound is checked on every compiled strategy that has one (bound <= its best Q2, with a
     relative tolerance of `BOUND_TOLERANCE`); after the first violation nothing more is pruned.
+
+    `expired()` (default: never) ends the sweep early: once it is true no strategy starts, and each
+    pending one goes to `on_out_of_time(index, entry)` instead (a planning time budget).
     """
 
     def __init__(self, entries: list[tuple[str, Any]], lower_bounds: Mapping[str, float], baselines: Collection[str],
                  workers: int, compile_one: Callable[[str, Any], Compiled],
-                 finish: Callable[[int, StrategyOutcome], None], on_pruned: Callable[[str], None] | None) -> None:
+                 finish: Callable[[int, StrategyOutcome], None], on_pruned: Callable[[str], None] | None,
+                 expired: Callable[[], bool] | None = None,
+                 on_out_of_time: Callable[[int, tuple[str, Any]], None] | None = None) -> None:
         self.entries = list(entries)
         self.bounds = dict(lower_bounds)
         self.baselines = set(baselines)
@@ -68,6 +73,8 @@ class BoundedSweep:
         self.compile_one = compile_one
         self.finish = finish
         self.on_pruned = on_pruned
+        self.expired = expired
+        self.on_out_of_time = on_out_of_time
         self.pending: list[int] = sorted(range(len(self.entries)), key=self._order)
         self.best_q2 = math.inf
         self.summary = Stage2Summary(workers=self.workers)
@@ -128,6 +135,7 @@ class BoundedSweep:
 
     def _loop(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
         while True:
+            self._out_of_time()
             self._start(pool, running)
             if not running:
                 if not self.pending:
@@ -158,8 +166,18 @@ class BoundedSweep:
             for i, outcome in finished:
                 self.finish(i, outcome)
 
+    def _out_of_time(self) -> None:
+        """Once `expired`, every pending strategy goes to `on_out_of_time` instead of compiling."""
+        if self.expired is None or not self.pending or not self.expired():
+            return
+        pending, self.pending = self.pending, []
+        for i in pending:
+            if self.on_out_of_time is not None:
+                self.on_out_of_time(i, self.entries[i])
+
     def _start(self, pool: ThreadPoolExecutor, running: dict[Future[Compiled], int]) -> None:
         """Start pending strategies while a worker is free and the next one cannot be pruned."""
+        self._out_of_time()
         while self.pending and len(running) < self.workers and not self._prunable(self.pending[0]):
             i = self.pending.pop(0)
             key, strategy = self.entries[i]

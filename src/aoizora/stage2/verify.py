@@ -12,8 +12,9 @@ from aoizora.hlo.algorithm import RingOrder
 from aoizora.hlo.program import Program
 from aoizora.placement import Placement
 from aoizora.stage2 import compiling
+from aoizora.stage2.budget import TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_workers import CompileExecutor
+from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout
 from aoizora.stage2.outcomes import StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import Topology
@@ -46,8 +47,11 @@ def recompile_cannot_change_q2(model: CostModel, program: Program, placement: Pl
 def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
             verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
-            pool: CompileExecutor) -> None:
-    """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them."""
+            pool: CompileExecutor, budget: TimeBudget | None = None) -> None:
+    """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them.
+
+    Under a `budget`, a pair whose recompile the budget leaves no time for, or stops, stays
+    unverified (recorded in `budget.record`)."""
     by_key = {o.key: o for o in outcomes}
     # the placement each strategy was compiled over (only compiled strategies have scored pairs)
     compiled_over = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
@@ -68,12 +72,20 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
                          f"which no collective's Q2 depends on here")
             continue
         outcome = by_key[s.key]
+        timeout = compile_timeout(budget, timeout_s)
+        if budget is not None and timeout is not None and timeout <= 0:
+            _not_verified(budget, s.key, s.placement.name, notes)
+            continue
         try:
-            own = compiling.compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout_s, cache,
+            own = compiling.compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout, cache,
                                    flags_of(s.key), executor=pool)
         except ExecutorError:
             raise
         except Exception as exc:
+            if (isinstance(exc, CompileTimeout) and budget is not None and timeout is not None
+                    and budget.binds(timeout_s, timeout)):
+                _not_verified(budget, s.key, s.placement.name, notes)
+                continue
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); "
                          "kept the shared compile")
             continue
@@ -86,3 +98,9 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
                 f"{s.q2.step_seconds * 1e3:.3f} ms to {rescored.step_seconds * 1e3:.3f} ms"
             )
         s.q2, s.program, s.verified = rescored, own.program, True
+
+
+def _not_verified(budget: TimeBudget, key: str, placement: str, notes: list[str]) -> None:
+    budget.record.not_verified.append({"strategy": key, "placement": placement})
+    notes.append(f"{key} / {placement}: not recompiled with its own device order: the time budget "
+                 f"of {budget.seconds:g} s ran out (its Q2 is from the program compiled over another order)")

@@ -1,0 +1,74 @@
+"""A planning time budget (`aoizora plan --time-budget`): Stage 2 compiles and verifies while it
+lasts, then answers with the best pair found, saying what it did not get to.
+
+Like a solver's time limit: a compile still running when the budget ends is stopped (its process
+killed), no compile starts after it, and the leading pairs not yet recompiled over their own device
+order stay unverified. What was cut is recorded (`BudgetRecord`), and a plan that anything was cut
+from is never cached (`aoizora.plan.cache.degraded`), so the next request without a budget plans
+fully.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the drop reason of a strategy the budget kept from compiling, or stopped compiling
+NOT_COMPILED = "not compiled: the time budget ran out"
+STOPPED = "compile stopped: the time budget ran out"
+
+
+class OutOfBudget(Exception):
+    """A compile the time budget kept from starting or stopped (its message: `NOT_COMPILED` or `STOPPED`)."""
+
+
+@dataclass
+class BudgetRecord:
+    """What a budget cut: strategies never started, compiles stopped, leading pairs not verified."""
+
+    seconds: float
+    not_compiled: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    not_verified: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.not_compiled or self.stopped or self.not_verified)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "cut": self.cut, "not_compiled": list(self.not_compiled),
+                "stopped": list(self.stopped), "not_verified": list(self.not_verified)}
+
+
+class TimeBudget:
+    """`seconds` of planning from `start` (a `clock` reading; default: now)."""
+
+    def __init__(self, seconds: float, start: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not seconds > 0:
+            raise ValueError(f"a time budget must be positive seconds; got {seconds!r}")
+        self.seconds, self._clock = float(seconds), clock
+        self.deadline = (clock() if start is None else start) + self.seconds
+        self.record = BudgetRecord(self.seconds)
+
+    def remaining(self) -> float:
+        return self.deadline - self._clock()
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def timeout(self, compile_timeout_s: float | None) -> float:
+        """The timeout of a compile started now: the compile's own, or what is left of the budget."""
+        left = max(self.remaining(), 0.0)
+        return left if compile_timeout_s is None else min(compile_timeout_s, left)
+
+    def binds(self, compile_timeout_s: float | None, timeout_s: float) -> bool:
+        """Whether a compile given `timeout_s` was limited by the budget rather than its own timeout."""
+        return compile_timeout_s is None or timeout_s < compile_timeout_s
+
+
+def compile_timeout(budget: TimeBudget | None, compile_timeout_s: float | None) -> float | None:
+    """A compile's timeout under `budget` (None: no budget, its own timeout)."""
+    return compile_timeout_s if budget is None else budget.timeout(compile_timeout_s)

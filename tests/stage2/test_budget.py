@@ -1,0 +1,175 @@
+"""The planning time budget (`aoizora plan --time-budget`): Stage 2 stops compiling and verifying
+when it runs out, answers with the best pair found, records what it cut, and is never cached."""
+
+from __future__ import annotations
+
+import pytest
+
+from aoizora.errors import PlanningError
+from aoizora.plan import cache, plan_space
+from aoizora.stage2 import compiling
+from aoizora.stage2.budget import NOT_COMPILED, STOPPED, TimeBudget, compile_timeout
+from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_workers import CompileTimeout
+from aoizora.stage2.search import Stage2Config, run_stage2
+from aoizora.stage2.sweep import BoundedSweep
+from aoizora.topology import get_topology
+from aoizora.workloads import TransformerSpace
+from aoizora.workloads.transformer import TransformerConfig
+
+CFG = TransformerConfig(layers=2, dim=256, heads=4, head_dim=64, mlp=512, seq=256, batch=2)
+
+
+class _Clock:
+    """A clock that stands still until moved."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_budget_gives_each_compile_what_is_left_of_it():
+    clock = _Clock()
+    budget = TimeBudget(60, clock=clock)
+    assert budget.remaining() == 60 and not budget.expired()
+    assert budget.timeout(900) == 60 and budget.binds(900, 60)
+    assert budget.timeout(30) == 30 and not budget.binds(30, 30)
+    clock.now += 45
+    assert budget.timeout(None) == 15 and budget.binds(None, 15)
+    clock.now += 20
+    assert budget.expired() and budget.timeout(900) == 0
+    assert compile_timeout(None, 900) == 900
+    assert not budget.record.cut
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan")])
+def test_a_budget_that_is_not_positive_is_refused(seconds):
+    with pytest.raises(ValueError, match="positive"):
+        TimeBudget(seconds)
+
+
+def test_once_the_budget_is_spent_no_strategy_starts_and_each_pending_one_is_reported():
+    clock = _Clock()
+    budget = TimeBudget(10, clock=clock)
+    compiled, cut, finished = [], [], []
+
+    def compile_one(key, _strategy):
+        compiled.append(key)
+        clock.now += 11  # the first compile spends the budget
+        return key
+
+    sweep = BoundedSweep([(k, None) for k in "abcd"], {}, (), 1, compile_one,
+                         lambda i, outcome: finished.append(outcome.key), None,
+                         expired=budget.expired, on_out_of_time=lambda i, entry: cut.append(entry[0]))
+    sweep.run(abort=lambda: None)
+    assert compiled == ["a"] and finished == ["a"]
+    assert cut == ["b", "c", "d"]
+    assert sweep.summary.compiled == ["a"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A small transformer's Top-3 on v5e:2x2, compiled once into a cache the budgeted runs read."""
+    from aoizora.stage1 import run_stage1
+
+    space = TransformerSpace(CFG)
+    topo = get_topology("v5e:2x2")
+    stage1 = run_stage1(space, topo, top_k=3, progress=False)
+    kept = [(e.key, e.candidate.strategy) for e in stage1.kept]
+    compile_cache = CompileCache(tmp_path_factory.mktemp("compiled"))
+    full = run_stage2(space, kept, topo, Stage2Config(compile_cache=compile_cache, verify_top=0))
+    return space, topo, kept, compile_cache, full
+
+
+def _spending(monkeypatch, clock: _Clock, seconds: float) -> None:
+    """Each compile of Stage 2 moves `clock` on by `seconds`."""
+    real = compiling.compile_strategy
+
+    def compile_strategy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        clock.now += seconds
+        return result
+
+    monkeypatch.setattr(compiling, "compile_strategy", compile_strategy)
+
+
+@pytest.mark.slow
+def test_stage2_answers_with_what_it_compiled_within_the_budget(small, monkeypatch):
+    space, topo, kept, compile_cache, full = small
+    assert len(kept) == 3
+    clock = _Clock()
+    budget = TimeBudget(30, clock=clock)
+    _spending(monkeypatch, clock, 31.0)
+    result = run_stage2(space, kept, topo, Stage2Config(compile_cache=compile_cache, verify_top=1, budget=budget))
+    compiled = [o for o in result.outcomes if o.compiled is not None]
+    cut = [o for o in result.outcomes if o.dropped]
+    assert [o.key for o in compiled] == [kept[0][0]]
+    assert [(o.key, o.dropped) for o in cut] == [(k, NOT_COMPILED) for k, _ in kept[1:]]
+    assert budget.record.not_compiled == [k for k, _ in kept[1:]] and budget.record.cut
+    # the scores of what was compiled are those of the full sweep
+    full_first = next(o for o in full.outcomes if o.key == kept[0][0])
+    assert min(s.q2.step_seconds for s in compiled[0].scored) == min(s.q2.step_seconds for s in full_first.scored)
+
+
+def test_a_compile_the_budget_stops_is_dropped_as_stopped(small, monkeypatch):
+    space, topo, kept, _, _ = small
+    budget = TimeBudget(5)
+    given = []
+
+    def stopped(*args, **kwargs):
+        given.append(args[5])  # the timeout it was given
+        raise CompileTimeout("compile did not finish within 5 s")
+
+    monkeypatch.setattr(compiling, "compile_strategy", stopped)
+    result = run_stage2(space, kept[:1], topo, Stage2Config(verify_top=0, budget=budget, compile_timeout_s=900))
+    assert [o.dropped for o in result.outcomes] == [STOPPED]
+    assert budget.record.stopped == [kept[0][0]]
+    assert 0 < given[0] <= 5
+
+
+def test_a_compile_stopped_by_its_own_timeout_is_not_charged_to_the_budget(small, monkeypatch):
+    space, topo, kept, _, _ = small
+    budget = TimeBudget(3600)
+
+    def timed_out(*args, **kwargs):
+        raise CompileTimeout("compile did not finish within 5 s")
+
+    monkeypatch.setattr(compiling, "compile_strategy", timed_out)
+    result = run_stage2(space, kept[:1], topo, Stage2Config(verify_top=0, budget=budget, compile_timeout_s=5))
+    assert [o.dropped for o in result.outcomes] == ["compile did not finish within 5 s"]
+    assert not budget.record.cut
+
+
+@pytest.mark.slow
+def test_a_budgeted_plan_says_what_it_cut_and_is_not_cached(small, monkeypatch, tmp_path):
+    from aoizora.plan import planner
+
+    space, topo, _, compile_cache, _ = small
+    monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path / "cache"))
+    clock = _Clock()
+    monkeypatch.setattr(planner, "TimeBudget", lambda seconds: TimeBudget(seconds, clock=clock))
+    _spending(monkeypatch, clock, 31.0)
+    result = plan_space(space, topo, top_k=3, compile_cache=compile_cache, progress=False, time_budget_s=30,
+                        include_experts=False)
+    section = result.plan.data["stage2"]["time_budget"]
+    # the first compiles (one per worker) start before the clock moves; the rest are cut
+    compiled = result.plan.data["stage2"]["compiled_strategies"]
+    assert section["seconds"] == 30 and section["cut"] and section["not_compiled"]
+    assert len(compiled) + len(section["not_compiled"]) == 3
+    assert any(n.startswith("the time budget of 30 s cut Stage 2 short") for n in result.plan.data["notes"])
+    assert cache.degraded(result.plan.data).startswith("the time budget")
+    assert cache.lookup(result.plan.data["request"]) is None
+
+
+def test_no_strategy_within_the_budget_is_a_planning_error(small, monkeypatch, tmp_path):
+    space, topo, _, _, _ = small
+    monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path / "cache"))
+
+    def stopped(*args, **kwargs):
+        raise CompileTimeout("compile did not finish")
+
+    monkeypatch.setattr(compiling, "compile_strategy", stopped)
+    with pytest.raises(PlanningError, match="within the time budget of 1 s"):
+        plan_space(space, topo, top_k=1, progress=False, time_budget_s=1, include_experts=False, use_cache=False)
