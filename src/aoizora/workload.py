@@ -127,6 +127,14 @@ class StrategySpace(abc.ABC):
         plan's, chosen with it (e.g. a scoped-VMEM limit for its kernels' tiles); "" for none."""
         return ""
 
+    def order_probe(self, strategy: Any) -> Any | None:
+        """A strategy that compiles much faster than this one to the same collectives, differing
+        only in what the collectives do not depend on (a kernel's tile, and the flags
+        `compile_flags` adds for it), or None. Stage 2 verifies a leading pair's device order
+        with the probe's compile where the order can change only the collectives
+        (`aoizora.stage2.verify`)."""
+        return None
+
     def describe(self, strategy: Any) -> dict[str, Any]:
         """JSON-ready description of a strategy for reports."""
         return {"strategy": repr(strategy)}

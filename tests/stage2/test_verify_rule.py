@@ -5,7 +5,7 @@ import pytest
 from aoizora.cost import CostModel, Q2Options
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compiling import compile_strategy
-from aoizora.stage2.verify import recompile_cannot_change_q2
+from aoizora.stage2.verify import graft_reordering_maps, recompile_cannot_change_q2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
@@ -17,14 +17,14 @@ KEYS = ("context=4,tensor=2 | weights=replicated | attn=dense",)
 
 
 @pytest.fixture(scope="module")
-def recompiles(tmp_path_factory):
-    """(strategy, placement, rule's answer per ring order, Q2 on the shared program, Q2 on its own) per pair."""
+def programs(tmp_path_factory):
+    """(key, placement, program compiled over the strategy's first placement, program compiled over
+    this one) for the first placements after the first."""
     from aoizora.stage2 import CompileCache, CompileWorkers
 
     space, topo = TransformerSpace(CFG), get_topology("v5e:2x4")
     cache = CompileCache(tmp_path_factory.mktemp("compiled"))
-    models = {order: CostModel(topo, Q2Options(ring_order=order)) for order in ("auto", "listed", "best")}
-    rows = []
+    out = []
     workers = CompileWorkers(1)  # one child for every compile
     for key in KEYS:
         strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
@@ -32,11 +32,51 @@ def recompiles(tmp_path_factory):
         shared = compile_strategy(space, strategy, key, topo, placements[0], 600, cache, executor=workers).program
         for p in placements[1:]:
             own = compile_strategy(space, strategy, key, topo, p, 600, cache, executor=workers).program
-            for order, model in models.items():
-                rows.append((key, p.name, order, recompile_cannot_change_q2(model, shared, p),
-                             model.evaluate(shared, p).step_seconds, model.evaluate(own, p).step_seconds))
+            out.append((key, p, shared, own))
     workers.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def recompiles(programs):
+    """(strategy, placement, rule's answer per ring order, Q2 on the shared program, Q2 on its own) per pair."""
+    topo = get_topology("v5e:2x4")
+    models = {order: CostModel(topo, Q2Options(ring_order=order)) for order in ("auto", "listed", "best")}
+    rows = []
+    for key, p, shared, own in programs:
+        for order, model in models.items():
+            rows.append((key, p.name, order, recompile_cannot_change_q2(model, shared, p),
+                         model.evaluate(shared, p).step_seconds, model.evaluate(own, p).step_seconds))
     return rows
+
+
+def test_the_reordering_maps_of_its_own_compile_grafted_on_the_shared_program_give_a_pairs_q2(programs):
+    """What an order probe's compile gives the verification: the reordering maps of the pair's own
+    order, grafted on the program compiled over another order, give the pair's own Q2."""
+    model = CostModel(get_topology("v5e:2x4"))
+    flipped = 0
+    for _, p, shared, own in programs:
+        grafted = graft_reordering_maps(shared, own)
+        assert grafted is not None
+        flipped += sum(a.algorithm.has_reordering_map != b.algorithm.has_reordering_map
+                       for a, b in zip(shared.collectives, grafted.collectives, strict=True) if a.algorithm)
+        assert model.evaluate(grafted, p).step_seconds == model.evaluate(own, p).step_seconds
+    assert flipped, "some collective's reordering map differs between the orders"
+
+
+def test_programs_whose_collectives_differ_are_not_grafted(programs):
+    import dataclasses
+
+    _, _, shared, own = programs[0]
+    fewer = dataclasses.replace(own, collectives=own.collectives[1:])
+    assert graft_reordering_maps(shared, fewer) is None
+    # one signature with two reordering maps in the probe: which goes where is unknown
+    first = own.collectives[0]
+    twice = dataclasses.replace(first, algorithm=dataclasses.replace(
+        first.algorithm, has_reordering_map=not first.algorithm.has_reordering_map))
+    ambiguous = dataclasses.replace(own, collectives=[first, twice, *own.collectives[1:]])
+    doubled = dataclasses.replace(shared, collectives=[shared.collectives[0], *shared.collectives])
+    assert graft_reordering_maps(doubled, ambiguous) is None
 
 
 def test_a_skipped_recompile_would_not_have_changed_q2(recompiles):

@@ -298,10 +298,11 @@ def _own_executor(executor: CompileExecutor | None) -> Iterator[CompileExecutor]
 def compile_record(outcomes: list[StrategyOutcome]) -> dict[str, Any]:
     """What the plan's stage2 section says of the device orders: the placement each strategy was
     compiled over, and the pairs recompiled over their own order to verify them (a verified pair on
-    another placement than its strategy's compile)."""
+    another placement than its strategy's compile; with the order probe compiled in its place, if one was)."""
     compiled = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
-    recompiled = [{"strategy": s.key, "placement": s.placement.name} for o in outcomes for s in o.scored
-                  if s.verified and s.placement.name != compiled.get(o.key)]
+    recompiled = [{"strategy": s.key, "placement": s.placement.name,
+                   **({"order_probe": s.order_probe} if s.order_probe else {})}
+                  for o in outcomes for s in o.scored if s.verified and s.placement.name != compiled.get(o.key)]
     return {"compile_placements": compiled, "verify_recompiles": recompiled}
 
 

@@ -1,15 +1,24 @@
 """Verification: the leading (strategy, placement) pairs, scored on a program compiled over the
 strategy's shared device order, are recompiled over their own order and re-scored, unless the
-compiler's output provably cannot change their Q2 there."""
+compiler's output provably cannot change their Q2 there.
+
+Where the order can change only the collectives' reordering maps (`REORDERING_MAP_ONLY_GENERATIONS`)
+and the strategy has an order probe (`StrategySpace.order_probe`: the same collectives from a much
+cheaper compile, e.g. at libtpu's default scoped-VMEM limit), the probe is compiled over the pair's
+order instead, and its reordering maps are grafted onto the strategy's program
+(`graft_reordering_maps`); where the probe's collectives do not match the program's one to one,
+the strategy itself is recompiled."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from collections.abc import Callable
 
 from aoizora.cost import CostModel
 from aoizora.errors import ExecutorError
 from aoizora.hlo.algorithm import RingOrder
-from aoizora.hlo.program import Program
+from aoizora.hlo.program import Collective, Program
 from aoizora.placement import Placement
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import TimeBudget, compile_timeout
@@ -37,7 +46,7 @@ def recompile_cannot_change_q2(model: CostModel, program: Program, placement: Pl
     order, and there only for a collective whose listed and best rings cost differently on this
     placement (`CostModel.order_sensitive_collectives`). With no such collective, Q2 cannot change.
     """
-    if model.topology.hardware.generation not in REORDERING_MAP_ONLY_GENERATIONS:
+    if not generation_order_is_maps_only(model.topology):
         return False
     if model.options.order is not RingOrder.REORDERING_MAP:
         return True
@@ -47,11 +56,12 @@ def recompile_cannot_change_q2(model: CostModel, program: Program, placement: Pl
 def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
             verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
-            pool: CompileExecutor, budget: TimeBudget | None = None) -> None:
+            pool: CompileExecutor, budget: TimeBudget | None = None, probe_flags: CompilerFlags | None = None) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them.
 
     Under a `budget`, a pair whose recompile the budget leaves no time for, or stops, stays
-    unverified (recorded in `budget.record`)."""
+    unverified (recorded in `budget.record`). `probe_flags`: the flags an order probe compiles with
+    (the plan's, without a strategy's own)."""
     by_key = {o.key: o for o in outcomes}
     # the placement each strategy was compiled over (only compiled strategies have scored pairs)
     compiled_over = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
@@ -76,7 +86,18 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
         if budget is not None and timeout is not None and timeout <= 0:
             _not_verified(budget, s.key, s.placement.name, notes)
             continue
+        probe = space.order_probe(outcome.strategy) if generation_order_is_maps_only(topology) else None
         try:
+            if probe is not None:
+                probed = _probe(space, probe, s.key, s.program, topology, s.placement, timeout, cache, probe_flags,
+                                pool)
+                if probed is not None:
+                    s.q2, s.program, s.verified = model.evaluate(probed, s.placement), probed, True
+                    s.order_probe = space.key_of(probe)
+                    notes.append(f"{s.key} / {s.placement.name}: verified over its own device order by its order "
+                                 f"probe ({space.key_of(probe)}): on {topology.hardware.generation} the order changes "
+                                 "only the collectives' reordering maps, read from the probe's compile")
+                    continue
             own = compiling.compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout, cache,
                                    flags_of(s.key), executor=pool)
         except ExecutorError:
@@ -104,3 +125,44 @@ def _not_verified(budget: TimeBudget, key: str, placement: str, notes: list[str]
     budget.record.not_verified.append({"strategy": key, "placement": placement})
     notes.append(f"{key} / {placement}: not recompiled with its own device order: the time budget "
                  f"of {budget.seconds:g} s ran out (its Q2 is from the program compiled over another order)")
+
+
+def generation_order_is_maps_only(topology: Topology) -> bool:
+    """Whether on this slice's generation the device order changes a compiled program only in its
+    collectives' reordering maps (`REORDERING_MAP_ONLY_GENERATIONS`)."""
+    return topology.hardware.generation in REORDERING_MAP_ONLY_GENERATIONS
+
+
+def _probe(space: StrategySpace, probe: object, key: str, program: Program, topology: Topology, placement: Placement,
+           timeout_s: float | None, cache: CompileCache | None, flags: CompilerFlags | None,
+           pool: CompileExecutor) -> Program | None:
+    """`program` with the reordering maps the order probe's compile over `placement` gives, or None
+    when the probe's collectives do not match the program's."""
+    compiled = compiling.compile_strategy(space, probe, f"{key} (order probe)", topology, placement, timeout_s, cache,
+                                          flags, executor=pool)
+    return graft_reordering_maps(program, compiled.program)
+
+
+def _signature(c: Collective) -> tuple[object, ...]:
+    """What identifies a collective across two compiles of the same strategy's collectives."""
+    return (c.kind, c.mode, c.groups, c.source_target_pairs, c.dtype, c.payload_bytes, c.multiplicity, c.dimensions,
+            c.algorithm is None)
+
+
+def graft_reordering_maps(program: Program, probe: Program) -> Program | None:
+    """`program` with each collective's reordering map taken from `probe`'s collective of the same
+    signature (kind, mode, groups, dtype, bytes, count, dimensions); None unless the two programs'
+    collectives match one to one by signature and every signature has one reordering map in `probe`."""
+    if Counter(map(_signature, program.collectives)) != Counter(map(_signature, probe.collectives)):
+        return None
+    maps: dict[tuple[object, ...], set[bool | None]] = {}
+    for c in probe.collectives:
+        maps.setdefault(_signature(c), set()).add(None if c.algorithm is None else c.algorithm.has_reordering_map)
+    if any(len(m) > 1 for m in maps.values()):
+        return None
+    grafted = []
+    for c in program.collectives:
+        (flag,) = maps[_signature(c)]
+        algorithm = None if c.algorithm is None else dataclasses.replace(c.algorithm, has_reordering_map=flag)
+        grafted.append(dataclasses.replace(c, algorithm=algorithm))
+    return dataclasses.replace(program, collectives=grafted)

@@ -181,6 +181,19 @@ class WanSpace(StrategySpace):
             return ""
         return f"--xla_tpu_scoped_vmem_limit_kib={strategy.scoped_vmem_kib}"
 
+    def order_probe(self, strategy: Strategy) -> Strategy | None:
+        """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
+        libtpu's default limit, and that limit: the limit makes libtpu's back end several times
+        slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
+        the tile changes only the splash calls. None for a strategy at the default limit (its
+        own compile is as fast)."""
+        if strategy.scoped_vmem_kib is None or not self.splash_max_block_q:
+            return None
+        blocks = fitted_splash_blocks(strategy, self.video.tokens(self.config), self.batch, self.splash_max_block_q)
+        if blocks is None:
+            return None
+        return dataclasses.replace(strategy, splash_blocks=blocks, scoped_vmem_kib=None)
+
     def _reasons(self, st: Strategy, num_devices: int) -> list[str]:
         reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
         if st.fsdp > 1 and not st.shards_embed:
