@@ -18,6 +18,7 @@ from aoizora.export.maxdiffusion import (
     export_plan,
     maxdiffusion_config,
     maxdiffusion_source,
+    shell_safe,
 )
 from aoizora.export.maxdiffusion_command import MaxDiffusionCommand, read_command
 
@@ -38,7 +39,8 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
     shutil.copyfile(str(package.joinpath("export/run_with_plan.py")), out / LAUNCHER)
     shutil.copyfile(str(package.joinpath("placement/slice_devices.py")), out / DEVICES_MODULE)
     (out / SPEC_FILE).write_text(json.dumps(run.to_json(), indent=1) + "\n")
-    lines = ["#!/bin/sh", f"# {plan.data['strategy'].get('key', '')} on {run.slice['name']}",
+    # every value below is checked (`shell_safe`) and shell-quoted where it is code, not a comment
+    lines = ["#!/bin/sh", f"# {run.plan_summary['strategy']} on {run.slice['name']}",
              f"# MaxDiffusion {maxdiffusion_source()}: run this from its checkout.",
              *(f"# differs: {note}" for note in run.differences), "#",
              "# Without the plan's device order (MaxDiffusion builds its own mesh):",
@@ -54,7 +56,7 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
 def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun:
     """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
     the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
-    run = export_plan(plan)  # raises before anything is written
+    run = shell_safe(export_plan(plan))  # raises before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # written into a staging folder inside `out_dir` (same file system), then moved in with

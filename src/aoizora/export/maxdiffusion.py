@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -181,7 +182,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
             f"{strategy.weight_tile[0]}x{strategy.weight_tile[1]} tiles; MaxDiffusion has no setting for an "
             "argument's layout, so libtpu copies each such weight into that tile (more HBM per device)")
     topo = data["topology"]
-    return MaxDiffusionRun(
+    return shell_safe(MaxDiffusionRun(
         config=config, overrides=tuple(overrides), libtpu_args=str(plan.compiler_flags), mesh_axes=mesh_axes,
         device_coords=_maxdiffusion_order(plan, strategy, mesh_axes).tolist(),
         slice={"name": topo["name"], "device_kinds": list(topo["device_kinds"]), "shape": list(topo["shape"]),
@@ -189,7 +190,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
         differences=tuple(differences),
         plan_summary={"strategy": data["strategy"].get("key", ""), "placement": data["placement"].get("name", ""),
                       "predicted_step_seconds": plan.predicted_step_seconds, "model": model},
-    )
+    ))
 
 
 def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tuple[str, str]]:
@@ -302,3 +303,37 @@ def _maxdiffusion_order(plan: Any, strategy: Strategy, mesh_axes: tuple[str, ...
     arranged = np.transpose(coords, order + [coords.ndim - 1])
     shape = [math.prod(plan.axis_sizes[names.index(n)] for n in g) for g in groups]
     return arranged.reshape(shape + [coords.shape[-1]])
+
+
+#: What the export writes into command.sh may only be (each value is also shell-quoted there): an
+#: override's key a config name, its value a number, a name, a path or a JSON/Python literal of those;
+#: a libtpu flag `--name=value` with a value of letters, digits and `_.,:/+@%=-`; a comment line printable.
+_SHELL_KEY = re.compile(r"[a-z_][a-z0-9_]*")
+_SHELL_VALUE = re.compile(r"[A-Za-z0-9_.,:/\[\]{}\"' +-]*")
+_SHELL_FLAG = re.compile(r"--[A-Za-z][A-Za-z0-9_]*=[A-Za-z0-9_.,:/+@%=-]*")
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f\u0080-\u009f\u2028\u2029]*")
+
+
+def shell_safe(run: MaxDiffusionRun) -> MaxDiffusionRun:
+    """`run`, after checking every value the export writes into command.sh against what it may be
+    (a plan is data and must never become a shell command); ExportError names the first that is not."""
+    if run.config not in MODEL_CONFIGS.values():
+        raise ExportError(f"config {_clip(run.config)} is not one of MaxDiffusion's Wan configs")
+    for key, value in run.overrides:
+        if not _SHELL_KEY.fullmatch(key) or not _SHELL_VALUE.fullmatch(value):
+            raise ExportError(f"{_clip(key)}={_clip(value)}: not a MaxDiffusion override the export writes "
+                              "(a name, a number or a literal of those); re-run `aoizora plan`")
+    for flag in run.libtpu_args.split():
+        if not _SHELL_FLAG.fullmatch(flag):
+            raise ExportError(f"compiler.libtpu_args: {_clip(flag)} is not a --name=value flag of letters, digits "
+                              "and _.,:/+@%=-; re-run `aoizora plan`")
+    for text in (run.slice.get("name", ""), run.plan_summary.get("strategy", ""), *run.differences):
+        if not _PRINTABLE.fullmatch(str(text)):
+            raise ExportError(f"{_clip(text)} holds a control character; re-run `aoizora plan`")
+    return run
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """`text` quoted, cut to about `limit` characters (an ellipsis says so)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= limit else quoted[:limit] + "…"
