@@ -333,7 +333,13 @@ def shell_safe(run: MaxDiffusionRun) -> MaxDiffusionRun:
     return run
 
 
-def _clip(text: str, limit: int = 200) -> str:
-    """`text` quoted, cut to about `limit` characters (an ellipsis says so)."""
-    quoted = repr(text)
-    return quoted if len(quoted) <= limit else quoted[:limit] + "…"
+def _clip(value: Any, limit: int = 200) -> str:
+    """`value` as Python writes it (a string quoted), cut to about `limit` characters (an ellipsis says so)."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """`text` as an error message echoes it: control characters escaped, cut to about `limit`
+    characters (an ellipsis says so)."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit + 1])
+    return shown if len(text) <= limit else shown[:limit] + "…"
