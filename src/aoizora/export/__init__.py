@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from aoizora.errors import OutputPathError
 from aoizora.export.maxdiffusion import (
     DEVICES_MODULE,
     LAUNCHER,
@@ -58,7 +59,13 @@ def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun
     the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
     run = shell_safe(export_plan(plan))  # raises before anything is written
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not str(out_dir):
+        raise OutputPathError("the export folder is empty; pass a directory path (`.` for this one)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot make the export folder {out_dir} ({exc.strerror or exc}); pass a directory "
+                              "path that can be made (not a dangling link)") from None
     # written into a staging folder inside `out_dir` (same file system), then moved in with
     # command.sh last: an error or Ctrl-C leaves no half-written export
     staging = Path(tempfile.mkdtemp(prefix=".aoizora-export-", dir=out))
