@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import ExportError
+from aoizora.export.run_with_plan import spec_checksum
 from aoizora.models.wan.strategy import Strategy, logical_rules
 
 #: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
@@ -130,8 +131,9 @@ class MaxDiffusionRun:
         return env + f"python {directory}/{LAUNCHER}"
 
     def to_json(self) -> dict[str, Any]:
+        """The launcher's spec (`maxdiffusion_plan.json`), with the checksum the launcher checks."""
         f = facts()
-        return {
+        spec = {
             "maxdiffusion": {"repository": f["repository"], "commit": f["commit"], "config": self.config,
                              "entry": f["generate_wan_main"]["source"]},
             "argv": self.argv(),
@@ -143,7 +145,19 @@ class MaxDiffusionRun:
             "device_coords": self.device_coords,
             "differences": list(self.differences),
             "plan": self.plan_summary,
+            "agreeing_values": self.agreeing_values(),
         }
+        return {**spec, "checksum": spec_checksum(spec)}
+
+    def agreeing_values(self) -> dict[str, list[int]]:
+        """The mesh- and attention-shaping keys the plan leaves at the config's values, with the values
+        an extra override may give them (the config's; 1 also for a DCN axis: one slice); the
+        launcher refuses any other."""
+        values = facts()["configs"][self.config]["values"]
+        planned = {k for k, _ in self.overrides}
+        keys = [k for k in values if (k.startswith("dcn_") and k.endswith("_parallelism")) or k == "ulysses_shards"]
+        return {k: sorted({int(values[k])} | ({1} if k.startswith("dcn_") else set())) for k in keys
+                if k not in planned}
 
 
 def maxdiffusion_config(model: str, field: str = "workload.name") -> str:
