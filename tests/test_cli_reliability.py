@@ -247,3 +247,26 @@ def test_every_sentence_of_the_readme_reliability_paragraph_has_its_tests():
             path, name = test.split("::")
             defined = {n.name for n in ast.walk(ast.parse((root / path).read_text())) if isinstance(n, ast.FunctionDef)}
             assert name in defined, test
+
+
+def test_every_command_but_hlo_and_export_checks_the_compiler_environment():
+    """Every command that builds a slice's topology starts libtpu; `hlo` and `export` start neither."""
+    from aoizora.cli import cli
+    from aoizora.cli.base import _COMMANDS_THAT_START_JAX
+
+    assert _COMMANDS_THAT_START_JAX == set(cli.commands) - {"hlo", "export"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ("topology", "v5e:2x2"),
+    ("placements", "v5e:2x2", "--mesh", "a=4"),
+    ("rank", "--hlo", "x.hlo", "--topology", "v5e:2x2", "--mesh", "a=4"),
+    ("explain", "plan.json", "--out", "report"),
+], ids=lambda a: a[0])
+def test_inspection_commands_refuse_a_bogus_libtpu_flag_in_one_line(tmp_path, args):
+    proc = _run(args, {"LIBTPU_INIT_ARGS": "--bogus_flag=1"}, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = _lines(proc.stderr)
+    assert line.startswith("aoizora: error: ") and "LIBTPU_INIT_ARGS" in line and "bogus_flag" in line
+    assert proc.stdout == ""
