@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from aoizora.errors import ExportError
+from aoizora.errors import AoizoraError, ExportError
 from aoizora.export import read_command
 
 BASE = "src/maxdiffusion/configs/base_wan_14b.yml "
@@ -68,3 +68,13 @@ def test_cli_refuses_a_malformed_command_in_one_line(tmp_path):
                         "--from-maxdiffusion", BASE + "logical_axis_rules=[1,2]"], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "logical_axis_rules" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("text", [
+    BASE + "attention=" + "a" * 20_000,  # an attention aoizora cannot read
+    "LIBTPU_INIT_ARGS=" + "b" * 20_000 + " " + BASE,  # a malformed flag
+])
+def test_long_names_and_flags_are_echoed_cut_short(text):
+    with pytest.raises(AoizoraError) as info:
+        read_command(text).strategy(8)
+    assert len(str(info.value)) < 500

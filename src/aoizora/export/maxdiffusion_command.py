@@ -87,7 +87,7 @@ class MaxDiffusionCommand:
         elif name in VARIANTS:
             (variant, profile), kernel = VARIANTS[name], "auto"
         else:
-            raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {name!r}; it reads "
+            raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {_clip(name)}; it reads "
                               f"{', '.join(sorted(VARIANTS))} and dot_product")
         if sizes["context"] == 1:
             variant = "allgather"
