@@ -36,6 +36,21 @@ def first_control_character(text: str) -> str | None:
     return None
 
 
+def plain_strings(value: Any) -> Any:
+    """`value` (a JSON document) with each control character of its strings made a space: what the
+    planner writes, so that a compiler's message (which may hold tabs or line breaks) never makes
+    a plan that `check_plain_strings` refuses."""
+    if isinstance(value, str):
+        if first_control_character(value) is None:
+            return value
+        return "".join(" " if first_control_character(ch) else ch for ch in value)
+    if isinstance(value, dict):
+        return {plain_strings(k): plain_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(v) for v in value]
+    return value
+
+
 def check_plain_strings(data: Any, source: str, fix: str, where: str = "") -> None:
     """Raise PlanFormatError naming the first field whose name or text holds a control character.
 

@@ -16,7 +16,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS,
 from aoizora.errors import PlanningError
 from aoizora.placement import JAX_DEFAULT
 from aoizora.plan import cache
-from aoizora.plan.consistency import SCOPED_VMEM_FLAG
+from aoizora.plan.consistency import SCOPED_VMEM_FLAG, plain_strings
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import progress_reporter
@@ -160,7 +160,7 @@ def plan_space(
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
     doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
-    plan = Plan(doc)
+    plan = Plan(plain_strings(doc))  # a compiler's message in a reason may hold line breaks
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
