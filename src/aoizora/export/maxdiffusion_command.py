@@ -213,7 +213,7 @@ def _typed(key: str, raw: str, kind: str) -> Any:
             return number
         if kind == "list":
             value = ast.literal_eval(raw)
-            if not isinstance(value, list):
+            if not isinstance(value, (list, tuple)):
                 raise ValueError("not a list")
             return value
         if kind == "dict":
