@@ -12,7 +12,9 @@ planned slice (kind, count, ICI coordinates and core on chip), replaces `create_
 a function of the same signature that returns the plan's devices in MaxDiffusion's `mesh_axes`
 order (MaxDiffusion looks it up on `max_utils` at each call), sets `LIBTPU_INIT_ARGS` to the
 plan's flags unless already set, and runs `generate_wan.main` with the plan's overrides. It
-imports nothing of aoizora.
+imports nothing of aoizora. It trusts only a spec that is whole (every field it reads, the sha256
+of its content that the export wrote, each device once), and refuses extra overrides of the keys
+the plan sets or that contradict it (`agreeing_values`).
 """
 
 from __future__ import annotations
@@ -74,10 +76,13 @@ def check_spec(spec: Any, name: str = SPEC.name) -> None:
     if checksum != spec["checksum"]:
         raise LaunchError(f"{name} does not match its checksum: it was changed after the export; export the plan "
                           "again")
-    coords = [tuple(c) for c in _leaves(spec["device_coords"])]
-    if len(set(coords)) != len(coords):
-        twice = next(c for c in coords if coords.count(c) > 1)
-        raise LaunchError(f"{name} places two mesh positions on the device at {list(twice)}; export the plan again")
+    seen: set[str] = set()
+    for coords in _leaves(spec["device_coords"]):
+        text = json.dumps(coords, sort_keys=True)
+        if text in seen:
+            raise LaunchError(f"{name} places two mesh positions on the device at {text[:100]}; export the plan "
+                              "again")
+        seen.add(text)
 
 
 def _leaves(coords: Any) -> list[list[Any]]:
