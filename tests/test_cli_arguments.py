@@ -108,3 +108,28 @@ def test_hlo_that_does_not_fit_in_memory_is_refused_with_one_line(tmp_path, monk
 
     monkeypatch.setattr("builtins.open", lambda *a, **k: Exhausted())
     refused(["hlo", str(path)], "does not fit in memory")
+
+
+def test_a_missing_choice_option_is_one_line(tmp_path):
+    """click writes the choices of a missing option on lines of their own."""
+    from tests.plan.test_plan_consistency import V5E
+
+    line = refused(["export", str(V5E), "--out", str(tmp_path / "x")], "Missing option '--to'")
+    assert "Choose from: maxdiffusion" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def _required(command) -> list[str]:
+    return [p.opts[0] if p.opts else p.name for p in command.params if p.required]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in cli.commands.items() if _required(c)))
+def test_every_usage_error_is_one_line(name):
+    """Each command called without its required arguments, and with an unknown option and a bad choice."""
+    refused([name], "Missing")
+    refused([name, "--no-such-option"], "No such option")
+
+
+def test_a_typed_error_with_a_line_break_is_printed_on_one_line(tmp_path):
+    refused(["export", str(tmp_path / "no\nplan.json"), "--to", "maxdiffusion", "--out", str(tmp_path / "x")],
+            "no plan.json")

@@ -140,3 +140,36 @@ def test_a_plan_is_never_saved_over_a_fifo(tmp_path):
     with pytest.raises(OutputPathError, match="not a regular file"):
         load_plan(V5E).save(fifo)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+# --- export --out in any state -----------------------------------------------------------------
+@pytest.mark.parametrize("make, fragment", [
+    (lambda tmp: os.symlink(tmp / "missing", tmp / "out"), "symbolic link that leads nowhere"),
+    (lambda tmp: (os.symlink(tmp / "loop-b", tmp / "out"), os.symlink(tmp / "out", tmp / "loop-b")),
+     "symbolic link that leads nowhere"),
+    (lambda tmp: os.symlink(tmp / "missing", tmp / "up"), "symbolic link that leads nowhere (")
+], ids=["dangling", "loop", "dangling-parent"])
+def test_export_out_that_is_a_dangling_link_or_a_loop_is_refused(plan_copy, tmp_path, make, fragment):
+    make(tmp_path)
+    out = tmp_path / ("up/sub" if (tmp_path / "up").is_symlink() else "out")
+    before = sorted(os.listdir(tmp_path))
+    refused(["export", str(plan_copy), "--to", "maxdiffusion", "--out", str(out)], fragment)
+    assert sorted(os.listdir(tmp_path)) == before and not (tmp_path / "missing").exists()
+
+
+def test_export_out_empty_is_refused_and_writes_nothing(plan_copy, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(["export", str(plan_copy), "--to", "maxdiffusion", "--out", ""], "--out is empty")
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_the_export_library_refuses_a_folder_it_cannot_make(tmp_path):
+    from aoizora.errors import OutputPathError
+    from aoizora.export import write_maxdiffusion_export
+    from aoizora.plan import load_plan
+
+    os.symlink(tmp_path / "missing", tmp_path / "out")
+    with pytest.raises(OutputPathError, match="cannot make the export folder"):
+        write_maxdiffusion_export(load_plan(V5E), tmp_path / "out")
+    with pytest.raises(OutputPathError, match="folder is empty"):
+        write_maxdiffusion_export(load_plan(V5E), "")

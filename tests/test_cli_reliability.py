@@ -207,6 +207,10 @@ README_SENTENCES = {
         "tests/test_cli_inputs.py::test_plan_option_values_are_one_line",
         "tests/test_cli_reliability.py::test_a_compiler_variable_the_compiler_refuses_is_one_line_naming_it",
         "tests/test_cli_reliability.py::test_a_jax_platform_this_host_cannot_start_is_one_line",
+        "tests/test_cli_reliability.py::test_inspection_commands_refuse_a_bogus_libtpu_flag_in_one_line",
+        "tests/test_cli_arguments.py::test_every_usage_error_is_one_line",
+        "tests/test_cli_outputs.py::test_export_out_that_is_a_dangling_link_or_a_loop_is_refused",
+        "tests/export/test_maxdiffusion_command_input.py::test_cli_refuses_a_malformed_command_in_one_line",
     ],
     "Ctrl-C ends a command with exit code 130, SIGTERM with 143 and SIGHUP with 129": [
         "tests/test_cli_inputs.py::test_a_stop_signal_ends_the_command_with_one_line",
@@ -226,6 +230,22 @@ README_SENTENCES = {
         "tests/plan/test_plan_cache_states.py::test_a_plan_cache_entry_that_is_a_directory_is_planned_again",
         "tests/plan/test_plan_cache_states.py::test_a_cache_folder_that_is_a_file_plans_without_caches",
         "tests/plan/test_plan_cache_degraded.py::test_a_plan_whose_compile_timed_out_does_not_answer_the_next_request",
+    ],
+    "A plan file is data, never a shell command": [
+        "tests/export/test_export_shell_safety.py::test_the_key_suffix_attack_is_refused_on_load",
+        "tests/export/test_export_shell_safety.py::test_any_text_in_any_plan_string_is_refused_or_exports_inert",
+        "tests/export/test_export_shell_safety.py::test_export_checks_what_it_writes_even_for_a_plan_that_skipped_the_checks",
+        "tests/export/test_export_shell_safety.py::test_cli_prints_the_launcher_line_quoted",
+    ],
+    "The exported launcher runs only a spec that matches its checksum and places each device once": [
+        "tests/export/test_launcher_spec.py::test_a_spec_changed_after_the_export_is_refused",
+        "tests/export/test_launcher_spec.py::test_duplicate_device_coordinates_are_refused",
+        "tests/export/test_launcher_spec.py::test_overrides_that_contradict_the_plans_mesh_or_attention_are_refused",
+        "tests/export/test_launcher_spec.py::test_the_launcher_says_one_line_for_a_spec_that_is_not_whole",
+    ],
+    "The Python API checks its arguments as the CLI does": [
+        "tests/plan/test_plan_arguments.py::test_plan_wan_refuses_bad_arguments_by_name",
+        "tests/plan/test_plan_arguments.py::test_plan_space_refuses_bad_arguments_by_name",
     ],
 }
 
@@ -247,3 +267,26 @@ def test_every_sentence_of_the_readme_reliability_paragraph_has_its_tests():
             path, name = test.split("::")
             defined = {n.name for n in ast.walk(ast.parse((root / path).read_text())) if isinstance(n, ast.FunctionDef)}
             assert name in defined, test
+
+
+def test_every_command_but_hlo_and_export_checks_the_compiler_environment():
+    """Every command that builds a slice's topology starts libtpu; `hlo` and `export` start neither."""
+    from aoizora.cli import cli
+    from aoizora.cli.base import _COMMANDS_THAT_START_JAX
+
+    assert _COMMANDS_THAT_START_JAX == set(cli.commands) - {"hlo", "export"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ("topology", "v5e:2x2"),
+    ("placements", "v5e:2x2", "--mesh", "a=4"),
+    ("rank", "--hlo", "x.hlo", "--topology", "v5e:2x2", "--mesh", "a=4"),
+    ("explain", "plan.json", "--out", "report"),
+], ids=lambda a: a[0])
+def test_inspection_commands_refuse_a_bogus_libtpu_flag_in_one_line(tmp_path, args):
+    proc = _run(args, {"LIBTPU_INIT_ARGS": "--bogus_flag=1"}, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = _lines(proc.stderr)
+    assert line.startswith("aoizora: error: ") and "LIBTPU_INIT_ARGS" in line and "bogus_flag" in line
+    assert proc.stdout == ""

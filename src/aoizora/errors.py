@@ -92,3 +92,11 @@ class ExecutorError(AoizoraError):
 
 class ExportError(AoizoraError):
     """A plan another framework cannot run as planned, or its command that aoizora cannot read."""
+
+
+class ArgumentError(AoizoraError, ValueError):
+    """A Python API argument out of its range or not one of its choices; the message names it."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """A Python API argument of the wrong type; the message names it."""

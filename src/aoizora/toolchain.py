@@ -84,7 +84,8 @@ class CompilerFlags:
             m = _FLAG.match(token)
             if m is None:
                 raise CompilerFlagError(
-                    f"malformed compiler flag {token!r}; write flags as LIBTPU_INIT_ARGS does, e.g. "
+                    f"malformed compiler flag {token[:200]!r}{'…' if len(token) > 200 else ''}; write flags as "
+                    "LIBTPU_INIT_ARGS does, e.g. "
                     "--xla_tpu_enable_async_collective_fusion=true"
                 )
             values[m.group(1)] = m.group(2) if m.group(2) is not None else "true"

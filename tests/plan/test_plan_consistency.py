@@ -181,3 +181,29 @@ def test_a_plan_for_another_pair_is_consistent(vmem):
     assert pair.strategy["key"] == key and "baselines" not in pair.data
     flags = dict(pair.compiler_flags.items)
     assert flags.get("xla_tpu_scoped_vmem_limit_kib") == (None if vmem is None else str(vmem))
+
+
+def test_plan_strings_with_control_characters_are_refused_naming_the_field():
+    from aoizora.errors import PlanFormatError
+    from aoizora.plan.plan import check_plan
+
+    for where, value in ((("notes",), ["a\tb"]), (("placement", "description"), "x\x1b[31m"),
+                         (("strategy", "key"), "k\u2028touch f")):
+        doc = json.loads(V5E.read_text())
+        node = doc
+        for part in where[:-1]:
+            node = node[part]
+        node[where[-1]] = value
+        pattern = r"field " + r"\.".join(where) + r"(\[0\])? holds the control"
+        with pytest.raises(PlanFormatError, match=pattern) as info:
+            check_plan(doc)
+        assert "\n" not in str(info.value)
+
+
+def test_the_planner_writes_no_control_character_a_load_would_refuse():
+    from aoizora.plan.consistency import check_plain_strings, plain_strings
+
+    doc = {"alternatives": [{"dropped": "compile failed: XlaRuntimeError: RESOURCE_EXHAUSTED:\tout of\rmemory"}],
+           "notes\n": ["a\nb"]}
+    check_plain_strings(plain_strings(doc), "plan", "fix")
+    assert plain_strings(doc)["alternatives"][0]["dropped"].endswith("RESOURCE_EXHAUSTED: out of memory")

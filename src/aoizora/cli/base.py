@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -32,10 +33,17 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM, what a job scheduler's stop reports
 EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal closed (treated as SIGTERM: unwound, nothing written)
 
 
+def _one_line(text: str) -> str:
+    """`text` with its line breaks (and the spaces around them) made one space: a message is one line."""
+    return re.sub(r"\s*[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+\s*", " ", text).strip()
+
+
 def _usage_line(exc: click.UsageError) -> str:
-    """A click usage error as one line that says where to look."""
+    """A click usage error as one line that says where to look (click writes a choice's values on
+    lines of their own)."""
     command = exc.ctx.command_path if exc.ctx is not None else "aoizora"
-    return f"aoizora: error: {exc.format_message().rstrip('.')}; see `{command} --help`"
+    message = _one_line(exc.format_message()).rstrip(".")
+    return f"aoizora: error: {message}; see `{_one_line(command)} --help`"
 
 
 class _Group(click.Group):
@@ -61,7 +69,7 @@ class _Group(click.Group):
             with interrupts_not_lost():
                 return super().invoke(ctx)
         except AoizoraError as exc:
-            click.echo(f"aoizora: error: {exc}", err=True)
+            click.echo(f"aoizora: error: {_one_line(str(exc))}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except RuntimeError as exc:
             if "Unable to initialize backend" not in str(exc):
@@ -82,8 +90,10 @@ class _Group(click.Group):
             ctx.exit(_stopped(exc))
 
 
-# the commands that start jax's backends or libtpu (and so read XLA_FLAGS and LIBTPU_INIT_ARGS)
-_COMMANDS_THAT_START_JAX = frozenset({"plan", "run", "measure", "bench", "demo", "validate"})
+# the commands that start jax's backends or libtpu (and so read XLA_FLAGS and LIBTPU_INIT_ARGS): every
+# one that builds a slice's topology; `hlo` only parses text and `export` only reads the plan
+_COMMANDS_THAT_START_JAX = frozenset({"plan", "run", "measure", "bench", "demo", "validate", "topology", "placements",
+                                      "rank", "explain"})
 
 
 def _check_environment() -> None:

@@ -34,6 +34,9 @@ def _check_output_dir(path: str | None, option: str, files: list[Path] | tuple[P
     (the command writes them) are regular files or do not exist yet."""
     if path is None:
         return
+    if not path:
+        raise OutputPathError(f"{option} is empty; pass a directory path (`.` for this one)")
+    _check_no_dangling_link(path, option)
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise OutputPathError(f"{option} {path} exists and is not a directory; pass a directory path")
@@ -42,6 +45,20 @@ def _check_output_dir(path: str | None, option: str, files: list[Path] | tuple[P
             raise OutputPathError(f"{option} {path} holds {file.name}, which is not a regular file and which aoizora "
                                   "would replace; pass another directory")
     _check_writable_dir(target, option, path)
+
+
+def _check_no_dangling_link(path: str, option: str) -> None:
+    """Raise OutputPathError if `path`, or a folder on the way to it that does not exist, is a
+    symbolic link that leads nowhere (its target missing, or a loop): the folder cannot be made."""
+    current = Path(path)
+    while not current.exists():
+        if current.is_symlink():
+            what = "" if current == Path(path) else f" ({current} on the way)"
+            raise OutputPathError(f"{option} {path} is a symbolic link that leads nowhere{what} (its target is "
+                                  "missing, or links form a loop); pass another directory or fix the link")
+        if current.parent == current:
+            return
+        current = current.parent
 
 
 def _real(path: str | Path) -> str:

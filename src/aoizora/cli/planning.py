@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,8 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
         _user_deployment_line(outcome.plan.data)
         if export_to:
-            click.echo(f"  exported for MaxDiffusion into {export_to[1]} (run {export_to[1].rstrip('/')}/command.sh "
+            script = shlex.quote(str(Path(export_to[1], "command.sh")))
+            click.echo(f"  exported for MaxDiffusion into {shlex.quote(export_to[1])} (run {script} "
                        "from MaxDiffusion's checkout)")
         if "experts" in outcome.plan.data:
             console.print(_experts_line(outcome.plan.data["experts"]))
@@ -169,7 +171,9 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
 
 def _user_deployment_line(plan: dict) -> None:
     """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion."""
-    rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == "your-maxdiffusion-command"]
+    from aoizora.models.wan.experts import USER_DEPLOYMENT
+
+    rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == USER_DEPLOYMENT]
     for row in rows:
         click.echo(f"  your MaxDiffusion command ({row['strategy']}): predicted "
                    f"{row['step_seconds'] * 1e3:.2f} ms/step; the plan is {row['speedup_of_plan']:.3f}x faster")
@@ -185,6 +189,7 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
                 "frames": 81 if frames is None else frames, "kernel_profile": kernel_profile or "jax-splash"}
     from aoizora.export import read_command
     from aoizora.models.registry import model_config, video_shape
+    from aoizora.models.wan.experts import USER_DEPLOYMENT
     from aoizora.models.wan.strategy import validate_strategy
     from aoizora.workload import ExpertDeployment
 
@@ -201,7 +206,7 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
     batch = 2 * cmd.videos(topo.num_devices)
     config = model_config(cmd.model)
     validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch, topo.num_devices)
-    deployment = ExpertDeployment("your-maxdiffusion-command", strategy,
+    deployment = ExpertDeployment(USER_DEPLOYMENT, strategy,
                                   tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
                                   source="the MaxDiffusion command given with --from-maxdiffusion",
                                   documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 import click
 
@@ -161,11 +163,12 @@ def export(plan_path: str, framework: str, out_dir: str, as_json: bool) -> None:
     _check_outputs_apart([("--out", out_dir, exported_files(out_dir))], inputs=(("the plan", plan_path),))
     plan = load_plan(plan_path)
     run = write_maxdiffusion_export(plan, out_dir)
+    folder = shlex.quote(out_dir.rstrip("/") or out_dir)  # safe to copy and paste, whatever the path holds
     if as_json:
-        print_json({**run.to_json(), "generate_wan": run.generate_wan_line(),
-                    "launcher": run.launcher_line(out_dir.rstrip("/") or ".")})
+        print_json({**run.to_json(), "generate_wan": run.generate_wan_line(), "launcher": run.launcher_line(folder)})
         return
-    click.echo(f"wrote {out_dir.rstrip('/')}/command.sh (MaxDiffusion {run.to_json()['maxdiffusion']['commit'][:8]})")
-    click.echo(run.launcher_line(out_dir.rstrip("/") or "."))
+    click.echo(f"wrote {shlex.quote(str(Path(out_dir, 'command.sh')))} "
+               f"(MaxDiffusion {run.to_json()['maxdiffusion']['commit'][:8]})")
+    click.echo(run.launcher_line(folder))
     for note in run.differences:
         click.echo(f"note: {note}", err=True)

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from aoizora.errors import OutputPathError
 from aoizora.export.maxdiffusion import (
     DEVICES_MODULE,
     LAUNCHER,
@@ -18,6 +19,7 @@ from aoizora.export.maxdiffusion import (
     export_plan,
     maxdiffusion_config,
     maxdiffusion_source,
+    shell_safe,
 )
 from aoizora.export.maxdiffusion_command import MaxDiffusionCommand, read_command
 
@@ -38,7 +40,8 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
     shutil.copyfile(str(package.joinpath("export/run_with_plan.py")), out / LAUNCHER)
     shutil.copyfile(str(package.joinpath("placement/slice_devices.py")), out / DEVICES_MODULE)
     (out / SPEC_FILE).write_text(json.dumps(run.to_json(), indent=1) + "\n")
-    lines = ["#!/bin/sh", f"# {plan.data['strategy'].get('key', '')} on {run.slice['name']}",
+    # every value below is checked (`shell_safe`) and shell-quoted where it is code, not a comment
+    lines = ["#!/bin/sh", f"# {run.plan_summary['strategy']} on {run.slice['name']}",
              f"# MaxDiffusion {maxdiffusion_source()}: run this from its checkout.",
              *(f"# differs: {note}" for note in run.differences), "#",
              "# Without the plan's device order (MaxDiffusion builds its own mesh):",
@@ -54,9 +57,15 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
 def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun:
     """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
     the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
-    run = export_plan(plan)  # raises before anything is written
+    run = shell_safe(export_plan(plan))  # raises before anything is written
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if not str(out_dir):
+        raise OutputPathError("the export folder is empty; pass a directory path (`.` for this one)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputPathError(f"cannot make the export folder {out_dir} ({exc.strerror or exc}); pass a directory "
+                              "path that can be made (not a dangling link)") from None
     # written into a staging folder inside `out_dir` (same file system), then moved in with
     # command.sh last: an error or Ctrl-C leaves no half-written export
     staging = Path(tempfile.mkdtemp(prefix=".aoizora-export-", dir=out))

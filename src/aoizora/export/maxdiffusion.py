@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from importlib import resources
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import ExportError
+from aoizora.export.run_with_plan import spec_checksum
 from aoizora.models.wan.strategy import Strategy, logical_rules
 
 #: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
@@ -129,8 +131,9 @@ class MaxDiffusionRun:
         return env + f"python {directory}/{LAUNCHER}"
 
     def to_json(self) -> dict[str, Any]:
+        """The launcher's spec (`maxdiffusion_plan.json`), with the checksum the launcher checks."""
         f = facts()
-        return {
+        spec = {
             "maxdiffusion": {"repository": f["repository"], "commit": f["commit"], "config": self.config,
                              "entry": f["generate_wan_main"]["source"]},
             "argv": self.argv(),
@@ -142,7 +145,19 @@ class MaxDiffusionRun:
             "device_coords": self.device_coords,
             "differences": list(self.differences),
             "plan": self.plan_summary,
+            "agreeing_values": self.agreeing_values(),
         }
+        return {**spec, "checksum": spec_checksum(spec)}
+
+    def agreeing_values(self) -> dict[str, list[int]]:
+        """The mesh- and attention-shaping keys the plan leaves at the config's values, with the values
+        an extra override may give them (the config's; 1 also for a DCN axis: one slice); the
+        launcher refuses any other."""
+        values = facts()["configs"][self.config]["values"]
+        planned = {k for k, _ in self.overrides}
+        keys = [k for k in values if (k.startswith("dcn_") and k.endswith("_parallelism")) or k == "ulysses_shards"]
+        return {k: sorted({int(values[k])} | ({1} if k.startswith("dcn_") else set())) for k in keys
+                if k not in planned}
 
 
 def maxdiffusion_config(model: str, field: str = "workload.name") -> str:
@@ -181,7 +196,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
             f"{strategy.weight_tile[0]}x{strategy.weight_tile[1]} tiles; MaxDiffusion has no setting for an "
             "argument's layout, so libtpu copies each such weight into that tile (more HBM per device)")
     topo = data["topology"]
-    return MaxDiffusionRun(
+    return shell_safe(MaxDiffusionRun(
         config=config, overrides=tuple(overrides), libtpu_args=str(plan.compiler_flags), mesh_axes=mesh_axes,
         device_coords=_maxdiffusion_order(plan, strategy, mesh_axes).tolist(),
         slice={"name": topo["name"], "device_kinds": list(topo["device_kinds"]), "shape": list(topo["shape"]),
@@ -189,7 +204,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
         differences=tuple(differences),
         plan_summary={"strategy": data["strategy"].get("key", ""), "placement": data["placement"].get("name", ""),
                       "predicted_step_seconds": plan.predicted_step_seconds, "model": model},
-    )
+    ))
 
 
 def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tuple[str, str]]:
@@ -302,3 +317,43 @@ def _maxdiffusion_order(plan: Any, strategy: Strategy, mesh_axes: tuple[str, ...
     arranged = np.transpose(coords, order + [coords.ndim - 1])
     shape = [math.prod(plan.axis_sizes[names.index(n)] for n in g) for g in groups]
     return arranged.reshape(shape + [coords.shape[-1]])
+
+
+#: What the export writes into command.sh may only be (each value is also shell-quoted there): an
+#: override's key a config name, its value a number, a name, a path or a JSON/Python literal of those;
+#: a libtpu flag `--name=value` with a value of letters, digits and `_.,:/+@%=-`; a comment line printable.
+_SHELL_KEY = re.compile(r"[a-z_][a-z0-9_]*")
+_SHELL_VALUE = re.compile(r"[A-Za-z0-9_.,:/\[\]{}\"' +-]*")
+_SHELL_FLAG = re.compile(r"--[A-Za-z][A-Za-z0-9_]*=[A-Za-z0-9_.,:/+@%=-]*")
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f\u0080-\u009f\u2028\u2029]*")
+
+
+def shell_safe(run: MaxDiffusionRun) -> MaxDiffusionRun:
+    """`run`, after checking every value the export writes into command.sh against what it may be
+    (a plan is data and must never become a shell command); ExportError names the first that is not."""
+    if run.config not in MODEL_CONFIGS.values():
+        raise ExportError(f"config {_clip(run.config)} is not one of MaxDiffusion's Wan configs")
+    for key, value in run.overrides:
+        if not _SHELL_KEY.fullmatch(key) or not _SHELL_VALUE.fullmatch(value):
+            raise ExportError(f"{_clip(key)}={_clip(value)}: not a MaxDiffusion override the export writes "
+                              "(a name, a number or a literal of those); re-run `aoizora plan`")
+    for flag in run.libtpu_args.split():
+        if not _SHELL_FLAG.fullmatch(flag):
+            raise ExportError(f"compiler.libtpu_args: {_clip(flag)} is not a --name=value flag of letters, digits "
+                              "and _.,:/+@%=-; re-run `aoizora plan`")
+    for text in (run.slice.get("name", ""), run.plan_summary.get("strategy", ""), *run.differences):
+        if not _PRINTABLE.fullmatch(str(text)):
+            raise ExportError(f"{_clip(text)} holds a control character; re-run `aoizora plan`")
+    return run
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    """`value` as Python writes it (a string quoted), cut to about `limit` characters (an ellipsis says so)."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """`text` as an error message echoes it: control characters escaped, cut to about `limit`
+    characters (an ellipsis says so)."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:limit + 1])
+    return shown if len(text) <= limit else shown[:limit] + "…"

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.errors import ExportError
-from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _effective, facts
+from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _clip, _cut, _effective, facts
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 
+#: Longest command read: a generate_wan.py command with every override is a few KiB; the cap keeps a
+#: wrong argument (a file's content) from being split and echoed whole.
+MAX_COMMAND_CHARS = 32_768
 _WEIGHT_MODES = {(False, False): "replicated", (True, False): "gathered", (False, True): "tensor",
                  (True, True): "gathered+tensor"}
 
@@ -84,7 +87,7 @@ class MaxDiffusionCommand:
         elif name in VARIANTS:
             (variant, profile), kernel = VARIANTS[name], "auto"
         else:
-            raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {name!r}; it reads "
+            raise ExportError(f"attention: aoizora cannot read MaxDiffusion's {_clip(name)}; it reads "
                               f"{', '.join(sorted(VARIANTS))} and dot_product")
         if sizes["context"] == 1:
             variant = "allgather"
@@ -99,7 +102,7 @@ class MaxDiffusionCommand:
         return Strategy(**sizes, **fields)
 
     def _weights(self, sizes: dict[str, int]) -> str:
-        rules = {name: axes for name, axes in self.value("logical_axis_rules")}
+        rules = {name: axes for name, axes in _axis_rules(self.value("logical_axis_rules"))}
         sharded = {name: _effective(rules.get(name), sizes) for name in WEIGHT_NAMES}
         if bool(sharded["heads"]) != bool(sharded["mlp"]):
             raise ExportError("logical_axis_rules: heads and mlp are sharded differently; aoizora's weight modes "
@@ -108,6 +111,9 @@ class MaxDiffusionCommand:
 
     def _blocks(self) -> SplashBlocks | None:
         given = self.value("flash_block_sizes") or {}
+        if not isinstance(given, dict):
+            raise ExportError(f"flash_block_sizes={_clip(given)}: not an object of block sizes; give e.g. "
+                              '\'{"block_q":2048,"block_kv":2048,"block_kv_compute":1024}\'')
         if not given:
             return None
         fb = facts()["flash_block_sizes"]
@@ -116,7 +122,7 @@ class MaxDiffusionCommand:
             src = fb["tokamax_block_q_from"]
             key = src["key"] if src["key"] in given else src["default_key"]
         try:
-            return SplashBlocks(int(given[key]), int(given["block_kv"]), int(given["block_kv_compute"]))
+            return SplashBlocks(_block(given, key), _block(given, "block_kv"), _block(given, "block_kv_compute"))
         except KeyError as exc:
             raise ExportError(f"flash_block_sizes has no {exc.args[0]}; give block_q, block_kv and "
                               "block_kv_compute") from None
@@ -126,12 +132,37 @@ class MaxDiffusionCommand:
         return int(self.value("width")), int(self.value("height")), int(self.value("num_frames"))
 
 
+def _block(given: dict[str, Any], key: str) -> int:
+    """A flash_block_sizes entry: a positive whole number (KeyError when missing)."""
+    value = given[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or value < 1:
+        raise ExportError(f"flash_block_sizes {key}={_clip(value)}: not a positive whole number of tokens")
+    return int(value)
+
+
+def _axis_rules(rules: Any) -> list[tuple[str, Any]]:
+    """logical_axis_rules as (logical name, mesh axes: None, a name or a list of names) pairs."""
+    def axes_ok(axes: Any) -> bool:
+        return axes is None or isinstance(axes, str) or (
+            isinstance(axes, (list, tuple)) and all(isinstance(a, str) for a in axes))
+
+    if not isinstance(rules, (list, tuple)) or not all(
+            isinstance(r, (list, tuple)) and len(r) == 2 and isinstance(r[0], str) and axes_ok(r[1]) for r in rules):
+        raise ExportError(f"logical_axis_rules={_clip(rules)}: not a list of [logical name, mesh axes] pairs; "
+                          "give e.g. [['embed', ['context', 'fsdp']]]")
+    return [(r[0], r[1]) for r in rules]
+
+
 def read_command(text: str) -> MaxDiffusionCommand:
     """Parse a generate_wan.py command line (see the module docstring); ExportError names what is wrong."""
+    if len(text) > MAX_COMMAND_CHARS:
+        raise ExportError(f"the MaxDiffusion command is {len(text)} characters, more than a generate_wan.py "
+                          f"command (at most {MAX_COMMAND_CHARS}); pass the command line itself")
     try:
         tokens = shlex.split(text)
     except ValueError as exc:
-        raise ExportError(f"cannot split the MaxDiffusion command: {exc}") from None
+        raise ExportError(f"cannot split the MaxDiffusion command: {_cut(str(exc))}") from None
     env: dict[str, str] = {}
     while tokens and "=" in tokens[0] and not tokens[0].split("=", 1)[0].startswith("-") \
             and tokens[0].split("=", 1)[0].isupper():
@@ -150,10 +181,10 @@ def read_command(text: str) -> MaxDiffusionCommand:
         if token == configs[0]:
             continue
         if "=" not in token:
-            raise ExportError(f"MaxDiffusion override {token!r} is not key=value")
+            raise ExportError(f"MaxDiffusion override {_clip(token)} is not key=value")
         key, raw = token.split("=", 1)
         if key not in types:
-            raise ExportError(f"{key}: not a key of {config} at MaxDiffusion {facts()['commit'][:8]}")
+            raise ExportError(f"{_cut(key)}: not a key of {config} at MaxDiffusion {facts()['commit'][:8]}")
         overrides[key] = _typed(key, raw, types[key])
     return MaxDiffusionCommand(config, overrides, CompilerFlags.parse(env.get("LIBTPU_INIT_ARGS", "")))
 
@@ -162,7 +193,7 @@ def _known_config(path: str) -> str:
     for config in MODEL_CONFIGS.values():
         if path == config or path.endswith("/" + config.rsplit("/", 1)[1]) or path == config.rsplit("/", 1)[1]:
             return config
-    raise ExportError(f"config {path!r}: aoizora reads the Wan configs {', '.join(MODEL_CONFIGS.values())}")
+    raise ExportError(f"config {_clip(path)}: aoizora reads the Wan configs {', '.join(MODEL_CONFIGS.values())}")
 
 
 def _typed(key: str, raw: str, kind: str) -> Any:
@@ -176,11 +207,21 @@ def _typed(key: str, raw: str, kind: str) -> Any:
         if kind == "int":
             return int(raw)
         if kind == "float":
-            return float(raw)
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError("not a finite number")
+            return number
         if kind == "list":
-            return ast.literal_eval(raw)
+            value = ast.literal_eval(raw)
+            if not isinstance(value, (list, tuple)):
+                raise ValueError("not a list")
+            return value
         if kind == "dict":
-            return json.loads(raw)
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError("not an object")
+            return value
         return raw
-    except (ValueError, SyntaxError) as exc:
-        raise ExportError(f"{key}={raw!r}: not a {kind} as MaxDiffusion's config has it ({exc})") from None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise ExportError(f"{_cut(key)}={_clip(raw)}: not a {kind} as MaxDiffusion's config has it "
+                          f"({_cut(str(exc))})") from None

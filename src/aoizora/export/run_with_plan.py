@@ -12,11 +12,14 @@ planned slice (kind, count, ICI coordinates and core on chip), replaces `create_
 a function of the same signature that returns the plan's devices in MaxDiffusion's `mesh_axes`
 order (MaxDiffusion looks it up on `max_utils` at each call), sets `LIBTPU_INIT_ARGS` to the
 plan's flags unless already set, and runs `generate_wan.main` with the plan's overrides. It
-imports nothing of aoizora.
+imports nothing of aoizora. It trusts only a spec that is whole (every field it reads, the sha256
+of its content that the export wrote, each device once), and refuses extra overrides of the keys
+the plan sets or that contradict it (`agreeing_values`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -38,9 +41,55 @@ class LaunchError(RuntimeError):
 
 def load_spec(path: Path = SPEC) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        spec = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise LaunchError(f"cannot read {path.name}: {exc}; export the plan again") from None
+    check_spec(spec, path.name)
+    return spec
+
+
+def spec_checksum(spec: dict[str, Any]) -> str:
+    """sha256 of the spec without its `checksum`, as canonical JSON (sorted keys, no spaces, ASCII)."""
+    rest = {k: v for k, v in spec.items() if k != "checksum"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: the spec's fields the launcher reads, with the JSON types they must have
+_SPEC_FIELDS = {"argv": list, "plan_keys": list, "libtpu_init_args": str, "mesh_axes": list, "ici_parallelism": dict,
+                "slice": dict, "device_coords": list, "agreeing_values": dict, "checksum": str}
+
+
+def check_spec(spec: Any, name: str = SPEC.name) -> None:
+    """Raise LaunchError unless `spec` is a whole export: every field the launcher reads, of its type,
+    the content matching its checksum, and no device coordinates twice."""
+    if not isinstance(spec, dict):
+        raise LaunchError(f"{name} is not a JSON object ({type(spec).__name__}); export the plan again")
+    for field, kind in _SPEC_FIELDS.items():
+        if not isinstance(spec.get(field), kind):
+            what = "lacks" if field not in spec else f"has a {type(spec[field]).__name__} for"
+            raise LaunchError(f"{name} {what} {field}; export the plan again")
+    try:
+        checksum = spec_checksum(spec)
+    except ValueError as exc:
+        raise LaunchError(f"{name} cannot be checked ({exc}); export the plan again") from None
+    if checksum != spec["checksum"]:
+        raise LaunchError(f"{name} does not match its checksum: it was changed after the export; export the plan "
+                          "again")
+    seen: set[str] = set()
+    for coords in _leaves(spec["device_coords"]):
+        text = json.dumps(coords, sort_keys=True)
+        if text in seen:
+            raise LaunchError(f"{name} places two mesh positions on the device at {text[:100]}; export the plan "
+                              "again")
+        seen.add(text)
+
+
+def _leaves(coords: Any) -> list[list[Any]]:
+    """The innermost lists of a nested list (one device's coordinates each)."""
+    if isinstance(coords, list) and coords and all(not isinstance(c, list) for c in coords):
+        return [coords]
+    return [leaf for c in (coords if isinstance(coords, list) else []) for leaf in _leaves(c)]
 
 
 def plan_device_array(devices: Sequence[Any], spec: dict[str, Any]) -> Any:
@@ -51,6 +100,9 @@ def plan_device_array(devices: Sequence[Any], spec: dict[str, Any]) -> Any:
                                cores_per_chip=s["cores_per_chip"], device_coords=spec["device_coords"])
     except DeviceMismatch as exc:
         raise LaunchError(str(exc)) from None
+    except (KeyError, TypeError, ValueError) as exc:  # a spec whose checksum was forged with it
+        raise LaunchError(f"the spec's slice or device coordinates are malformed ({exc!r:.200}); export the plan "
+                          "again") from None
 
 
 def planned_create_device_mesh(spec: dict[str, Any], device_array: Any) -> Callable[..., Any]:
@@ -78,13 +130,24 @@ def generate_wan_argv(spec: dict[str, Any], extra: Sequence[str]) -> list[str]:
     """generate_wan.py's argv: the plan's config and overrides, then the user's extra overrides
     (which may not change a key the plan sets)."""
     planned = set(spec["plan_keys"])
+    agreeing = spec["agreeing_values"]
     for item in extra:
-        key = item.split("=", 1)[0]
+        key, _, value = item.partition("=")
         if "=" not in item:
-            raise LaunchError(f"{item!r} is not a key=value override of generate_wan.py")
+            raise LaunchError(f"{item[:200]!r} is not a key=value override of generate_wan.py")
         if key in planned:
             raise LaunchError(f"{key} is set by the plan; re-plan instead of overriding it")
+        if key in agreeing and _as_int(value) not in agreeing[key]:
+            raise LaunchError(f"{key}={value[:200]} contradicts the plan, which runs with {key}="
+                              f"{' or '.join(map(str, agreeing[key]))}; re-plan instead of overriding it")
     return ["generate_wan.py", *spec["argv"], *extra]
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def _libtpu_env(spec: dict[str, Any]) -> None:

@@ -54,10 +54,19 @@ def arrange_devices(devices: Sequence[Any], *, slice_name: str, device_kinds: Se
             f"the plan is for a {'x'.join(map(str, shape))} slice but the devices form "
             f"{'x'.join(map(str, extent))}; run on the planned slice or re-plan for this one"
         )
+    if len(by_coords) != len(devices):
+        raise DeviceMismatch(f"two of the {len(devices)} devices share TPU coordinates; run on the planned slice")
     arr = np.empty(coords.shape[:-1], dtype=object)
+    if arr.size != len(devices):
+        raise DeviceMismatch(f"the plan places {arr.size} mesh positions on {len(devices)} devices; export the plan "
+                             "again")
+    used: set[tuple[int, ...]] = set()
     for idx in np.ndindex(*arr.shape):
         key = tuple(int(v) for v in coords[idx])
         if key not in by_coords:
             raise DeviceMismatch(f"no device at planned coordinates {key}; run on the planned slice")
+        if key in used:
+            raise DeviceMismatch(f"the plan places two mesh positions on the device at {key}; export the plan again")
+        used.add(key)
         arr[idx] = by_coords[key]
     return arr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 from aoizora.errors import CompilerFlagError, PlanFormatError
@@ -24,6 +25,50 @@ _MESH_SEGMENT = re.compile(r"(single|[A-Za-z_][A-Za-z0-9_]*=[0-9]+(,[A-Za-z_][A-
 
 def _fail(source: str, field: str, what: str, fix: str) -> PlanFormatError:
     return PlanFormatError(f"{source} field {field} {what}; {fix}")
+
+
+def first_control_character(text: str) -> str | None:
+    """The first control character of `text` (a newline, a tab, an escape, a Unicode format, line or
+    paragraph separator), None if it has none."""
+    for ch in text:
+        if ch < " " or ch == "\x7f" or (ch > "\x7f" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs")):
+            return ch
+    return None
+
+
+def plain_strings(value: Any) -> Any:
+    """`value` (a JSON document) with each control character of its strings made a space: what the
+    planner writes, so that a compiler's message (which may hold tabs or line breaks) never makes
+    a plan that `check_plain_strings` refuses."""
+    if isinstance(value, str):
+        if first_control_character(value) is None:
+            return value
+        return "".join(" " if first_control_character(ch) else ch for ch in value)
+    if isinstance(value, dict):
+        return {plain_strings(k): plain_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_strings(v) for v in value]
+    return value
+
+
+def check_plain_strings(data: Any, source: str, fix: str, where: str = "") -> None:
+    """Raise PlanFormatError naming the first field whose name or text holds a control character.
+
+    No plan string needs one, and each is a hazard: a plan is data that the export writes into a
+    shell script (a newline there would start a command) and the CLI into one-line messages.
+    """
+    items: Any = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, value in items:
+        field = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and first_control_character(key) is not None:
+            raise _fail(source, f"{where or '(top level)'}", f"has a key holding the control character "
+                        f"{first_control_character(key)!r}", fix)
+        if isinstance(value, str):
+            ch = first_control_character(value)
+            if ch is not None:
+                raise _fail(source, field, f"holds the control character {ch!r}", fix)
+        elif isinstance(value, (dict, list)):
+            check_plain_strings(value, source, fix, field)
 
 
 def check_consistency(data: dict[str, Any], source: str, fix: str) -> None:
@@ -43,8 +88,8 @@ def check_consistency(data: dict[str, Any], source: str, fix: str) -> None:
     if isinstance(same, dict):
         where = "baselines.same_strategy_jax_default"
         if "strategy" in same and same["strategy"] != data["strategy"]["key"]:
-            raise _fail(source, f"{where}.strategy", f"is {same['strategy']!r} but the plan's strategy is "
-                        f"{data['strategy']['key']!r} (the baseline is the same strategy)", fix)
+            raise _fail(source, f"{where}.strategy", f"is {_clip(same['strategy'])} but the plan's strategy is "
+                        f"{_clip(data['strategy']['key'])} (the baseline is the same strategy)", fix)
         _check_prediction(same, links, where, source, fix)
 
 
@@ -78,8 +123,8 @@ def _check_topology_restated(data: dict[str, Any], source: str, fix: str) -> Non
         except TopologyError:
             generation, shape = "", ()
         if (generation, list(shape)) != (topo["generation"], list(topo["shape"])):
-            raise _fail(source, "request.topology", f"is {request['topology']!r} but the plan is for {topo['name']}",
-                        fix)
+            raise _fail(source, "request.topology",
+                        f"is {_clip(request['topology'])} but the plan is for {topo['name']}", fix)
     if "workload" in request and request["workload"] != data["workload"]:
         raise _fail(source, "request.workload", "differs from the plan's workload", fix)
 
@@ -143,12 +188,12 @@ def _check_strategy_key(strategy: dict[str, Any], names: list[str], sizes: list[
     if _MESH_SEGMENT.fullmatch(segments[0]):
         mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "single"
         if segments[0] != mesh:
-            raise _fail(source, "strategy.key", f"names mesh {segments[0]!r} but the plan's mesh is {mesh!r}", fix)
+            raise _fail(source, "strategy.key", f"names mesh {_clip(segments[0])} but the plan's mesh is {mesh!r}", fix)
     for label, field in (("weights", "weights"), ("attn", "attention")):
         stated = next((s.split("=", 1)[1] for s in segments[1:] if s.startswith(f"{label}=")), None)
         if stated is not None and field in strategy and strategy[field] != stated:
-            raise _fail(source, f"strategy.{field}", f"is {strategy[field]!r} but strategy.key says {label}={stated}",
-                        fix)
+            raise _fail(source, f"strategy.{field}",
+                        f"is {_clip(strategy[field])} but strategy.key says {label}={stated[:200]}", fix)
 
 
 def _check_scoped_vmem(strategy: dict[str, Any], flags: CompilerFlags, source: str, fix: str) -> None:
@@ -183,21 +228,33 @@ def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix
     fitted = data["workload"].get("splash_blocks")
     if (isinstance(fitted, str) and fitted.startswith("fitted to ")
             and fitted != f"fitted to {data['topology']['generation']}"):
-        raise _fail(source, "workload.splash_blocks", f"says {fitted!r} but the plan is for {data['topology']['name']}",
-                    fix)
+        raise _fail(source, "workload.splash_blocks",
+                    f"says {_clip(fitted)} but the plan is for {data['topology']['name']}", fix)
     shapes = data["workload"]["shapes"]
     video = [shapes.get("frames"), shapes.get("height"), shapes.get("width")]
     if "video" in strategy and strategy["video"] != video:
         raise _fail(source, "strategy.video", f"is {strategy['video']} but workload.shapes gives {video}", fix)
     if "kernel" in strategy and "kernel" in data["workload"] and strategy["kernel"] != data["workload"]["kernel"]:
-        raise _fail(source, "strategy.kernel", f"is {strategy['kernel']!r} but workload.kernel is "
-                    f"{data['workload']['kernel']!r}", fix)
+        raise _fail(source, "strategy.kernel", f"is {_clip(strategy['kernel'])} but workload.kernel is "
+                    f"{_clip(data['workload']['kernel'])}", fix)
+    from aoizora.models.wan.experts import expert_key_suffixes
     from aoizora.models.wan.space import strategy_key
 
-    key = strategy_key(parsed)
-    # an expert deployment's key names its flags after the strategy's own segments
-    if not (strategy["key"] == key or strategy["key"].startswith(key + " | ")):
-        raise _fail(source, "strategy.key", f"is {strategy['key']!r} but the strategy it describes is {key!r}", fix)
+    key, given = strategy_key(parsed), strategy["key"]
+    if given != key:
+        if not given.startswith(key + " | "):
+            raise _fail(source, "strategy.key", f"is {_clip(given)} but the strategy it describes is {key!r}", fix)
+        # an expert deployment's key names its flags after the strategy's own segments, from a closed set
+        suffix = given[len(key) + 3:]
+        if suffix not in expert_key_suffixes():
+            raise _fail(source, "strategy.key", f"adds {_clip(suffix)} to the strategy's key {key!r}, which is not "
+                        "an expert deployment's flags (`<deployment> flags`)", fix)
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    """`value` as Python writes it, cut to about `limit` characters (an ellipsis says so)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _check_prediction(section: dict[str, Any], links: int, where: str, source: str, fix: str) -> None:

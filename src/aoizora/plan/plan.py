@@ -14,7 +14,7 @@ import numpy as np
 
 from aoizora.errors import OutputPathError, PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
-from aoizora.plan.consistency import check_consistency, check_strategy_mesh
+from aoizora.plan.consistency import check_consistency, check_plain_strings, check_strategy_mesh
 from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
@@ -177,8 +177,9 @@ def check_plan(data: Any, source: str = "plan") -> None:
     slice; the device coordinates are integers inside the slice, one per device; every field that
     restates another agrees with it (`aoizora.plan.consistency`).
     """
-    validate_plan_json(data, source=source)
     fix = "re-run `aoizora plan` to write a new one"
+    check_plain_strings(data, source, fix)  # first: no message below echoes a control character
+    validate_plan_json(data, source=source)
     bad_number = _non_finite(data)
     if bad_number:
         raise PlanFormatError(f"{source} has a non-finite number at {bad_number}; {fix}")

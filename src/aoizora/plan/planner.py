@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
@@ -15,7 +16,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS,
 from aoizora.errors import PlanningError
 from aoizora.placement import JAX_DEFAULT
 from aoizora.plan import cache
-from aoizora.plan.consistency import SCOPED_VMEM_FLAG
+from aoizora.plan.consistency import SCOPED_VMEM_FLAG, plain_strings
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
@@ -115,6 +116,10 @@ def plan_space(
     Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
     steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
     """
+    check_plan_space_arguments(space, topology, dict(
+        top_k=top_k, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top, use_cache=use_cache,
+        progress=progress, compile_cache=compile_cache, stage1=stage1, libtpu_args=libtpu_args,
+        include_experts=include_experts, executor=executor, time_budget_s=time_budget_s))
     options = options or Q2Options()
     budget = TimeBudget(time_budget_s) if time_budget_s is not None else None
     flags = planning_flags(libtpu_args, topology.name)
@@ -166,10 +171,30 @@ def plan_space(
     doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
     if budget is not None:
         doc["stage2"]["time_budget"] = budget.record.to_json()
-    plan = Plan(doc)
+    plan = Plan(plain_strings(doc))  # a compiler's message in a reason may hold line breaks
     if use_cache:
         cache.store(request, plan)
     return PlanResult(plan, from_cache=False, stage1=stage1, outcomes=outcomes, stage2=summary)
+
+
+#: `plan_space`'s keyword arguments (what `plan_wan` passes on)
+PLAN_SPACE_OPTIONS: tuple[str, ...] = tuple(
+    name for name, p in inspect.signature(plan_space).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any]) -> None:
+    """`plan_space`'s arguments (`aoizora.plan.arguments`), before any work."""
+    from aoizora.errors import ArgumentTypeError
+    from aoizora.plan.arguments import check_plan_space_options, check_stage1
+
+    if not isinstance(space, StrategySpace):
+        raise ArgumentTypeError(f"space must be a StrategySpace (e.g. aoizora.models.registry.wan_space(...)), not "
+                                f"{type(space).__name__}")
+    if not isinstance(topology, Topology):
+        raise ArgumentTypeError(f"topology must be a Topology (aoizora.topology.get_topology('v5e:2x4')), not "
+                                f"{type(topology).__name__}")
+    check_plan_space_options(options)
+    check_stage1(options["stage1"], topology, options["top_k"])
 
 
 def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerFlags) -> dict[str, CompilerFlags]:
@@ -510,8 +535,10 @@ def plan_wan(model: str, topology: Topology | str, resolution: str, frames: int,
     `executor`, ...). Raises ShapeError (unknown model, bad shape), TopologyError or PlanningError.
     """
     from aoizora.models.registry import wan_space
+    from aoizora.plan.arguments import check_plan_wan_arguments
     from aoizora.topology import get_topology
 
+    check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     space = wan_space(model, resolution, frames, generation=topo.generation, expert_residency=expert_residency)
     return plan_space(space, topo, **options)

@@ -377,3 +377,14 @@ def legal_expert_strategies(config: WanConfig, video: VideoShape, generation: st
         if not check_strategy(st, config, video, batch, num_devices):
             out.append((e, st))
     return out
+
+
+#: The deployment name of the MaxDiffusion command given with `aoizora plan --from-maxdiffusion`.
+USER_DEPLOYMENT = "your-maxdiffusion-command"
+
+
+def expert_key_suffixes() -> frozenset[str]:
+    """The segments an expert deployment's Stage 2 key may add after its strategy's key (`<name>
+    flags`, when it compiles with its own flags): a closed vocabulary, so a plan's key holds nothing
+    else (a plan file is data, never text a shell runs)."""
+    return frozenset(f"{e.name} flags" for e in (*WAN_EXPERTS, *TODAYS_WAN_EXPERTS)) | {f"{USER_DEPLOYMENT} flags"}
