@@ -96,3 +96,41 @@ def test_no_recompile_is_skipped_on_tpu7x():
     model = CostModel(get_topology("tpu7x:2x2x1"))
     assert not recompile_cannot_change_q2(model, program=None, placement=None)
 
+
+
+class _ProbedSpace(TransformerSpace):
+    """A space whose order probe is the strategy itself (the cheapest probe a test can trust)."""
+
+    def order_probe(self, strategy):
+        return strategy
+
+
+@pytest.mark.slow
+def test_a_leading_pair_is_verified_through_its_order_probe(tmp_path):
+    from aoizora.stage2 import CompileCache, CompileWorkers
+    from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
+    from aoizora.stage2.verify import verify_leading_pairs
+
+    space, topo = _ProbedSpace(CFG), get_topology("v5e:2x4")
+    model = CostModel(topo)
+    cache = CompileCache(tmp_path)
+    key = KEYS[0]
+    strategy = next(c.strategy for c in space.candidates(topo.num_devices) if c.key == key)
+    shared_p, *others = enumerate_placements(topo, space.mesh_spec(strategy)).placements[:3]
+    with CompileWorkers(1) as workers:
+        shared = compile_strategy(space, strategy, key, topo, shared_p, 600, cache, executor=workers)
+        # a placement whose own compile changes Q2 (its reordering maps differ)
+        for own_p in others:
+            own = compile_strategy(space, strategy, key, topo, own_p, 600, cache, executor=workers).program
+            if model.evaluate(own, own_p).step_seconds != model.evaluate(shared.program, own_p).step_seconds:
+                break
+        else:
+            pytest.fail("no placement's own compile changes Q2")
+        outcome = StrategyOutcome(key, strategy, compiled=Compiled(key, shared.program, None, 0.0, shared_p.name))
+        pair = Scored(key, own_p, model.evaluate(shared.program, own_p), shared.program)
+        outcome.scored.append(pair)
+        notes: list[str] = []
+        verify_leading_pairs(space, topo, model, [outcome], 1, set(), 600, cache, lambda _: None, {}, notes, workers)
+    assert pair.verified and pair.order_probe == key
+    assert any("verified over its own device order by its order probe" in n for n in notes)
+    assert pair.q2.step_seconds == model.evaluate(own, own_p).step_seconds

@@ -24,7 +24,7 @@ from aoizora.stage2 import compiling
 from aoizora.stage2.budget import TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout
-from aoizora.stage2.outcomes import StrategyOutcome, drop_reason
+from aoizora.stage2.outcomes import Scored, StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
@@ -86,18 +86,9 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
         if budget is not None and timeout is not None and timeout <= 0:
             _not_verified(budget, s.key, s.placement.name, notes)
             continue
-        probe = space.order_probe(outcome.strategy) if generation_order_is_maps_only(topology) else None
         try:
-            if probe is not None:
-                probed = _probe(space, probe, s.key, s.program, topology, s.placement, timeout, cache, probe_flags,
-                                pool)
-                if probed is not None:
-                    s.q2, s.program, s.verified = model.evaluate(probed, s.placement), probed, True
-                    s.order_probe = space.key_of(probe)
-                    notes.append(f"{s.key} / {s.placement.name}: verified over its own device order by its order "
-                                 f"probe ({space.key_of(probe)}): on {topology.hardware.generation} the order changes "
-                                 "only the collectives' reordering maps, read from the probe's compile")
-                    continue
+            if _verified_by_probe(space, outcome.strategy, s, model, timeout, cache, probe_flags, pool, notes):
+                continue
             own = compiling.compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout, cache,
                                    flags_of(s.key), executor=pool)
         except ExecutorError:
@@ -133,14 +124,27 @@ def generation_order_is_maps_only(topology: Topology) -> bool:
     return topology.hardware.generation in REORDERING_MAP_ONLY_GENERATIONS
 
 
-def _probe(space: StrategySpace, probe: object, key: str, program: Program, topology: Topology, placement: Placement,
-           timeout_s: float | None, cache: CompileCache | None, flags: CompilerFlags | None,
-           pool: CompileExecutor) -> Program | None:
-    """`program` with the reordering maps the order probe's compile over `placement` gives, or None
-    when the probe's collectives do not match the program's."""
-    compiled = compiling.compile_strategy(space, probe, f"{key} (order probe)", topology, placement, timeout_s, cache,
-                                          flags, executor=pool)
-    return graft_reordering_maps(program, compiled.program)
+def _verified_by_probe(space: StrategySpace, strategy: object, pair: Scored, model: CostModel,
+                       timeout_s: float | None, cache: CompileCache | None, flags: CompilerFlags | None,
+                       pool: CompileExecutor, notes: list[str]) -> bool:
+    """Verify `pair` through its strategy's order probe, where it has one and the order changes only
+    reordering maps on this generation: compile the probe over the pair's order and graft its maps
+    onto the pair's program. False where that cannot be done (the strategy is then recompiled)."""
+    topology = model.topology
+    probe = space.order_probe(strategy) if generation_order_is_maps_only(topology) else None
+    if probe is None:
+        return False
+    probed = compiling.compile_strategy(space, probe, f"{pair.key} (order probe)", topology, pair.placement,
+                                        timeout_s, cache, flags, executor=pool)
+    grafted = graft_reordering_maps(pair.program, probed.program)
+    if grafted is None:
+        return False
+    pair.q2, pair.program, pair.verified = model.evaluate(grafted, pair.placement), grafted, True
+    pair.order_probe = space.key_of(probe)
+    notes.append(f"{pair.key} / {pair.placement.name}: verified over its own device order by its order probe "
+                 f"({pair.order_probe}): on {topology.hardware.generation} the order changes only the collectives' "
+                 "reordering maps, read from the probe's compile")
+    return True
 
 
 def _signature(c: Collective) -> tuple[object, ...]:
