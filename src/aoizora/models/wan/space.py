@@ -308,9 +308,14 @@ class WanSpace(StrategySpace):
         if st.kernel_profile == DEFAULT_KERNEL_PROFILE or st.splash_blocks is None:
             return deployment
         fitted = self._with_blocks(dataclasses.replace(st, splash_blocks=None))
+        compiled = fitted.splash_blocks.describe() if fitted.splash_blocks else "its own blocks"
         note = (f"; runs {st.kernel_profile} at {st.splash_blocks.describe()}, compiled here with JAX's splash at "
-                f"{fitted.splash_blocks.describe() if fitted.splash_blocks else 'its own blocks'}")
-        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note)
+                f"{compiled}")
+        line = (f"tile {st.splash_blocks.describe()} ({st.kernel_profile}) is not compiled as written: aoizora "
+                f"compiles JAX's splash kernel, here at {compiled}; the {st.kernel_profile} profile costs the "
+                f"attention at {st.splash_blocks.describe()} (the profile does not depend on the tile)")
+        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note,
+                                   notes=(line, *deployment.notes))
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)
@@ -331,7 +336,7 @@ class WanSpace(StrategySpace):
             "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q
                               else "the kernel's pick per call"),
             **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
-            **({"user_deployment": {**self.user_deployment.to_json(),
+            **({"user_deployment": {**self._as_compiled(self.user_deployment).to_json(),
                                     "strategy": strategy_key(self.user_deployment.strategy)}}
                if self.user_deployment is not None else {}),
         }
