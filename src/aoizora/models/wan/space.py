@@ -33,6 +33,7 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.custom_tiles import custom_kernel_tile
 from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
@@ -255,6 +256,9 @@ class WanSpace(StrategySpace):
             out["weight_tile"] = list(strategy.weight_tile)
         if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
             out["kernel_profile"] = strategy.kernel_profile
+        tile = custom_kernel_tile(strategy, self.video.tokens(self.config), self.generation)
+        if tile is not None:  # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
+            out["kernel_tile"] = tile.to_json()
         if strategy.scoped_vmem_kib is not None:
             out["scoped_vmem_kib"] = strategy.scoped_vmem_kib
         return out
