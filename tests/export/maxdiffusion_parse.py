@@ -32,8 +32,9 @@ pyconfig.initialize(argv)
 config = pyconfig.config
 topo = get_topology(spec["slice"]["name"])
 cpu = jax.devices()
+kind = spec["slice"]["device_kinds"][0]
 standins = [SimpleNamespace(id=d.id, coords=tuple(t.coords), core_on_chip=getattr(t, "core_on_chip", 0),
-                            device_kind=spec["slice"]["device_kinds"][0]) for d, t in zip(cpu, topo.devices, strict=True)]
+                            device_kind=kind) for d, t in zip(cpu, topo.devices, strict=True)]
 array = run_with_plan.plan_device_array(standins, spec)
 max_utils.create_device_mesh = run_with_plan.planned_create_device_mesh(spec, array)
 planned = max_utils.create_device_mesh(config)  # as MaxDiffusion's Wan path calls it
