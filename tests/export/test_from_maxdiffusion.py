@@ -87,3 +87,19 @@ def test_verdict_line_names_the_written_tile_and_prints_the_notes(capsys, fast_s
 def test_disagreeing_options_are_still_refused():
     with pytest.raises(click.UsageError, match="--frames 49 disagrees"):
         _plan_request(None, None, 49, FAST, None, get_topology("tpu7x:2x2x1"))
+
+
+def test_a_tile_with_published_steps_names_them():
+    """The plain kernel at the fixed-m kernel's tile: the profile cannot tell the tiles apart, the
+    note gives the published steps that can."""
+    plain = next(c for c in DATA["commands"] if c["id"] == "fast-inference-wan22-plain")["command"]
+    at_6400 = plain.replace('"block_q":9472,"block_kv":1024,"block_kv_compute":1024',
+                            '"block_q":6400,"block_kv":2048,"block_kv_compute":2048')
+    assert at_6400 != plain
+    topo = get_topology("tpu7x:2x2x1")
+    request = _plan_request(None, None, None, at_6400, None, topo)
+    space = wan_space(request.pop("model"), request.pop("resolution"), request.pop("frames"),
+                      generation=topo.generation, **dict(request))
+    note = space.workload()["user_deployment"]["notes"][0]
+    assert note.startswith("tile 6400/2048/2048 (maxdiffusion-custom)")
+    assert "9472/1024/1024 2.733 s/step" in note and "6400/2048/2048 3.14 s/step" in note

@@ -133,6 +133,13 @@ def _row_length(row: WanExpert, tokens: int) -> int:
     return call_length(row.strategy(devices), tokens)
 
 
+def published_steps(strategy: Strategy, tokens: int, generation: str | None) -> list[MeasuredStep]:
+    """The published step times of the strategy's kernel, variant and per-call length on `generation`."""
+    length = call_length(strategy, tokens)
+    return [m for m in MEASURED_STEPS if (m.kernel_profile, m.generation, m.variant, m.call_length)
+            == (strategy.kernel_profile, generation, strategy.attention, length)]
+
+
 def custom_kernel_tile(strategy: Strategy, tokens: int, generation: str | None) -> KernelTile | None:
     """The tile MaxDiffusion's custom kernel runs `strategy` with (None for other kernels); `tokens`
     is the video's sequence length, the published rows' too (they are all 720p/81 frames)."""
@@ -140,8 +147,7 @@ def custom_kernel_tile(strategy: Strategy, tokens: int, generation: str | None) 
     if not profile.startswith("maxdiffusion-custom"):
         return None
     length = call_length(strategy, tokens)
-    measured = [m for m in MEASURED_STEPS if (m.kernel_profile, m.generation, m.variant, m.call_length)
-                == (profile, generation, strategy.attention, length)]
+    measured = published_steps(strategy, tokens, generation)
     if measured:
         best = min(measured, key=lambda m: m.step_seconds)
         return _tile(best.blocks, best.options, f"the fastest published step at {length} tokens per call "

@@ -33,7 +33,7 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.custom_tiles import custom_kernel_tile
+from aoizora.models.wan.custom_tiles import custom_kernel_tile, published_steps
 from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
@@ -318,6 +318,11 @@ class WanSpace(StrategySpace):
         line = (f"tile {st.splash_blocks.describe()} ({st.kernel_profile}) is not compiled as written: aoizora "
                 f"compiles JAX's splash kernel, here at {compiled}; the {st.kernel_profile} profile costs the "
                 f"attention at {st.splash_blocks.describe()} (the profile does not depend on the tile)")
+        steps = published_steps(st, self.video.tokens(self.config), self.generation)
+        if steps:
+            line += ("; published steps of this kernel at these lengths: "
+                     + ", ".join(f"{m.blocks.describe()} {m.step_seconds} s/step" for m in steps)
+                     + f" ({steps[0].source.split(' (')[0]})")
         return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note,
                                    notes=(line, *deployment.notes))
 
