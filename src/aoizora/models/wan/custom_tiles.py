@@ -31,8 +31,9 @@ The data rule out, as the mechanism: padding (queries padded 1.6% at 6,400 again
 keys not padded: ≤1.4% of the work); the online softmax's rescale count (both tiles rescale every
 ``block_kv_compute_in`` = 1,024 keys, the same count per query); grid-step overhead (6,400/2,048
 has fewer steps, 6 × 19 against 4 × 37 per head and hop, which would favour it); and K/V
-re-streaming (6 against 4 query blocks re-read ~0.8 GB more per hop, ~0.1 ms at TPU7x's HBM
-bandwidth against a 22.65 ms hop). What remains is inside the kernel's online-softmax chain
+re-streaming (6 against 4 query blocks re-read the hop's K/V, 20 heads x 37,800 x 128 in bf16,
+twice more: ~0.8 GB, ~0.2 ms at a TPU7x core's half of the chip's 7.38 TB/s, data/hardware.json,
+against a 22.65 ms hop). What remains is inside the kernel's online-softmax chain
 (fixed-m removes it and the sensitivity with it), which no published figure isolates; the
 profiles stay tile-independent (`kernel_profiles`), and measured per-tile steps choose the tile.
 """
