@@ -57,7 +57,10 @@ def _check(cmd, want: dict, devices: int) -> None:
         assert cmd.videos(devices) == want["videos"]
     assert [u.split("=", 1)[0] for u in cmd.unmodelled()] == want["unmodelled"]
     assert cmd.skipped_passes() == want["skipped"]
+    assert [k for k, _ in cmd.environment] == want.get("environment", [])
     notes = " ".join(cmd.notes())
+    for name in want.get("environment", []):
+        assert name in notes
     for key in want["unmodelled"]:
         assert key in notes
     if want["skipped"]:

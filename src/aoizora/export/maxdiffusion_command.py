@@ -58,6 +58,8 @@ class MaxDiffusionCommand:
     libtpu_args: CompilerFlags
     #: the part of `libtpu_args` that came from XLA_FLAGS
     xla_flags: CompilerFlags = CompilerFlags()
+    #: the command's other environment assignments (NAME, value), which aoizora does not read
+    environment: tuple[tuple[str, str], ...] = ()
 
     def value(self, key: str) -> Any:
         """The command's value of `key`, else the config's."""
@@ -184,6 +186,8 @@ class MaxDiffusionCommand:
         if self.xla_flags:
             out.append(f"XLA_FLAGS: its {len(self.xla_flags.items)} flags are compiler flags too; they join "
                        "LIBTPU_INIT_ARGS's in the flags the command is compiled with")
+        if self.environment:
+            out.append("environment not modelled: " + ", ".join(f"{k}={_shown(v)}" for k, v in self.environment))
         unread = self.unmodelled()
         if unread:
             out.append("not modelled (aoizora does not read these keys; the run may differ by them): "
@@ -229,7 +233,8 @@ def read_command(text: str) -> MaxDiffusionCommand:
     if clash:
         raise ExportError(f"XLA_FLAGS and LIBTPU_INIT_ARGS set {', '.join('--' + k for k in clash)} to different "
                           "values; libtpu reads both, so set each flag in one of them")
-    return MaxDiffusionCommand(config, overrides, libtpu.merged(xla), xla)
+    others = tuple((k, v) for k, v in env.items() if k not in ("LIBTPU_INIT_ARGS", "XLA_FLAGS"))
+    return MaxDiffusionCommand(config, overrides, libtpu.merged(xla), xla, others)
 
 
 def _flags(env: dict[str, str], name: str) -> CompilerFlags:
