@@ -58,10 +58,15 @@ class ExpertDeployment:
     libtpu_args: tuple[str, ...] = ()
     source: str = ""
     documented: str = ""
+    #: what the comparison with it does not cover, one line each (e.g. a tile compiled otherwise)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "libtpu_args": list(self.libtpu_args), "source": self.source,
-                "documented": self.documented}
+        out = {"name": self.name, "libtpu_args": list(self.libtpu_args), "source": self.source,
+               "documented": self.documented}
+        if self.notes:
+            out["notes"] = list(self.notes)
+        return out
 
 
 @dataclass

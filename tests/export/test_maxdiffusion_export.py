@@ -17,6 +17,7 @@ from aoizora.export.maxdiffusion import ATTENTION_NAMES, MODEL_CONFIGS, VARIANTS
 from aoizora.export.maxdiffusion_command import _typed
 from aoizora.export.run_with_plan import LaunchError, generate_wan_argv, plan_device_array, planned_create_device_mesh
 from aoizora.models.registry import model_config, video_shape
+from aoizora.models.wan.custom_tiles import custom_kernel_tile
 from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
 from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
@@ -74,13 +75,24 @@ STRATEGIES = [
 ]
 
 
-def _as_run(strategy: Strategy, run) -> Strategy:
+def _as_run(strategy: Strategy, run, plan: Plan) -> Strategy:
     """The strategy the exported command runs: MaxDiffusion's kernel for it (JAX's splash has no
-    ring attention there), which the export names as a difference."""
+    ring attention there), which the export names as a difference; a custom kernel at its own tile
+    (`custom_tiles`), with its own keys."""
     profile = VARIANTS[dict(run.overrides)["attention"]][1]
     if profile != strategy.kernel_profile:
         assert any("tokamax" in d for d in run.differences)
-    return Strategy(**{**vars(strategy), "kernel_profile": profile})
+    blocks = strategy.splash_blocks
+    if profile.startswith("maxdiffusion-custom"):
+        written = json.loads(dict(run.overrides)["flash_block_sizes"])
+        tile = custom_kernel_tile(strategy, plan.data["workload"]["shapes"]["tokens"],
+                                  get_topology(run.slice["name"]).generation)
+        assert tile is not None and written["block_kv_compute_in"] == tile.block_kv_compute_in
+        assert written.get("vmem_limit_bytes") == tile.vmem_limit_bytes and written["heads_per_tile"] == 1
+        if tile.blocks != blocks:
+            assert any(f"its own tile {tile.blocks.describe()}" in d for d in run.differences)
+        blocks = tile.blocks
+    return Strategy(**{**vars(strategy), "kernel_profile": profile, "splash_blocks": blocks})
 
 
 def _round_trip(plan: Plan) -> tuple[Strategy, list]:
@@ -125,8 +137,9 @@ def test_every_key_and_value_the_export_writes_exists_with_its_type(strategy):
 
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_key)
 def test_exported_command_parses_back_to_the_plans_strategy(strategy):
-    back, run = _round_trip(plan_with(TPU7X_PLAN, strategy))
-    assert back == _as_run(strategy, run)
+    plan = plan_with(TPU7X_PLAN, strategy)
+    back, run = _round_trip(plan)
+    assert back == _as_run(strategy, run, plan)
 
 
 @pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
@@ -138,7 +151,7 @@ def test_committed_plans_round_trip(path):
     if planned.weight_tile is not None:
         assert any(d.startswith("strategy.weight_tile") for d in run.differences)
     # the scoped-VMEM limit chosen with the tile travels as a libtpu flag
-    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None, "scoped_vmem_kib": None}), run)
+    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None, "scoped_vmem_kib": None}), run, plan)
     if planned.scoped_vmem_kib is not None:
         assert f"--xla_tpu_scoped_vmem_limit_kib={planned.scoped_vmem_kib}" in run.libtpu_args.split()
 

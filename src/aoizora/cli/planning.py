@@ -170,13 +170,23 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
 
 
 def _user_deployment_line(plan: dict) -> None:
-    """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion."""
+    """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion: the
+    command's strategy as written (its tile), the verdict, then each note (what was compiled
+    otherwise, the keys not modelled)."""
     from aoizora.models.wan.experts import USER_DEPLOYMENT
 
+    mine = plan.get("workload", {}).get("user_deployment")
     rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == USER_DEPLOYMENT]
     for row in rows:
-        click.echo(f"  your MaxDiffusion command ({row['strategy']}): predicted "
-                   f"{row['step_seconds'] * 1e3:.2f} ms/step; the plan is {row['speedup_of_plan']:.3f}x faster")
+        written = mine["strategy"] if mine else row["strategy"]
+        if "step_seconds" in row:
+            verdict = (f"predicted {row['step_seconds'] * 1e3:.2f} ms/step; "
+                       f"the plan is {row['speedup_of_plan']:.3f}x faster")
+        else:
+            verdict = f"no time: {row.get('dropped', 'not placed')}"
+        click.echo(f"  your MaxDiffusion command ({written}): {verdict}")
+        for note in row.get("notes", []):
+            click.echo(f"    note: {note}")
 
 
 def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
@@ -210,9 +220,10 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
                                   tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
                                   source="the MaxDiffusion command given with --from-maxdiffusion",
                                   documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "
-                                             f"costed as {strategy.kernel_profile})")
+                                             f"costed as {strategy.kernel_profile})",
+                                  notes=tuple(cmd.notes()))
     return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
-            "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
+            "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
 
 
 def _resolution(text: str, model: str) -> tuple[int, int]:

@@ -43,6 +43,7 @@ import numpy as np
 
 from aoizora.errors import ExportError
 from aoizora.export.run_with_plan import spec_checksum
+from aoizora.models.wan.custom_tiles import KernelTile, custom_kernel_tile
 from aoizora.models.wan.strategy import Strategy, logical_rules
 
 #: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
@@ -76,11 +77,6 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "ulysses_custom_fixed_m": ("ulysses", "maxdiffusion-custom-fixed-m"),
     "ulysses_ring_custom_fixed_m": ("ulysses_ring", "maxdiffusion-custom-fixed-m"),
 }
-#: flash_block_sizes keys MaxDiffusion's custom kernels read besides the three blocks: the inner
-#: K/V compute block, no larger than 1,024 (its recipes pair 2,048 with 1,024, and 1,024 or 256
-#: with themselves: end_to_end/tpu/run_wan_fast_inference.sh @ 7cfb8801, tpu-recipes
-#: inference/*/MaxDiffusion/Wan2.x/*/run_recipe.sh), and one head per tile (the only one they take)
-CUSTOM_INNER_BLOCK = 1024
 #: the logical names of weight dimensions whose rules decide aoizora's weight mode
 WEIGHT_NAMES: tuple[str, ...] = ("embed", "heads", "mlp")
 #: the keys the export sets; a launcher's extra overrides may not change them
@@ -183,7 +179,7 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
     for axis in mesh_axes:
         overrides.append((f"ici_{axis}_parallelism", str(sizes[axis])))
     overrides += _attention_overrides(strategy, differences)
-    overrides.append(("flash_block_sizes", _block_json(strategy, differences)))
+    overrides.append(("flash_block_sizes", _block_json(strategy, _kernel_tile(plan, strategy), differences)))
     rules = _weight_rules(strategy, defaults["logical_axis_rules"])
     if rules is not None:
         # pyconfig reads a list override with ast.literal_eval: JSON's lists of strings are such literals
@@ -237,8 +233,20 @@ def _attention_overrides(strategy: Strategy, differences: list[str]) -> list[tup
     return out
 
 
-def _block_json(strategy: Strategy, differences: list[str]) -> str:
+def _kernel_tile(plan: Any, strategy: Strategy) -> KernelTile | None:
+    """The tile a custom-kernel plan runs its kernel with: the plan's (`kernel_tile`), else chosen
+    now by the same rule (`custom_tiles`) for a plan written before plans carried it."""
+    recorded = plan.strategy.get("kernel_tile")
+    if recorded:
+        return KernelTile.from_json(recorded)
+    data = plan.data
+    return custom_kernel_tile(strategy, int(data["workload"]["shapes"]["tokens"]), data["topology"].get("generation"))
+
+
+def _block_json(strategy: Strategy, tile: KernelTile | None, differences: list[str]) -> str:
     blocks = strategy.splash_blocks
+    if tile is not None:
+        return _custom_block_json(strategy, tile, differences)
     if blocks is None:
         differences.append("strategy.splash_blocks: the plan lets the splash kernel pick blocks per call; "
                            "MaxDiffusion's pick (flash_block_sizes={}) is its own rule, not the kernel's")
@@ -247,12 +255,25 @@ def _block_json(strategy: Strategy, differences: list[str]) -> str:
     tokamax_key = facts()["flash_block_sizes"]["tokamax_block_q_from"]["key"]
     b.update({tokamax_key: blocks.block_q, "block_kv_dkv": blocks.block_kv,
               "block_kv_dkv_compute": blocks.block_kv_compute})
-    if strategy.kernel_profile.startswith("maxdiffusion-custom"):
-        b.update({"block_kv_compute_in": min(blocks.block_kv_compute, CUSTOM_INNER_BLOCK), "heads_per_tile": 1})
+    return json.dumps(b, separators=(",", ":"))
+
+
+def _custom_block_json(strategy: Strategy, tile: KernelTile, differences: list[str]) -> str:
+    """flash_block_sizes for MaxDiffusion's custom kernels: the kernel's tile and its own keys, as
+    `max_utils.get_flash_block_sizes` hands them to the kernel (CustomFlashBlockSizes), with the
+    dkv keys the fast-inference recipe sets beside them."""
+    t = tile.blocks
+    b: dict[str, int] = {"block_q": t.block_q, "block_kv": t.block_kv, "block_kv_compute": t.block_kv_compute,
+                         "block_kv_compute_in": tile.block_kv_compute_in, "heads_per_tile": tile.heads_per_tile}
+    if tile.vmem_limit_bytes is not None:
+        b["vmem_limit_bytes"] = tile.vmem_limit_bytes
+    b.update({"block_q_dkv": t.block_q, "block_kv_dkv": t.block_kv, "block_kv_dkv_compute": t.block_kv_compute})
+    compiled = strategy.splash_blocks.describe() if strategy.splash_blocks else "the kernel's pick"
+    if compiled != t.describe():
         differences.append(
-            f"strategy.splash_blocks: {blocks.describe()} are blocks JAX's splash accepts; the "
-            f"{strategy.kernel_profile} profile does not depend on the tile, so the custom kernel's own best tile "
-            "is not planned")
+            f"strategy.splash_blocks: the plan was compiled with JAX's splash at {compiled}; MaxDiffusion runs the "
+            f"{strategy.kernel_profile} kernel at its own tile {t.describe()}, chosen by {tile.chosen_by} "
+            f"(the profile's cost does not depend on the tile)")
     return json.dumps(b, separators=(",", ":"))
 
 

@@ -5,6 +5,14 @@ src/maxdiffusion/generate_wan.py src/maxdiffusion/configs/base_wan_27b.yml atten
 ulysses_shards=2 ici_data_parallelism=2 ...``. Values the command does not set are the config's
 (recorded in `data/maxdiffusion.json`), and each override is typed as MaxDiffusion's ``pyconfig``
 types it (by the config value's type). The mapping is the inverse of `aoizora.export.maxdiffusion`.
+
+What is read is kept as written: the tile (``flash_block_sizes``, with the custom kernels' own
+keys), the kernel (``attention``), the mesh, the model, size, frames and steps. Compiler flags
+come from ``LIBTPU_INIT_ARGS`` and ``XLA_FLAGS``: libtpu parses both (the tpu-recipes Wan recipes
+and the README's chunked-Ulysses note pass TPU flags in ``XLA_FLAGS``), so they join into one set;
+a flag both set to different values is refused, since which one libtpu applies last is not
+something aoizora knows. Every other key the command sets is listed (`unmodelled`), and the keys
+that make MaxDiffusion skip transformer passes are named (`skipped_passes`).
 """
 
 from __future__ import annotations
@@ -16,14 +24,29 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from aoizora.errors import ExportError
+from aoizora.errors import CompilerFlagError, ExportError
 from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _clip, _cut, _effective, facts
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 
+#: the keys aoizora reads from a command (the config gives mesh_axes); every other key set is
+#: listed as not modelled (`MaxDiffusionCommand.unmodelled`)
+READ_KEYS = frozenset({
+    "attention", "ulysses_shards", "ulysses_attention_chunks", "flash_block_sizes", "logical_axis_rules",
+    "ici_data_parallelism", "ici_fsdp_parallelism", "ici_context_parallelism", "ici_tensor_parallelism",
+    "per_device_batch_size", "height", "width", "num_frames", "num_inference_steps",
+})
+#: the caches that skip transformer forward passes (README.md "Caching Mechanisms" and the Wan
+#: configs, github.com/AI-Hypercomputer/maxdiffusion @ 7cfb8801d41d1728f0232cd7ee59e900a151fecf;
+#: all False in the configs)
+SKIPPING_KEYS = ("use_cfg_cache", "use_sen_cache", "use_magcache")
+#: flash_block_sizes keys MaxDiffusion's custom kernels read besides the blocks
+#: (src/maxdiffusion/max_utils.py get_flash_block_sizes, CustomFlashBlockSizes @ 7cfb8801)
+CUSTOM_KERNEL_KEYS = ("block_kv_compute_in", "heads_per_tile", "vmem_limit_bytes")
 #: Longest command read: a generate_wan.py command with every override is a few KiB; the cap keeps a
 #: wrong argument (a file's content) from being split and echoed whole.
 MAX_COMMAND_CHARS = 32_768
+
 _WEIGHT_MODES = {(False, False): "replicated", (True, False): "gathered", (False, True): "tensor",
                  (True, True): "gathered+tensor"}
 
@@ -34,7 +57,12 @@ class MaxDiffusionCommand:
 
     config: str
     overrides: dict[str, Any]
+    #: LIBTPU_INIT_ARGS and XLA_FLAGS joined (the flags the deployment compiles with)
     libtpu_args: CompilerFlags
+    #: the part of `libtpu_args` that came from XLA_FLAGS
+    xla_flags: CompilerFlags = CompilerFlags()
+    #: the command's other environment assignments (NAME, value), which aoizora does not read
+    environment: tuple[tuple[str, str], ...] = ()
 
     def value(self, key: str) -> Any:
         """The command's value of `key`, else the config's."""
@@ -131,6 +159,51 @@ class MaxDiffusionCommand:
         """(width, height, frames)."""
         return int(self.value("width")), int(self.value("height")), int(self.value("num_frames"))
 
+    def steps(self) -> int:
+        """num_inference_steps (the command's, else the config's)."""
+        return int(self.value("num_inference_steps"))
+
+    def kernel_options(self) -> dict[str, int]:
+        """The flash_block_sizes keys a MaxDiffusion custom kernel reads beyond the three blocks
+        (`max_utils.get_flash_block_sizes`: block_kv_compute_in, heads_per_tile, vmem_limit_bytes)."""
+        if "custom" not in self.attention_name:
+            return {}
+        given = self.value("flash_block_sizes") or {}
+        return {k: int(given[k]) for k in CUSTOM_KERNEL_KEYS if given.get(k) is not None}
+
+    def unmodelled(self) -> list[str]:
+        """`key=value` for every key the command sets that aoizora does not read (its run may
+        differ by them), and the flash_block_sizes entries the kernel named does not read."""
+        out = [f"{k}={_shown(v)}" for k, v in self.overrides.items() if k not in READ_KEYS]
+        given = self.overrides.get("flash_block_sizes") or {}
+        read = {"block_q", "block_kv", "block_kv_compute", *self.kernel_options()}
+        if self.attention_name in facts()["flash_block_sizes"]["tokamax_attentions"]:
+            read.add(facts()["flash_block_sizes"]["tokamax_block_q_from"]["key"])
+        out += [f"flash_block_sizes.{k}={v}" for k, v in given.items() if k not in read]
+        return out
+
+    def skipped_passes(self) -> list[str]:
+        """The keys set true that make MaxDiffusion skip transformer passes (its caches)."""
+        return [k for k in SKIPPING_KEYS if self.overrides.get(k) is True]
+
+    def notes(self) -> list[str]:
+        """What the comparison with this command does not cover, one line each."""
+        out = []
+        if self.xla_flags:
+            out.append(f"XLA_FLAGS: its {len(self.xla_flags.items)} flags are compiler flags too; they join "
+                       "LIBTPU_INIT_ARGS's in the flags the command is compiled with")
+        if self.environment:
+            out.append("environment not modelled: " + ", ".join(f"{k}={_shown(v)}" for k, v in self.environment))
+        unread = self.unmodelled()
+        if unread:
+            out.append("not modelled (aoizora does not read these keys; the run may differ by them): "
+                       + ", ".join(unread))
+        skips = self.skipped_passes()
+        if skips:
+            out.append(f"{', '.join(f'{k}=True' for k in skips)}: your run skips transformer passes on some steps; "
+                       "the per-step comparison is still fair, but your run's total time is not steps x step time")
+        return out
+
 
 def _block(given: dict[str, Any], key: str) -> int:
     """A flash_block_sizes entry: a positive whole number (KeyError when missing)."""
@@ -186,7 +259,25 @@ def read_command(text: str) -> MaxDiffusionCommand:
         if key not in types:
             raise ExportError(f"{_cut(key)}: not a key of {config} at MaxDiffusion {facts()['commit'][:8]}")
         overrides[key] = _typed(key, raw, types[key])
-    return MaxDiffusionCommand(config, overrides, CompilerFlags.parse(env.get("LIBTPU_INIT_ARGS", "")))
+    libtpu, xla = _flags(env, "LIBTPU_INIT_ARGS"), _flags(env, "XLA_FLAGS")
+    clash = sorted(k for k, v in xla.items if dict(libtpu.items).get(k, v) != v)
+    if clash:
+        raise ExportError(f"XLA_FLAGS and LIBTPU_INIT_ARGS set {', '.join('--' + k for k in clash)} to different "
+                          "values; libtpu reads both, so set each flag in one of them")
+    others = tuple((k, v) for k, v in env.items() if k not in ("LIBTPU_INIT_ARGS", "XLA_FLAGS"))
+    return MaxDiffusionCommand(config, overrides, libtpu.merged(xla), xla, others)
+
+
+def _flags(env: dict[str, str], name: str) -> CompilerFlags:
+    try:
+        return CompilerFlags.parse(env.get(name, ""))
+    except CompilerFlagError as exc:
+        raise ExportError(f"{name}: {exc}") from None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _known_config(path: str) -> str:

@@ -7,11 +7,16 @@ Run it from a MaxDiffusion checkout on the planned TPU slice:
     python DIR/run_with_plan.py --check              # only check the devices and print the mesh
 
 MaxDiffusion builds its mesh from `max_utils.create_device_mesh(config)` over `jax.devices()`,
-which knows nothing of the plan's placement. This launcher checks that `jax.devices()` is the
-planned slice (kind, count, ICI coordinates and core on chip), replaces `create_device_mesh` with
-a function of the same signature that returns the plan's devices in MaxDiffusion's `mesh_axes`
-order (MaxDiffusion looks it up on `max_utils` at each call), sets `LIBTPU_INIT_ARGS` to the
-plan's flags unless already set, and runs `generate_wan.main` with the plan's overrides. It
+which knows nothing of the plan's placement. This launcher sets `LIBTPU_INIT_ARGS` to the plan's
+flags unless already set, initialises `jax.distributed` as MaxDiffusion does before any device
+query (so that on a slice spanning hosts, run on every host, `jax.devices()` is the whole slice),
+checks that `jax.devices()` is the planned slice (kind, count, ICI coordinates and core on chip),
+replaces `create_device_mesh` with a function of the same signature that returns the plan's
+devices in MaxDiffusion's `mesh_axes` order (MaxDiffusion looks it up on `max_utils` at each
+call), and runs `generate_wan.main` with the plan's overrides. An `aot_cache_dir=DIR` override
+becomes `DIR/aoizora-KEY`, KEY a digest of the plan's overrides, flags and device order:
+MaxDiffusion's AOT cache keys its executables on the mesh shape alone, so a folder shared with
+runs of another placement could hand this one an executable compiled for other devices. It
 imports nothing of aoizora. It trusts only a spec that is whole (every field it reads, the sha256
 of its content that the export wrote, each device once), and refuses extra overrides of the keys
 the plan sets or that contradict it (`agreeing_values`).
@@ -126,11 +131,21 @@ def planned_create_device_mesh(spec: dict[str, Any], device_array: Any) -> Calla
     return create_device_mesh
 
 
-def generate_wan_argv(spec: dict[str, Any], extra: Sequence[str]) -> list[str]:
+def plan_cache_key(spec: dict[str, Any], flags: str | None = None) -> str:
+    """A digest of what an executable compiled for this plan depends on: the overrides, the
+    compiler flags in effect (`flags`, else the plan's), the mesh axes and the device order."""
+    what = {"argv": spec["argv"], "flags": sorted((spec["libtpu_init_args"] if flags is None else flags).split()),
+            "mesh_axes": spec["mesh_axes"], "device_coords": spec["device_coords"], "slice": spec["slice"]}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def generate_wan_argv(spec: dict[str, Any], extra: Sequence[str], flags: str | None = None) -> list[str]:
     """generate_wan.py's argv: the plan's config and overrides, then the user's extra overrides
-    (which may not change a key the plan sets)."""
+    (which may not change a key the plan sets); a non-empty `aot_cache_dir` is keyed by the plan
+    (`plan_cache_key` with the flags in effect)."""
     planned = set(spec["plan_keys"])
     agreeing = spec["agreeing_values"]
+    out = []
     for item in extra:
         key, _, value = item.partition("=")
         if "=" not in item:
@@ -140,7 +155,37 @@ def generate_wan_argv(spec: dict[str, Any], extra: Sequence[str]) -> list[str]:
         if key in agreeing and _as_int(value) not in agreeing[key]:
             raise LaunchError(f"{key}={value[:200]} contradicts the plan, which runs with {key}="
                               f"{' or '.join(map(str, agreeing[key]))}; re-plan instead of overriding it")
-    return ["generate_wan.py", *spec["argv"], *extra]
+        if key == "aot_cache_dir" and value:
+            item = f"aot_cache_dir={value.rstrip('/')}/aoizora-{plan_cache_key(spec, flags)}"
+            print(f"aoizora plan: note: {item} (MaxDiffusion's AOT cache keys on the mesh shape only; this "
+                  "folder holds executables of this plan's placement and flags alone)", file=sys.stderr)
+        out.append(item)
+    return ["generate_wan.py", *spec["argv"], *out]
+
+
+def initialize_distributed(extra: Sequence[str]) -> str | None:
+    """Initialise `jax.distributed` as MaxDiffusion's `max_utils.maybe_initialize_jax_distributed_system`
+    does (pyconfig calls it before any device query): not when `skip_jax_distributed_system=true` is
+    among the overrides or JAX's backends are already up, else `jax.distributed.initialize()` with no
+    arguments (JAX finds the TPU slice's hosts and this host's place among them). MaxDiffusion logs
+    a failure and goes on; so does this, returning it as a note (None when initialised or skipped)."""
+    if any(a.lower() == "skip_jax_distributed_system=true" for a in extra):
+        return None
+    import jax
+
+    try:
+        from jax._src import xla_bridge  # the check MaxDiffusion makes
+
+        initialized = bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # a JAX without it: as on a fresh process
+        initialized = False
+    if initialized:
+        return None
+    try:
+        jax.distributed.initialize()
+    except Exception as exc:  # noqa: BLE001 - as MaxDiffusion: any failure leaves a single-process run
+        return f"jax.distributed.initialize() did not run ({exc}); this process sees its own host's devices only"
+    return None
 
 
 def _as_int(text: str) -> int | None:
@@ -167,14 +212,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = [a for a in args if a != "--check"]
     try:
         spec = load_spec()
-        generate_argv = generate_wan_argv(spec, args)
         _libtpu_env(spec)
+        generate_argv = generate_wan_argv(spec, args, os.environ.get("LIBTPU_INIT_ARGS"))
+        note = initialize_distributed(args)  # before the first device query, as MaxDiffusion would
         import jax
 
-        device_array = plan_device_array(jax.devices(), spec)
+        try:
+            device_array = plan_device_array(jax.devices(), spec)
+        except LaunchError as exc:
+            raise LaunchError(f"{exc} ({note})" if note else str(exc)) from None
         if check_only:
             print(f"{spec['slice']['name']}: mesh {dict(zip(spec['mesh_axes'], device_array.shape, strict=True))}, "
-                  f"devices in the plan's order: {[d.id for d in device_array.flat]}")
+                  f"devices in the plan's order: {[d.id for d in device_array.flat]} "
+                  f"(process {jax.process_index()} of {jax.process_count()})")
             return 0
         from maxdiffusion import generate_wan, max_utils
 

@@ -74,7 +74,8 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
 
 
 def wan_space(model: str, resolution: str, frames: int, *, generation: str | None, expert_residency: str = "both",
-              rope_partner: str | None = None, ulysses_exchange: str | None = None, **kwargs):
+              rope_partner: str | None = None, ulysses_exchange: str | None = None, steps: int | None = None,
+              **kwargs):
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
     per-token timesteps) with `expert_residency` "both" or "swap". `generation` is the slice's
@@ -82,7 +83,8 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
     generation's VMEM, as `aoizora plan` and `aoizora bench` search; None leaves each call the
     kernel's own pick (a space `aoizora plan` does not search, hence no default). `rope_partner`
     replaces every transformer's `WanConfig.rope_partner` (None: the model's own form), and
-    `ulysses_exchange` its `WanConfig.ulysses_exchange`. Other keywords go to the space (`WanSpace`)."""
+    `ulysses_exchange` its `WanConfig.ulysses_exchange`. `steps` replaces the sampler's step count (None:
+    the model's default sampler). Other keywords go to the space (`WanSpace`)."""
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 
@@ -95,6 +97,10 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
             transformer_2=pipeline.transformer_2 and pipeline.transformer_2.replace(**forms))
     video = video_shape(pipeline.transformer, resolution, frames)
     if key.startswith("wan2.1-"):
-        return WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)
-    return WanPipelineSpace(pipeline, video, residency=expert_residency, model_name=key, generation=generation,
-                            **kwargs)
+        space = WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)
+    else:
+        space = WanPipelineSpace(pipeline, video, residency=expert_residency, model_name=key, generation=generation,
+                                 **kwargs)
+    if steps is not None and steps != space.scheduler.num_steps:
+        space.scheduler = dataclasses.replace(space.scheduler, num_steps=steps)
+    return space

@@ -23,7 +23,8 @@ runs (`Strategy.kernel_profile`):
   that roofline at the reported efficiency; the fixed-m kernel drops the online softmax's running
   max and rescale chain, which is why the source finds it flat across tiles, so neither profile
   depends on the tile. The plain kernel's tile sensitivity the same source reports (its best tile
-  9,472/1,024; ~15% slower steps at 6,400/2,048) has no published mechanism and is not modelled.
+  9,472/1,024; ~15% slower steps at 6,400/2,048) has no published mechanism and is not modelled;
+  `custom_tiles` says what the data rule out, and chooses the tile a custom kernel runs with.
 """
 
 from __future__ import annotations

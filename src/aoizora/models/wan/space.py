@@ -33,6 +33,7 @@ from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
 from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
+from aoizora.models.wan.custom_tiles import custom_kernel_tile, published_steps
 from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
@@ -268,6 +269,9 @@ class WanSpace(StrategySpace):
             out["weight_tile"] = list(strategy.weight_tile)
         if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
             out["kernel_profile"] = strategy.kernel_profile
+        tile = custom_kernel_tile(strategy, self.video.tokens(self.config), self.generation)
+        if tile is not None:  # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
+            out["kernel_tile"] = tile.to_json()
         if strategy.scoped_vmem_kib is not None:
             out["scoped_vmem_kib"] = strategy.scoped_vmem_kib
         return out
@@ -321,9 +325,19 @@ class WanSpace(StrategySpace):
         if st.kernel_profile == DEFAULT_KERNEL_PROFILE or st.splash_blocks is None:
             return deployment
         fitted = self._with_blocks(dataclasses.replace(st, splash_blocks=None))
+        compiled = fitted.splash_blocks.describe() if fitted.splash_blocks else "its own blocks"
         note = (f"; runs {st.kernel_profile} at {st.splash_blocks.describe()}, compiled here with JAX's splash at "
-                f"{fitted.splash_blocks.describe() if fitted.splash_blocks else 'its own blocks'}")
-        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note)
+                f"{compiled}")
+        line = (f"tile {st.splash_blocks.describe()} ({st.kernel_profile}) is not compiled as written: aoizora "
+                f"compiles JAX's splash kernel, here at {compiled}; the {st.kernel_profile} profile costs the "
+                f"attention at {st.splash_blocks.describe()} (the profile does not depend on the tile)")
+        steps = published_steps(st, self.video.tokens(self.config), self.generation)
+        if steps:
+            line += ("; published steps of this kernel at these lengths: "
+                     + ", ".join(f"{m.blocks.describe()} {m.step_seconds} s/step" for m in steps)
+                     + f" ({steps[0].source.split(' (')[0]})")
+        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note,
+                                   notes=(line, *deployment.notes))
 
     def key_of(self, strategy: Strategy) -> str:
         return strategy_key(strategy)
@@ -344,7 +358,7 @@ class WanSpace(StrategySpace):
             "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q
                               else "the kernel's pick per call"),
             **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
-            **({"user_deployment": {**self.user_deployment.to_json(),
+            **({"user_deployment": {**self._as_compiled(self.user_deployment).to_json(),
                                     "strategy": strategy_key(self.user_deployment.strategy)}}
                if self.user_deployment is not None else {}),
         }
