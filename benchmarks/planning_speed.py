@@ -1,0 +1,105 @@
+"""Cold planning time of two source trees side by side, and whether they plan the same.
+
+    .venv/bin/python benchmarks/planning_speed.py --tree before=PATH --tree after=PATH [--runs 1]
+        [--topology v5e:2x4] [--top-k 3] [--json OUT]
+
+Each tree is a checkout of aoizora (e.g. `git worktree add --detach /tmp/before cdef60c`), run
+with this interpreter and `PYTHONPATH=TREE/src`. The trees plan in turn (A B A B ...), each run
+with an empty `AOIZORA_CACHE_DIR`, the request the demo makes (Wan 2.1 14B 720p/81, Top-K 3 on
+v5e:2x4 by default). Per run it records the wall seconds of the whole command and the plan's own
+timings (Stage 1, compile wall, verify, total), and of the plan: the chosen strategy, placement,
+compiler flags and predicted step. It prints the medians per tree and, per run, whether the plan
+is the first tree's (same strategy, tile, limit and placement; step within 1 %).
+`docs/data/planning/planning_speed.json` holds the committed run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TIMINGS = ("stage1", "compile_wall", "verify", "total")
+
+
+def plan_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One cold plan with the tree's code: its wall time, the plan's timings and its choice."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "plan.json"
+        env = dict(os.environ, PYTHONPATH=str(tree / "src"), AOIZORA_CACHE_DIR=str(Path(tmp) / "cache"))
+        cmd = [sys.executable, "-m", "aoizora.cli", "plan", "--model", args.model, "--topology", args.topology,
+               "--resolution", args.resolution, "--frames", str(args.frames), "--top-k", str(args.top_k),
+               "--out", str(out)]
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if p.returncode:
+            return {"wall_s": wall, "error": p.stderr.strip().splitlines()[-1:]}
+        plan = json.loads(out.read_text())
+    return {
+        "wall_s": wall,
+        "timings": {k: plan["timings"].get(k) for k in TIMINGS},
+        "strategy": plan["strategy"]["key"],
+        "placement": plan["placement"]["name"],
+        "libtpu_args": plan["compiler"]["libtpu_args"],
+        "step_seconds": plan["prediction"]["step_seconds"],
+        "compiles": plan["stage2"]["compiles"],
+        "verify_recompiles": plan["stage2"].get("verify_recompiles", []),
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def same_plan(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same strategy (tile and limit are in its key), placement and flags, and a step within 1 %."""
+    if "error" in a or "error" in b:
+        return False
+    return (a["strategy"] == b["strategy"] and a["placement"] == b["placement"]
+            and a["libtpu_args"] == b["libtpu_args"]
+            and abs(a["step_seconds"] - b["step_seconds"]) <= 0.01 * b["step_seconds"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of an aoizora checkout")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--model", default="wan2.1-t2v-14b")
+    ap.add_argument("--topology", default="v5e:2x4")
+    ap.add_argument("--resolution", default="720p")
+    ap.add_argument("--frames", type=int, default=81)
+    ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    trees = dict(t.split("=", 1) for t in args.tree)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for _ in range(args.runs):
+        for name, path in trees.items():
+            rec = plan_once(Path(path).resolve(), args)
+            runs[name].append(rec)
+            print(name, json.dumps(rec), file=sys.stderr, flush=True)
+    first = next(iter(trees))
+    print(f"{'tree':<10}{'wall_s':>10}" + "".join(f"{k:>14}" for k in TIMINGS) + "  same plan as " + first)
+    for name, rs in runs.items():
+        ok = [r for r in rs if "error" not in r]
+        if not ok:
+            print(f"{name:<10} error: {rs[0]['error']}")
+            continue
+        med = {k: statistics.median(r["timings"][k] or 0.0 for r in ok) for k in TIMINGS}
+        same = [same_plan(r, runs[first][i]) for i, r in enumerate(rs)]
+        print(f"{name:<10}{statistics.median(r['wall_s'] for r in ok):>10.1f}"
+              + "".join(f"{med[k]:>14.1f}" for k in TIMINGS) + f"  {sum(same)}/{len(same)}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"request": {k: getattr(args, k) for k in
+                                                     ("model", "topology", "resolution", "frames", "top_k")},
+                                         "trees": trees, "runs": runs}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
