@@ -173,3 +173,25 @@ def test_no_strategy_within_the_budget_is_a_planning_error(small, monkeypatch, t
     monkeypatch.setattr(compiling, "compile_strategy", stopped)
     with pytest.raises(PlanningError, match="within the time budget of 1 s"):
         plan_space(space, topo, top_k=1, progress=False, time_budget_s=1, include_experts=False, use_cache=False)
+
+
+def test_stage2s_progress_line_says_the_time_left_at_the_pace_so_far_within_the_budget(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from aoizora.plan import planner
+    from aoizora.progress import _LineCounter
+
+    now = [0.0]
+    monkeypatch.setattr(planner.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    lines = _LineCounter(Console(file=out, force_terminal=False, width=120), "Stage 2", 4, every_s=0.0,
+                         clock=lambda: now[0])
+    pace = planner._Pace(lines, 4, TimeBudget(100, clock=lambda: now[0]))
+    now[0] = 20.0
+    pace.done()  # 20 s a compile, 3 left: 60 s
+    now[0] = 90.0
+    pace.done()  # 45 s a compile, 2 left: 90 s, but 10 s of budget left
+    assert out.getvalue().splitlines() == ["Stage 2: 1/4 (20 s, about 60 s left)",
+                                           "Stage 2: 2/4 (90 s, about 10 s left)"]

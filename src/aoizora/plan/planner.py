@@ -364,11 +364,11 @@ class _Pace:
 
     def done(self) -> None:
         self.finished += 1
-        self.bar.advance()
         left = estimate_remaining(time.monotonic() - self.start, self.finished, self.total)
         if left is not None and self.budget is not None:
             left = min(left, max(self.budget.remaining(), 0.0))
-        self.bar.set_remaining(left)
+        self.bar.set_remaining(left)  # before the advance, whose line (off a terminal) shows it
+        self.bar.advance()
 
     def more(self) -> None:
         self.total += 1
