@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"stage2", "validation"},
     {"plan"},
     {"report", "runtime", "export"},
+    {"api"},  # the Python API's Wan entry point (reads MaxDiffusion commands)
     {"bench"},
     {"cli"},
 ]

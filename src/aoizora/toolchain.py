@@ -20,11 +20,17 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, ToolchainError, TopologyError
 
-# libtpu takes a machine-wide lock file when it loads, so a second process that
-# only compiles (a planner next to a test run, a CLI call from a test) would abort. Compile-only
-# use shares no chip, so aoizora allows several loads unless the user decided otherwise. It must
-# be set before libtpu loads, hence at import time of this module (imported by `aoizora`).
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+def allow_multiple_libtpu_loads() -> None:
+    """Let libtpu load beside another process that loaded it, unless the user decided otherwise.
+
+    libtpu takes a machine-wide lock file when it loads, so a second process that only compiles (a
+    planner next to a test run, a CLI call from a test) would abort. Compile-only use shares no
+    chip. The switch must be set before libtpu loads, and children inherit it, so aoizora sets it
+    where it starts compiling (`compile_only_devices`, the environment check, the CLI's main) and
+    never on `import aoizora`.
+    """
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def require_libtpu() -> None:
@@ -40,6 +46,7 @@ def require_libtpu() -> None:
 def compile_only_devices(topology_name: str) -> tuple[Any, ...]:
     """The compile-only TPU devices of a slice, in libtpu's order (cached per name)."""
     require_libtpu()
+    allow_multiple_libtpu_loads()
     from jax.experimental import topologies
 
     try:
@@ -177,6 +184,7 @@ def check_compiler_environment(verdicts: str | os.PathLike[str] | None = None) -
 
     Checked in a child process (a few seconds); an environment that passed is remembered in the
     folder `verdicts` (None: not remembered), keyed by the two variables and the toolchain."""
+    allow_multiple_libtpu_loads()
     env = compiler_environment()
     if not any(env.values()):
         return

@@ -6,7 +6,7 @@ import pytest
 
 import aoizora
 from aoizora.cost import Q2Options
-from aoizora.errors import AoizoraError, ArgumentError, ArgumentTypeError
+from aoizora.errors import AoizoraError, ArgumentError, ArgumentTypeError, TopologyError
 from aoizora.models import registry
 from aoizora.plan import planner
 from aoizora.topology import get_topology
@@ -62,8 +62,10 @@ def test_plan_space_refuses_bad_arguments_by_name(monkeypatch):
     monkeypatch.setattr(planner, "planning_flags", lambda *a, **k: pytest.fail("planning started"))
     with pytest.raises(ArgumentTypeError, match="space must be a StrategySpace"):
         planner.plan_space("wan2.1-t2v-1.3b", topo)
-    with pytest.raises(ArgumentTypeError, match="topology must be a Topology"):
-        planner.plan_space(space, "v5e:2x2")
+    with pytest.raises(ArgumentTypeError, match="topology must be a slice name"):
+        planner.plan_space(space, 8)
+    with pytest.raises(TopologyError, match="v5e:3x3"):
+        planner.plan_space(space, "v5e:3x3")
     with pytest.raises(ArgumentError, match="top_k must be at least 1"):
         planner.plan_space(space, topo, top_k=0)
     with pytest.raises(ArgumentTypeError, match="options must be a Q2Options"):
@@ -103,3 +105,26 @@ def test_every_argument_that_shapes_a_plan_is_in_its_request_or_checked():
     # a compile timeout or a time budget can lose candidates, and a plan that lost one is never cached
     timeouts = {"compile_timeout_s", "time_budget_s"}
     assert set(planner.PLAN_SPACE_OPTIONS) == in_request | no_effect | checked | timeouts
+
+
+def test_plan_space_and_plan_function_take_a_slice_by_name(monkeypatch):
+    """A name is resolved with `get_topology` before any work; the plan is of that slice."""
+    topo = get_topology("v5e:2x2")
+    space = registry.wan_space(*GOOD[:1], "480p", 5, generation=topo.generation)
+
+    class Stop(Exception):
+        pass
+
+    def flags(libtpu_args, topology_name):
+        seen.append(topology_name)
+        raise Stop
+
+    seen: list[str] = []
+    monkeypatch.setattr(planner, "planning_flags", flags)
+    for call in (lambda: planner.plan_space(space, "v5e:2x2"), lambda: aoizora.plan_space(space, topo),
+                 lambda: aoizora.plan_function(None, (), space, "v5e:2x2")):
+        with pytest.raises(Stop):
+            call()
+    assert seen == ["v5e:2x2"] * 3
+    with pytest.raises(ArgumentTypeError, match="topology must be a slice name"):
+        aoizora.plan_function(None, (), space, 8)

@@ -238,7 +238,9 @@ _libtpu_args_option = click.option(
 def main() -> None:
     """Console entry point."""
     from aoizora.stderr_filter import StderrFilter
+    from aoizora.toolchain import allow_multiple_libtpu_loads
 
+    allow_multiple_libtpu_loads()  # before any command loads libtpu, inherited by its children
     code: Any = 0
     try:
         # from here on a stop signal is one line, also outside a command (setting up the filter,

@@ -25,7 +25,7 @@ from aoizora.defaults import (
     DEFAULT_TOP_K,
     DEFAULT_VERIFY_TOP,
 )
-from aoizora.errors import PlanningError
+from aoizora.errors import ArgumentError, PlanningError
 
 
 @cli.command()
@@ -101,8 +101,8 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     # or a plan with its outputs, in the order --help lists them.
     from rich.console import Console
 
+    from aoizora.api import wan_request_space
     from aoizora.cost import Q2Options
-    from aoizora.models.registry import wan_space
     from aoizora.plan import plan_space
     from aoizora.plan.planner import planning_flags
     from aoizora.report.tables import print_plan
@@ -129,8 +129,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         from aoizora.models.registry import model_key
 
         maxdiffusion_config(model_key(request["model"]), field="--model")  # refused before any long work
-    space = wan_space(request.pop("model"), request.pop("resolution"), request.pop("frames"),
-                      expert_residency=expert_residency, generation=topo.generation, **request)
+    space = wan_request_space(request, topo, expert_residency)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
@@ -192,44 +191,20 @@ def _user_deployment_line(plan: dict) -> None:
 def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
                   kernel_profile: str | None, topo: Any) -> dict[str, Any]:
     """wan_space's arguments: the options', or a MaxDiffusion command's (options that disagree refused)."""
-    if command is None:
-        if model is None:
-            raise click.UsageError("Missing option '--model' (or give --from-maxdiffusion)")
-        return {"model": model, "resolution": "720p" if resolution is None else resolution,
-                "frames": 81 if frames is None else frames, "kernel_profile": kernel_profile or "jax-splash"}
-    from aoizora.export import read_command
-    from aoizora.models.registry import model_config, video_shape
-    from aoizora.models.wan.experts import USER_DEPLOYMENT
-    from aoizora.models.wan.strategy import validate_strategy
-    from aoizora.workload import ExpertDeployment
+    from aoizora.api import wan_request
 
-    cmd = read_command(command)
-    width, height, cmd_frames = cmd.video()
-    strategy = cmd.strategy(topo.num_devices)
-    given = {"--model": (model, cmd.model), "--frames": (frames, cmd_frames),
-             "--kernel": (kernel_profile, strategy.kernel_profile),
-             "--resolution": (resolution and "x".join(map(str, _resolution(resolution, cmd.model))),
-                              f"{width}x{height}")}
-    for option, (mine, theirs) in given.items():
-        if mine is not None and str(mine) != str(theirs):
-            raise click.UsageError(f"{option} {mine} disagrees with the MaxDiffusion command's {theirs}; drop {option}")
-    batch = 2 * cmd.videos(topo.num_devices)
-    config = model_config(cmd.model)
-    validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch, topo.num_devices)
-    deployment = ExpertDeployment(USER_DEPLOYMENT, strategy,
-                                  tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
-                                  source="the MaxDiffusion command given with --from-maxdiffusion",
-                                  documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "
-                                             f"costed as {strategy.kernel_profile})",
-                                  notes=tuple(cmd.notes()))
-    return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
-            "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
+    if command is None and model is None:
+        raise click.UsageError("Missing option '--model' (or give --from-maxdiffusion)")
+    try:
+        return wan_request(model, resolution, frames, kernel=kernel_profile, from_maxdiffusion=command, topology=topo,
+                           names=_OPTION_NAMES)
+    except ArgumentError as exc:  # options that disagree with the command: a usage error, as click's own
+        raise click.UsageError(str(exc)) from None
 
 
-def _resolution(text: str, model: str) -> tuple[int, int]:
-    from aoizora.models.registry import model_config, parse_resolution
-
-    return parse_resolution(text, model_config(model))
+#: how `wan_request` names its arguments here
+_OPTION_NAMES = {"model": "--model", "resolution": "--resolution", "frames": "--frames", "kernel": "--kernel",
+                 "from_maxdiffusion": "--from-maxdiffusion"}
 
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:

@@ -9,11 +9,10 @@ from aoizora.plan.planner import (
     plan_for_pair,
     plan_function,
     plan_space,
-    plan_wan,
     planning_flags,
 )
 
 __all__ = [
     "FunctionSpace", "FunctionStrategy", "Plan", "PlanResult", "expert_entries", "load_plan", "nothing_fits",
-    "plan_for_pair", "plan_function", "plan_space", "plan_wan", "planning_flags",
+    "plan_for_pair", "plan_function", "plan_space", "planning_flags",
 ]

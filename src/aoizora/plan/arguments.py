@@ -1,6 +1,6 @@
 """The Python API's arguments checked as the CLI checks its options, before any work.
 
-`plan_wan` and `plan_space` refuse a value of the wrong type with `ArgumentTypeError` (a
+`plan_wan`, `plan_space` and `plan_function` refuse a value of the wrong type with `ArgumentTypeError` (a
 `TypeError`) and a value out of range with `ArgumentError` (a `ValueError`), each naming the
 argument, so that a wrong call fails at once instead of deep inside the planner, and never plans
 something else than was asked (``frames=True`` as one frame) or misses the plan cache
@@ -33,23 +33,36 @@ def whole_number(name: str, value: Any, minimum: int) -> None:
 
 
 def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames: Any, expert_residency: Any,
-                             options: dict[str, Any]) -> None:
-    """`plan_wan`'s own arguments, and the keywords it passes on to `plan_space`."""
-    from aoizora.topology import Topology
-
-    if not isinstance(model, str):
+                             options: dict[str, Any], *, from_maxdiffusion: Any = None, kernel: Any = None) -> None:
+    """`plan_wan`'s own arguments, and the keywords it passes on to `plan_space`. With a MaxDiffusion
+    command, `model`, `resolution`, `frames` and `kernel` may be None (the command says them)."""
+    if from_maxdiffusion is not None and not isinstance(from_maxdiffusion, str):
+        raise ArgumentTypeError(f"from_maxdiffusion must be a MaxDiffusion command (str) or None, not "
+                                f"{_type_name(from_maxdiffusion)}")
+    if not (isinstance(model, str) or (model is None and from_maxdiffusion is not None)):
         raise ArgumentTypeError(f"model must be a model name (str) such as 'wan2.1-t2v-1.3b', not {_type_name(model)}")
-    if not isinstance(topology, (str, Topology)):
-        raise ArgumentTypeError(f"topology must be a slice name (str) such as 'v5e:2x4' or a Topology, "
-                                f"not {_type_name(topology)}")
-    if not isinstance(resolution, str):
+    check_topology(topology)
+    if not (resolution is None or isinstance(resolution, str)):
         raise ArgumentTypeError(f"resolution must be '480p', '720p' or 'WIDTHxHEIGHT' (str), not "
                                 f"{_type_name(resolution)}")
-    whole_number("frames", frames, 1)
+    if frames is not None:
+        whole_number("frames", frames, 1)
+    if not (kernel is None or isinstance(kernel, str)):
+        raise ArgumentTypeError(f"kernel must be a kernel profile (str) such as 'jax-splash' or None, not "
+                                f"{_type_name(kernel)}")
     if expert_residency not in EXPERT_RESIDENCIES:
         raise ArgumentError(f"expert_residency must be one of {', '.join(map(repr, EXPERT_RESIDENCIES))}, "
                             f"not {_type_name(expert_residency)}")
     check_plan_space_options(options)
+
+
+def check_topology(topology: Any) -> None:
+    """`topology` is a slice name (resolved with `get_topology`, which refuses an unknown one) or a Topology."""
+    from aoizora.topology import Topology
+
+    if not isinstance(topology, (str, Topology)):
+        raise ArgumentTypeError(f"topology must be a slice name (str) such as 'v5e:2x4' or a Topology, "
+                                f"not {_type_name(topology)}")
 
 
 def check_plan_space_options(options: dict[str, Any]) -> None:

@@ -77,7 +77,7 @@ class PlanResult:
 
 def plan_space(
     space: StrategySpace,
-    topology: Topology,
+    topology: Topology | str,
     *,
     top_k: int = DEFAULT_TOP_K,
     options: Q2Options | None = None,
@@ -93,7 +93,8 @@ def plan_space(
     executor: CompileExecutor | None = None,
     time_budget_s: float | None = None,
 ) -> PlanResult:
-    """Plan a workload (its strategy space) on a slice; answers from the cache when it can.
+    """Plan a workload (its strategy space) on a slice (a `Topology` or its name, e.g. "v5e:2x4");
+    answers from the cache when it can.
 
     `include_experts`: the space's documented expert deployments join Stage 2 as candidates (and
     baselines), so a plan is never worse than them; False plans from Stage 1's Top-K alone (what
@@ -116,7 +117,7 @@ def plan_space(
     Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
     steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
     """
-    check_plan_space_arguments(space, topology, dict(
+    topology = check_plan_space_arguments(space, topology, dict(
         top_k=top_k, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top, use_cache=use_cache,
         progress=progress, compile_cache=compile_cache, stage1=stage1, libtpu_args=libtpu_args,
         include_experts=include_experts, executor=executor, time_budget_s=time_budget_s))
@@ -182,19 +183,21 @@ PLAN_SPACE_OPTIONS: tuple[str, ...] = tuple(
     name for name, p in inspect.signature(plan_space).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
-def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any]) -> None:
-    """`plan_space`'s arguments (`aoizora.plan.arguments`), before any work."""
+def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any]) -> Topology:
+    """`plan_space`'s arguments (`aoizora.plan.arguments`), before any work; the slice, resolved
+    from its name (`get_topology` raises TopologyError for an unknown one)."""
     from aoizora.errors import ArgumentTypeError
-    from aoizora.plan.arguments import check_plan_space_options, check_stage1
+    from aoizora.plan.arguments import check_plan_space_options, check_stage1, check_topology
+    from aoizora.topology import get_topology
 
     if not isinstance(space, StrategySpace):
         raise ArgumentTypeError(f"space must be a StrategySpace (e.g. aoizora.models.registry.wan_space(...)), not "
                                 f"{type(space).__name__}")
-    if not isinstance(topology, Topology):
-        raise ArgumentTypeError(f"topology must be a Topology (aoizora.topology.get_topology('v5e:2x4')), not "
-                                f"{type(topology).__name__}")
+    check_topology(topology)
     check_plan_space_options(options)
-    check_stage1(options["stage1"], topology, options["top_k"])
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    check_stage1(options["stage1"], topo, options["top_k"])
+    return topo
 
 
 def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerFlags) -> dict[str, CompilerFlags]:
@@ -515,30 +518,12 @@ def plan_function(
     `strategy_space` is either a `StrategySpace` or a list of `FunctionStrategy` (a mesh and the
     PartitionSpec of each argument); `abstract_args` are `jax.ShapeDtypeStruct`s (no data).
     """
+    from aoizora.plan.arguments import check_topology
     from aoizora.plan.function_space import FunctionSpace
     from aoizora.topology import get_topology
 
+    check_topology(topology)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     space = (strategy_space if isinstance(strategy_space, StrategySpace)
              else FunctionSpace(fn, abstract_args, strategy_space))
     return plan_space(space, topo, **kwargs)
-
-
-def plan_wan(model: str, topology: Topology | str, resolution: str, frames: int, *,
-             expert_residency: str = "both", **options: Any) -> PlanResult:
-    """Plan a named Wan model at a video shape on a slice, as `aoizora plan --model` does.
-
-    `model`: a name `aoizora models` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology` or
-    its name ("v5e:2x4"); `resolution`: "480p", "720p" or "WxH"; `frames`: 4n+1.
-    `expert_residency`: a Wan 2.2 pipeline's experts both in HBM ("both") or swapped ("swap").
-    Other keywords go to `plan_space` (`top_k`, `verify_top`, `options`, `use_cache`, `progress`,
-    `executor`, ...). Raises ShapeError (unknown model, bad shape), TopologyError or PlanningError.
-    """
-    from aoizora.models.registry import wan_space
-    from aoizora.plan.arguments import check_plan_wan_arguments
-    from aoizora.topology import get_topology
-
-    check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options)
-    topo = get_topology(topology) if isinstance(topology, str) else topology
-    space = wan_space(model, resolution, frames, generation=topo.generation, expert_residency=expert_residency)
-    return plan_space(space, topo, **options)

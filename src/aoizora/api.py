@@ -1,0 +1,106 @@
+"""The Python API's Wan entry point: `plan_wan`, and the strategy space it and `aoizora plan` build.
+
+`wan_request` turns what a caller gives (a model and video shape, a kernel profile, or a user's
+MaxDiffusion command) into `wan_space`'s arguments; `aoizora plan --model/--kernel/--from-maxdiffusion`
+and `plan_wan(..., kernel=, from_maxdiffusion=)` both go through it, so both plan the same space.
+It reads MaxDiffusion commands (`aoizora.export`), hence a module above the planner.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aoizora.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from aoizora.plan import PlanResult
+    from aoizora.topology import Topology
+    from aoizora.workload import StrategySpace
+
+#: the kernel profiles `aoizora plan --kernel` and `plan_wan(kernel=)` take
+KERNEL_PROFILES = ("jax-splash", "tokamax-splash", "maxdiffusion-custom", "maxdiffusion-custom-fixed-m")
+
+#: how `wan_request`'s messages name its arguments (the CLI passes its options' names)
+PYTHON_NAMES = {"model": "model", "resolution": "resolution", "frames": "frames", "kernel": "kernel",
+                "from_maxdiffusion": "from_maxdiffusion"}
+
+
+def wan_request(model: str | None, resolution: str | None, frames: int | None, *, kernel: str | None,
+                from_maxdiffusion: str | None, topology: Topology,
+                names: dict[str, str] | None = None) -> dict[str, Any]:
+    """`wan_space`'s arguments: those given (defaults 720p, 81 frames, JAX's splash), or a MaxDiffusion
+    command's, with its strategy as the user's deployment (given arguments that disagree refused with
+    ArgumentError). `names`: how messages name the arguments (default: as Python spells them)."""
+    names = {**PYTHON_NAMES, **(names or {})}
+    if kernel is not None and kernel not in KERNEL_PROFILES:
+        raise ArgumentError(f"{names['kernel']} must be one of {', '.join(map(repr, KERNEL_PROFILES))}, not {kernel!r}")
+    if from_maxdiffusion is None:
+        if model is None:
+            raise ArgumentError(f"give {names['model']} (or {names['from_maxdiffusion']})")
+        return {"model": model, "resolution": "720p" if resolution is None else resolution,
+                "frames": 81 if frames is None else frames, "kernel_profile": kernel or "jax-splash"}
+    from aoizora.export import read_command
+    from aoizora.models.registry import model_config, parse_resolution, video_shape
+    from aoizora.models.wan.experts import USER_DEPLOYMENT
+    from aoizora.models.wan.strategy import validate_strategy
+    from aoizora.workload import ExpertDeployment
+
+    cmd = read_command(from_maxdiffusion)
+    width, height, cmd_frames = cmd.video()
+    strategy = cmd.strategy(topology.num_devices)
+    given = {names["model"]: (model, cmd.model), names["frames"]: (frames, cmd_frames),
+             names["kernel"]: (kernel, strategy.kernel_profile),
+             names["resolution"]: (resolution and "x".join(map(str, parse_resolution(resolution,
+                                                                                     model_config(cmd.model)))),
+                                   f"{width}x{height}")}
+    for option, (mine, theirs) in given.items():
+        if mine is not None and str(mine) != str(theirs):
+            raise ArgumentError(f"{option} {mine} disagrees with the MaxDiffusion command's {theirs}; drop {option}")
+    batch = 2 * cmd.videos(topology.num_devices)
+    config = model_config(cmd.model)
+    validate_strategy(strategy, config, video_shape(config, f"{width}x{height}", cmd_frames), batch,
+                      topology.num_devices)
+    deployment = ExpertDeployment(USER_DEPLOYMENT, strategy,
+                                  tuple(f"--{k}={v}" for k, v in cmd.libtpu_args.items),
+                                  source=f"the MaxDiffusion command given with {names['from_maxdiffusion']}",
+                                  documented=f"attention={cmd.attention_name} (compiled with JAX's splash kernel, "
+                                             f"costed as {strategy.kernel_profile})",
+                                  notes=tuple(cmd.notes()))
+    return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
+            "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
+
+
+def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both") -> StrategySpace:
+    """The strategy space of a `wan_request` on `topology`'s generation."""
+    from aoizora.models import registry
+
+    rest = dict(request)
+    return registry.wan_space(rest.pop("model"), rest.pop("resolution"), rest.pop("frames"),
+                              expert_residency=expert_residency, generation=topology.generation, **rest)
+
+
+def plan_wan(model: str | None, topology: Topology | str, resolution: str | None = None, frames: int | None = None,
+             *, expert_residency: str = "both", kernel: str | None = None, from_maxdiffusion: str | None = None,
+             **options: Any) -> PlanResult:
+    """Plan a named Wan model at a video shape on a slice, as `aoizora plan` does.
+
+    `model`: a name `aoizora plan --help` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology`
+    or its name ("v5e:2x4"); `resolution`: "480p", "720p" or "WxH" (default 720p); `frames`: 4n+1
+    (default 81). `expert_residency`: a Wan 2.2 pipeline's experts both in HBM ("both") or swapped
+    ("swap"). `kernel`: the attention kernel profile that costs every candidate's attention, as
+    `aoizora plan --kernel` (default "jax-splash"). `from_maxdiffusion`: a user's MaxDiffusion command
+    (as `--from-maxdiffusion`): its model, shape, batch, steps and kernel are planned, and its own
+    strategy joins as a candidate; `model`, `resolution`, `frames` and `kernel` may then be None, and
+    any given must agree with it. Other keywords go to `plan_space` (`top_k`, `verify_top`,
+    `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
+    shape), TopologyError, ArgumentError (bad argument) or PlanningError.
+    """
+    from aoizora.plan import arguments, planner
+    from aoizora.topology import get_topology
+
+    arguments.check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options,
+                             from_maxdiffusion=from_maxdiffusion, kernel=kernel)
+    topo = get_topology(topology) if isinstance(topology, str) else topology
+    request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
+                          topology=topo)
+    return planner.plan_space(wan_request_space(request, topo, expert_residency), topo, **options)
