@@ -241,7 +241,7 @@ def _seed_orders(topology: Topology, group: tuple[int, ...]) -> list[tuple[int, 
 
 
 @dataclass
-class Plan:
+class TransferPlan:
     """The transfers of one collective instance (physical device ids), shared by all its runs."""
 
     src: list[int] = field(default_factory=list)
@@ -274,7 +274,7 @@ class Plan:
         self.n_senders += 1
         return self.n_senders - 1
 
-    def finish(self, members: tuple[int, ...]) -> Plan:
+    def finish(self, members: tuple[int, ...]) -> TransferPlan:
         """Index dependents and per-device involvement once the DAG is built."""
         self.members = members
         self.dependents = [[] for _ in self.src]
@@ -292,7 +292,7 @@ class Plan:
         return self
 
 
-def _ring(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
+def _ring(plan: TransferPlan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
           direction: int, chunks: int, prior: dict[int, tuple[int, ...]],
           seq_base: int) -> dict[int, tuple[int, ...]]:
     """Add one one-way ring of `steps` store-and-forward steps; return each device's last receipts.
@@ -321,7 +321,7 @@ def _ring(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, st
     return {order[i]: tuple(prev[i]) for i in range(n)}
 
 
-def _rings(plan: Plan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
+def _rings(plan: TransferPlan, topology: Topology, order: tuple[int, ...], steps: int, step_bytes: float,
            bidirectional: bool, chunks: int, prior: dict[int, tuple[int, ...]], seq_base: int
            ) -> dict[int, tuple[int, ...]]:
     """A one-way ring, or two opposite rings carrying half the bytes each."""
@@ -342,7 +342,7 @@ def _ring_steps(kind: CollectiveKind, n: int, payload: float) -> tuple[int, floa
     return sum(p.steps for p in phases), phases[0].bytes_per_step
 
 
-def _nd(plan: Plan, topology: Topology, kind: CollectiveKind, order: tuple[int, ...], layout: NDLayout,
+def _nd(plan: TransferPlan, topology: Topology, kind: CollectiveKind, order: tuple[int, ...], layout: NDLayout,
         payload: float, bidirectional: bool, chunks: int, reorder: bool) -> None:
     """Phased per-dimension rings of an N-D strategy (see the module docstring)."""
     sizes = layout.dim_sizes
@@ -411,12 +411,12 @@ def _physical_grid(topology: Topology, group: tuple[int, ...], sizes: tuple[int,
 
 def build_plan(collective: Collective, logical_to_device: list[int], topology: Topology, *,
                ring_order: RingOrder, chunks: int, direction: RingDirection | None,
-               default_direction: RingDirection) -> Plan:
+               default_direction: RingDirection) -> TransferPlan:
     """All transfers of one run of `collective`, all groups at once, on physical devices.
 
     `direction` forces the ring direction; None reads it from the config, else `default_direction`.
     """
-    plan = Plan()
+    plan = TransferPlan()
     kind = collective.kind
     payload = float(collective.payload_bytes or collective.operand_bytes)
     members: list[int] = []

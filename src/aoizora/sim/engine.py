@@ -41,7 +41,7 @@ from aoizora.errors import PlacementError, SimulationError
 from aoizora.hlo.algorithm import RingDirection, RingOrder
 from aoizora.hlo.program import Node, NodeKind, Program
 from aoizora.placement import Placement
-from aoizora.sim.algorithms import Plan, build_plan
+from aoizora.sim.algorithms import TransferPlan, build_plan
 from aoizora.sim.network import FlowNetwork
 from aoizora.sim.result import CollectiveTiming, SimResult
 from aoizora.topology import Topology
@@ -62,7 +62,7 @@ class _Run:
     __slots__ = ("serial", "plan", "coll", "missing", "issued", "enabled", "queues", "busy", "pending",
                  "left", "first_issue", "waiters", "finished")
 
-    def __init__(self, serial: int, plan: Plan, coll: int):
+    def __init__(self, serial: int, plan: TransferPlan, coll: int):
         self.serial = serial
         self.plan = plan
         self.coll = coll
@@ -113,7 +113,7 @@ class Simulator:
         self.net = FlowNetwork(cap)
         self.flows: dict[int, tuple[_Run, int]] = {}
         self._flow_id = 0
-        self.plans: dict[int, Plan] = {}
+        self.plans: dict[int, TransferPlan] = {}
         self.runs: dict[tuple, _Run] = {}
         self.unfinished = 0
         self._finished_in_instant = False
@@ -329,7 +329,7 @@ class Simulator:
                 "in this loop iteration; its start and done must be in the same loop body")
         return run
 
-    def _plan(self, c: int) -> Plan:
+    def _plan(self, c: int) -> TransferPlan:
         plan = self.plans.get(c)
         if plan is None:
             plan = build_plan(self.program.collectives[c], self.l2p, self.topology, ring_order=self.ring_order,
