@@ -46,7 +46,7 @@ from aoizora.workload import StrategySpace
 
 
 @dataclass(frozen=True)
-class Traffic:
+class PredictedCollective:
     """One kind of collective Stage 1 predicts: `multiplicity` executions over the groups spanning `axes`.
 
     Axes are mesh axis names or Shardy sub-axes `name:pre_size:size`, major first; `payload_bytes`
@@ -59,12 +59,12 @@ class Traffic:
     multiplicity: int
 
 
-def traffic_of(summary: Mapping[str, Any] | None) -> list[Traffic] | None:
+def traffic_of(summary: Mapping[str, Any] | None) -> list[PredictedCollective] | None:
     """The collectives of a Stage 1 summary (`Prediction.summary`); None when it has no list."""
     rows = (summary or {}).get("collective_traffic")
     if rows is None:
         return None
-    return [Traffic(kind, tuple(axes), float(payload), int(mult)) for kind, axes, payload, mult in rows]
+    return [PredictedCollective(kind, tuple(axes), float(payload), int(mult)) for kind, axes, payload, mult in rows]
 
 
 def compile_order_matters(topology: Topology) -> bool:
@@ -106,7 +106,7 @@ def replica_groups(mesh: MeshSpec, axes: Sequence[str]) -> list[list[int]] | Non
     return sorted(ordered, key=lambda g: g[0])
 
 
-def synthetic_program(mesh: MeshSpec, traffic: Iterable[Traffic]) -> Program | None:
+def synthetic_program(mesh: MeshSpec, traffic: Iterable[PredictedCollective]) -> Program | None:
     """A program of the collectives alone, over logical positions of `mesh`; None when a
     collective names an axis the mesh does not have.
 
