@@ -148,7 +148,9 @@ class Func:
 
 
 @dataclass(frozen=True)
-class Mesh:
+class ShardyMesh:
+    """A Shardy `sdy.mesh` of the lowered module: its named axes (not a `jax.sharding.Mesh`)."""
+
     name: str
     axes: tuple[tuple[str, int], ...]
     device_ids: tuple[int, ...] = ()
@@ -193,7 +195,7 @@ class IRModule:
 
     name: str
     num_partitions: int
-    meshes: dict[str, Mesh]
+    meshes: dict[str, ShardyMesh]
     funcs: dict[str, Func]
     main: str
 
@@ -202,10 +204,10 @@ class IRModule:
         return self.funcs[self.main]
 
     @property
-    def mesh(self) -> Mesh:
-        """The single mesh of the program (JAX programs over one `Mesh` have one)."""
+    def mesh(self) -> ShardyMesh:
+        """The single mesh of the program (JAX programs over one `jax.sharding.Mesh` have one)."""
         if not self.meshes:
-            return Mesh("", ())
+            return ShardyMesh("", ())
         return next(iter(self.meshes.values()))
 
     # --- summaries (what tests and reports look at) --------------------------------------
@@ -511,7 +513,7 @@ def read_module(module: ir.Module | Any) -> IRModule:
     num_partitions = 1
     if "mhlo.num_partitions" in top.attributes:
         num_partitions = _int(top.attributes["mhlo.num_partitions"])
-    meshes: dict[str, Mesh] = {}
+    meshes: dict[str, ShardyMesh] = {}
     funcs: dict[str, Func] = {}
     main = None
     for o in module.body.operations:
@@ -520,7 +522,7 @@ def read_module(module: ir.Module | Any) -> IRModule:
             name = ir.StringAttr(op.attributes["sym_name"]).value
             m = _sdy.MeshAttr(op.attributes["mesh"])
             axes = tuple((_sdy.MeshAxisAttr(ax).name, int(_sdy.MeshAxisAttr(ax).size)) for ax in m.axes)
-            meshes[name] = Mesh(name, axes, tuple(int(d) for d in m.device_ids))
+            meshes[name] = ShardyMesh(name, axes, tuple(int(d) for d in m.device_ids))
         elif op.name == "func.func":
             name = ir.StringAttr(op.attributes["sym_name"]).value
             ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
@@ -558,7 +560,7 @@ def axis_size(mesh_sizes: Mapping[str, int], axis: str) -> int:
     return mesh_sizes[axis]
 
 
-def group_axes(groups: tuple[tuple[int, ...], ...], mesh: Mesh) -> tuple[str, ...]:
+def group_axes(groups: tuple[tuple[int, ...], ...], mesh: ShardyMesh) -> tuple[str, ...]:
     """Mesh axes along which the members of replica groups differ (device ids = mesh positions).
 
     Why: collectives inside shard_map carry explicit device-id groups; Q1 prices communication per
