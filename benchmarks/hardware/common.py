@@ -290,7 +290,7 @@ def wan_config(name: str, topology: str, model: str, resolution: str, frames: in
     import dataclasses
 
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.blocks import fitted_splash_blocks
+    from aoizora.models.wan.splash_tiles import fitted_splash_blocks
     from aoizora.topology import hardware_profile
 
     space = wan_space(model, resolution, frames, generation=generation, rope_partner=rope_partner,

@@ -37,8 +37,8 @@ def _config(name: str, attention: str, profile: str) -> Config:
     import dataclasses
 
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.blocks import fitted_splash_blocks
     from aoizora.models.wan.experts import FAST_V7_LIBTPU_ARGS
+    from aoizora.models.wan.splash_tiles import fitted_splash_blocks
     from aoizora.models.wan.strategy import Strategy
     from aoizora.topology import hardware_profile
 

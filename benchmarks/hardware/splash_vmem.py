@@ -25,7 +25,7 @@ import json
 import re
 from pathlib import Path
 
-from aoizora.models.wan.blocks import (
+from aoizora.models.wan.splash_tiles import (
     LARGE_BLOCK_KV,
     LARGE_BLOCK_KV_COMPUTE,
     SPLASH_LIMIT_LENGTH,

@@ -27,7 +27,7 @@ import re
 import subprocess
 import sys
 
-from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
+from aoizora.models.wan.splash_tiles import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
 
 HEADS, HEAD_DIM, TOKENS = 10, 128, 18944
 

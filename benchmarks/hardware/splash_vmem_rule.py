@@ -43,7 +43,7 @@ import re
 import sys
 from pathlib import Path
 
-from aoizora.models.wan.blocks import SPLASH_LIMIT_LENGTH, compile_splash_call
+from aoizora.models.wan.splash_tiles import SPLASH_LIMIT_LENGTH, compile_splash_call
 from aoizora.models.wan.strategy import SplashBlocks
 from aoizora.toolchain import toolchain_versions
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.blocks import fitted_splash_blocks
+from aoizora.models.wan.splash_tiles import fitted_splash_blocks
 
 
 def _candidate(space, key_prefix: str, num_devices: int = 8):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.models.wan.blocks import (
+from aoizora.models.wan.splash_tiles import (
     RAISED_SCOPED_VMEM_KIB,
     compile_splash_call,
     fitted_splash_blocks,

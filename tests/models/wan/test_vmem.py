@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.models.wan.blocks import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE, SPLASH_LIMIT_LENGTH, compile_splash_call
+from aoizora.models.wan.splash_tiles import (
+    LARGE_BLOCK_KV,
+    LARGE_BLOCK_KV_COMPUTE,
+    SPLASH_LIMIT_LENGTH,
+    compile_splash_call,
+)
 from aoizora.models.wan.strategy import SplashBlocks
 from aoizora.models.wan.vmem import (
     COEFFICIENTS,

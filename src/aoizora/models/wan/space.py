@@ -7,7 +7,7 @@ context into Ulysses U × ring R with both at least 2 (`context_splits`: U = 1 i
 U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 or 4 head-group
 chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly. Given the
 slice's generation, every strategy runs splash blocks fitted to its local lengths and to that
-generation's VMEM (`aoizora.models.wan.blocks`); without one, each call takes the kernel's own pick.
+generation's VMEM (`aoizora.models.wan.splash_tiles`); without one, each call takes the kernel's own pick.
 On a generation whose matmuls want 16-bit weights in another tile than the runtime's (TPU7x), every
 strategy with replicated weights hands its stacked weights over in that tile (`Strategy.weight_tile`),
 so libtpu does not copy them (sharded stacks cannot be handed over so: libtpu overrides their tile);
@@ -31,7 +31,6 @@ import jax.numpy as jnp
 from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.attention import splash_cost, splash_grid_steps
-from aoizora.models.wan.blocks import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.custom_tiles import custom_kernel_tile, published_steps
 from aoizora.models.wan.experts import legal_expert_strategies
@@ -39,6 +38,7 @@ from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PR
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
+from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.strategy import (
     ATTENTION_VARIANTS,
     MESH_AXES,

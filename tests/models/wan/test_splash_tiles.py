@@ -1,4 +1,4 @@
-"""Splash blocks fitted to a strategy's lengths and to the generation's VMEM (`aoizora.models.wan.blocks`)."""
+"""Splash blocks fitted to a strategy's lengths and to the generation's VMEM (`aoizora.models.wan.splash_tiles`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 
 from aoizora import toolchain
 from aoizora.models.wan.attention import splash_grid_steps
-from aoizora.models.wan.blocks import (
+from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
+from aoizora.models.wan.space import WanSpace, strategy_key
+from aoizora.models.wan.splash_tiles import (
     KV_ALIGN,
     LARGE_BLOCK_KV,
     LARGE_BLOCK_KV_COMPUTE,
@@ -20,8 +22,6 @@ from aoizora.models.wan.blocks import (
     searched_splash_tile,
     self_attention_lengths,
 )
-from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
-from aoizora.models.wan.space import WanSpace, strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
 
