@@ -136,7 +136,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
 
 @pytest.mark.slow
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
-    import aoizora.bench.run as bench_run
+    import aoizora.bench.grid_run as bench_run
 
     calls = []
 

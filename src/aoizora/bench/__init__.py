@@ -2,9 +2,9 @@
 
 from aoizora.bench.baselines import AlphaBeta, LogicalChoice, logical_search
 from aoizora.bench.grid import GRIDS, Cell, full_grid, held_out_grid, parse_cell, quick_grid
+from aoizora.bench.grid_run import run_bench
 from aoizora.bench.harness import BenchOptions, NoStrategyFits, cell_metrics, run_cell
 from aoizora.bench.report import markdown, output_files, summary, write_outputs
-from aoizora.bench.run import run_bench
 
 __all__ = [
     "GRIDS", "AlphaBeta", "BenchOptions", "Cell", "LogicalChoice", "NoStrategyFits", "cell_metrics", "full_grid",
