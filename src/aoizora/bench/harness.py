@@ -373,7 +373,7 @@ def _score_strategies(space, topo, first: list[Entry], rest: list[Entry], bound:
 def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:
     """Time the plans of aoizora, the baselines and the oracle's three best simulated pairs."""
     from aoizora.plan.planner import plan_for_pair
-    from aoizora.runtime.runner import run_plan
+    from aoizora.runtime.plan_run import run_plan
 
     wanted = {"aoizora": (doc["aoizora"]["strategy"], doc["aoizora"]["placement"]),
               "expert": (doc["expert"]["strategy"], JAX_DEFAULT),

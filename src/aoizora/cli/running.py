@@ -42,7 +42,7 @@ def _run_report(report, title: str) -> None:
 def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distributed: bool) -> None:
     """Run denoising steps of the planned model with the plan's mesh and report time per step."""
     from aoizora.plan import load_plan
-    from aoizora.runtime.runner import run_plan
+    from aoizora.runtime.plan_run import run_plan
 
     report = run_plan(load_plan(plan_path), steps=steps, check=check, checkpoint=checkpoint, distributed=distributed)
     _run_report(report, "run")
@@ -64,7 +64,7 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
 def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: bool, as_json: bool) -> None:
     """Time denoising steps of a plan on the devices present (warm-up excluded, median)."""
     from aoizora.plan import load_plan
-    from aoizora.runtime.runner import run_plan
+    from aoizora.runtime.plan_run import run_plan
 
     report = run_plan(load_plan(plan_path), steps=steps, checkpoint=checkpoint, distributed=distributed)
     if as_json:
@@ -109,7 +109,7 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
     from rich.console import Console
 
     if measure:
-        from aoizora.runtime.runner import ensure_host_devices
+        from aoizora.runtime.plan_run import ensure_host_devices
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
     from aoizora.bench import GRIDS, BenchOptions, markdown, output_files, parse_cell, quick_grid, run_bench
