@@ -9,7 +9,7 @@ other module registers its commands on the group when imported.
 
 from __future__ import annotations
 
-from aoizora.cli import inspection, planning, running  # noqa: F401 - registers the commands
+from aoizora.cli import execution, inspection, planning  # noqa: F401 - registers the commands
 from aoizora.cli.base import cli, main, print_json
 from aoizora.cli.planning import plan
 
