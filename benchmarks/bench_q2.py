@@ -13,9 +13,9 @@ import time
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
 from aoizora.cost import CostModel
+from aoizora.evaluation.validation.programs import transformer_program
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.topology import get_topology
-from aoizora.validation.programs import transformer_program
 from aoizora.workloads.transformer import TransformerConfig
 
 

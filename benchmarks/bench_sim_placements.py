@@ -31,11 +31,11 @@ import statistics
 import time
 
 from aoizora.cost import Q2Options
+from aoizora.evaluation.validation.rank import simulator_options
 from aoizora.hlo import build_program
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import algorithms, simulate
 from aoizora.topology import get_topology
-from aoizora.validation.rank import simulator_options
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from scipy.stats import spearmanr
 
 def check(doc: dict, top_k: int) -> dict:
     """Stage 1 now against the cell's record (see the module docstring)."""
-    from aoizora.bench.harness import best_simulated_seconds
+    from aoizora.evaluation.bench.harness import best_simulated_seconds
     from aoizora.models.registry import wan_space
     from aoizora.stage1 import run_stage1
     from aoizora.topology import get_topology

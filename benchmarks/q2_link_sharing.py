@@ -120,6 +120,7 @@ def main() -> None:
     from scipy.stats import spearmanr
 
     from aoizora.cost import CostModel, Q2Options
+    from aoizora.evaluation.validation.rank import simulator_options
     from aoizora.models.registry import wan_space
     from aoizora.placement import enumerate_placements
     from aoizora.plan.planner import expert_entries
@@ -127,7 +128,6 @@ def main() -> None:
     from aoizora.stage2 import compile_strategy, default_compile_cache
     from aoizora.toolchain import environment_flags
     from aoizora.topology import get_topology
-    from aoizora.validation.rank import simulator_options
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cell", help="a bench cell's JSON (cells/*.json of a bench output directory)")

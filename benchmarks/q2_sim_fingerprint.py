@@ -4,7 +4,7 @@
 
 For checking that a refactor of the cost model, the simulator or the HLO reader changes no
 number: run it from two checkouts over the same cache directory (copy it first: planning adds
-records to a live cache) and `diff` the two outputs (`tests/validation/test_fingerprint.py` runs
+records to a live cache) and `diff` the two outputs (`tests/evaluation/validation/test_fingerprint.py` runs
 the same functions on a few small programs against a committed output). Each real program is scored on up to four
 placements of a 2 x n/2 mesh under five Q2 option sets and simulated on two placements under
 three simulator option sets (default_trip_count=1 for loops of unknown trip count); a few
@@ -26,13 +26,13 @@ import numpy as np
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
 from aoizora.cost import CostModel, Q2Options
+from aoizora.evaluation.validation.rank import simulator_options
 from aoizora.hlo import build_program
 from aoizora.hlo.algorithm import parse_algorithm_config
 from aoizora.hlo.synthetic import ProgramBuilder
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import simulate
 from aoizora.topology import get_topology
-from aoizora.validation.rank import simulator_options
 
 Q2_OPTIONS = [Q2Options(), Q2Options("listed", "auto"), Q2Options("best", "bi"), Q2Options("auto", "uni"),
               Q2Options("listed", "bi")]

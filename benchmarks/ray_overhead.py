@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Any
 
-from aoizora.bench import BenchOptions, Cell, run_cell
+from aoizora.evaluation.bench import BenchOptions, Cell, run_cell
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileWorkers

@@ -14,10 +14,10 @@ import time
 
 import aoizora  # noqa: F401  (sets libtpu's multi-process switch)
 from aoizora.cost import Q2Options
+from aoizora.evaluation.validation.programs import default_suite
+from aoizora.evaluation.validation.rank import validate
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.topology import get_topology
-from aoizora.validation.programs import default_suite
-from aoizora.validation.rank import validate
 
 CASES = [
     ("v5e:2x4", "sp=2,tp=4"),

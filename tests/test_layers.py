@@ -20,11 +20,11 @@ LAYERS: list[set[str]] = [
     {"workload"},
     {"models", "workloads"},
     {"stage1", "cost", "sim"},
-    {"stage2", "validation"},
+    {"stage2"},
     {"plan"},
     {"report", "runtime", "export"},
     {"api"},  # the Python API's Wan entry point (reads MaxDiffusion commands)
-    {"bench"},
+    {"evaluation"},  # `aoizora bench` and `aoizora validate`: the harness and the validation the CLI runs
     {"cli"},
 ]
 ROOT = Path(aoizora.__file__).parent
@@ -141,9 +141,14 @@ def _unexported_imports() -> list[str]:
     one are left out)."""
     missing = []
     for f, module, name in _names_from_other_units():
-        package = ROOT / module.split(".")[1]
+        parts = module.split(".")[1:]
+        package = ROOT / parts[0]
+        if len(parts) > 1 and (package / parts[1] / "__init__.py").exists() \
+                and [p.name for p in package.glob("*.py")] == ["__init__.py"]:
+            # a package that only groups subpackages (`evaluation`): the surface is its subpackage's
+            package, parts = package / parts[1], parts[1:]
         exported = _exported(package) if package.is_dir() else None
-        submodule = module.count(".") == 1 and (package / f"{name}.py").exists()  # `from aoizora.X import module`
+        submodule = len(parts) == 1 and (package / f"{name}.py").exists()  # `from aoizora.X import module`
         if exported is not None and name not in exported and not submodule:
             missing.append(f"{f}: from {module} import {name}")
     return sorted(missing)

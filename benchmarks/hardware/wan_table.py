@@ -8,7 +8,7 @@ ratio of step times (slower over faster; a pipeline's measured ratio is taken wi
 its fastest configuration, see `run.run_pipeline`), for each per-step figure the measured and
 predicted seconds; the kernel profile that costed the attention calls; and whether the figure
 was used to fit anything (in-sample) or not (held out). The table in docs/results.md is this
-script's output on the committed data, checked by tests/bench/test_hardware_suite.py.
+script's output on the committed data, checked by tests/benchmarks/test_hardware_suite.py.
 """
 
 from __future__ import annotations

@@ -42,3 +42,16 @@ def test_committed_plans_hold_only_documented_fields_and_validate(path):
             obj = obj.get(part, {}) if isinstance(obj, dict) else {}
         extra = set(obj) - fields if isinstance(obj, dict) else set()
         assert not extra, f"{path.name}: {where or '(top level)'} holds undocumented fields {sorted(extra)}"
+
+
+def test_the_fields_said_to_be_set_by_an_option_of_aoizora_plan_are_the_ones_it_sets():
+    """A field whose description names an option of `aoizora plan` (`--kernel`, ...) is the option's
+    own parameter: `--kernel` sets `kernel_profile`, not the `kernel` the programs are written with."""
+    from aoizora.cli import cli
+
+    options = {opt: p.name for p in cli.commands["plan"].params for opt in getattr(p, "opts", ())}
+    named = [(path, opt, name) for path, field, _ in rows() for opt, name in options.items()
+             if f"`{opt}`" in field.get("description", "")]
+    assert any(opt == "--kernel" for _, opt, _ in named)
+    wrong = [f"{path} says {opt} (which sets {name})" for path, opt, name in named if path.rsplit(".", 1)[-1] != name]
+    assert not wrong

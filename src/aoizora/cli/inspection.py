@@ -108,12 +108,12 @@ def rank(hlo_path: str, topology_name: str, mesh_text: str, ring_order: str, rin
          as_json: bool) -> None:
     """Every distinct placement of a compiled program, scored by Q2 and the simulator, best first."""
     from aoizora.cost import Q2Options
+    from aoizora.evaluation.validation.rank import check_program_mesh, rank_placements
     from aoizora.hlo.builder import build_program
     from aoizora.placement import MeshSpec, enumerate_placements
     from aoizora.progress import progress_reporter
     from aoizora.report.tables import print_ranking
     from aoizora.topology import get_topology
-    from aoizora.validation.rank import check_program_mesh, rank_placements
 
     text = _read_text(hlo_path)
     program = build_program(text)
@@ -145,14 +145,14 @@ def validate(topology_name: str, mesh_text: str, hlo_paths: tuple[str, ...], sui
              ring_direction: str, as_json: bool) -> None:
     """Rank agreement of Q2 with the reference simulator over (program, placement) pairs."""
     from aoizora.cost import Q2Options
+    from aoizora.evaluation.validation.programs import NamedProgram, default_suite
+    from aoizora.evaluation.validation.rank import check_program_mesh
+    from aoizora.evaluation.validation.rank import validate as run_validation
     from aoizora.hlo.builder import build_program
     from aoizora.placement import MeshSpec, enumerate_placements
     from aoizora.progress import progress_reporter
     from aoizora.report.tables import print_validation
     from aoizora.topology import get_topology
-    from aoizora.validation.programs import NamedProgram, default_suite
-    from aoizora.validation.rank import check_program_mesh
-    from aoizora.validation.rank import validate as run_validation
 
     topo = get_topology(topology_name)
     spec = MeshSpec.parse(mesh_text)

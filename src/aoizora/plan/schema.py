@@ -98,9 +98,11 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "model": _about("object", "the model's dimensions (layers, dim, heads, ffn, ...)"),
                 "scheduler": _about("object", "the sampler (name, denoising steps, shift) the video's steps "
                                   "come from", serving="`aoizora run` and the export run this many steps"),
-                "kernel": _about("string", "the attention kernel asked for (`--kernel`)"),
+                "kernel": _about("string", "the attention kernel the programs are written with (`auto`: "
+                                 "JAX's splash on TPU; no option of `aoizora plan` sets it)"),
                 "splash_blocks": _about("string", "how the splash blocks were chosen (e.g. `fitted to v5e`)"),
-                "kernel_profile": _about("string", "the attention kernel's cost profile (`--kernel`)"),
+                "kernel_profile": _about("string", "the attention kernel the deployment runs, whose cost profile "
+                                         "costs attention (what `--kernel` sets)"),
                 "pipeline": _about("object", "the generation around the transformer (two-expert switch, "
                                  "guidance, …) for models that define one",
                                  serving="`aoizora run` and the export run the pipeline so"),

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aoizora.bench.grid import Cell
-from aoizora.bench.harness import BenchOptions, cell_metrics, run_cell_with_fallback
-from aoizora.bench.report import write_outputs
+from aoizora.evaluation.bench.grid import Cell
+from aoizora.evaluation.bench.harness import BenchOptions, cell_metrics, run_cell_with_fallback
+from aoizora.evaluation.bench.report import write_outputs
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor
 from aoizora.store import write_json_atomic

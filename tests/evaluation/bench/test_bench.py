@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aoizora.bench import BenchOptions, Cell, logical_search, markdown, parse_cell, run_bench, run_cell
-from aoizora.bench.baselines import AlphaBeta
 from aoizora.cli import cli
 from aoizora.errors import BenchError
+from aoizora.evaluation.bench import BenchOptions, Cell, logical_search, markdown, parse_cell, run_bench, run_cell
+from aoizora.evaluation.bench.baselines import AlphaBeta
 from aoizora.stage1 import run_stage1
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.topology import get_topology
@@ -117,7 +117,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
     """Should Q1 exceed a compiled strategy's simulated latency, the bound is not trusted."""
     import dataclasses
 
-    from aoizora.bench import harness
+    from aoizora.evaluation.bench import harness
 
     real = harness.run_stage1
 
@@ -136,7 +136,7 @@ def test_a_violated_bound_prunes_nothing(compile_cache, monkeypatch):
 
 @pytest.mark.slow
 def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
-    import aoizora.bench.grid_run as bench_run
+    import aoizora.evaluation.bench.grid_run as bench_run
 
     calls = []
 
@@ -171,8 +171,8 @@ def test_run_bench_writes_outputs_and_resumes(tmp_path, cell_doc, monkeypatch):
 
 
 def test_the_held_out_grid_shares_no_cell_and_no_slice_model_pair_with_the_tuning_grid():
-    from aoizora.bench import held_out_grid
-    from aoizora.bench.grid import full_grid
+    from aoizora.evaluation.bench import held_out_grid
+    from aoizora.evaluation.bench.grid import full_grid
 
     tuned = {(c.topology, c.model) for c in full_grid()}
     held = held_out_grid()
@@ -189,8 +189,8 @@ def test_bad_cells_are_refused():
 
 @pytest.mark.slow
 def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc):
-    import aoizora.bench.harness as harness
-    from aoizora.bench.harness import NoStrategyFits, run_cell_with_fallback
+    import aoizora.evaluation.bench.harness as harness
+    from aoizora.evaluation.bench.harness import NoStrategyFits, run_cell_with_fallback
 
     seen = []
 
@@ -209,7 +209,7 @@ def test_a_cell_where_14b_does_not_fit_falls_back_to_1_3b(monkeypatch, cell_doc)
 
 @pytest.mark.slow
 def test_a_logical_choice_the_compiler_refuses_gives_way_to_the_next(tmp_path, monkeypatch, stage1):
-    import aoizora.bench.harness as harness
+    import aoizora.evaluation.bench.harness as harness
 
     first, second = [k for k, _ in logical_search(stage1, stage1.topology).ranking[:2]]
     real = harness.compile_strategy  # the same function as aoizora.stage2.compiling.compile_strategy
@@ -236,8 +236,8 @@ def test_a_compile_that_timed_out_leaves_the_oracle_partial(cell_doc):
     no recall is claimed, and the contender it hits reads "did not compile", not "does not fit"."""
     import copy
 
-    from aoizora.bench.harness import cell_metrics
-    from aoizora.bench.report import row
+    from aoizora.evaluation.bench.harness import cell_metrics
+    from aoizora.evaluation.bench.report import row
 
     doc = copy.deepcopy(cell_doc)
     assert doc["metrics"]["top1_recall"] is not None
@@ -264,7 +264,7 @@ def test_report_only_tabulates_published_cells_and_marks_other_code(tmp_path, ce
     import csv
     import math
 
-    from aoizora.bench.report import CSV_NUMERIC_COLUMNS, current_source
+    from aoizora.evaluation.bench.report import CSV_NUMERIC_COLUMNS, current_source
 
     cells = tmp_path / "cells"
     cells.mkdir()
@@ -348,8 +348,8 @@ def test_the_search_alone_compiles_what_the_planner_pruned_because_of_an_expert(
     the best of Stage 1's strategies alone, so a strategy pruned below that best is compiled for it."""
     from types import SimpleNamespace
 
-    from aoizora.bench.harness import search_only_choice
     from aoizora.cost import Q2Options
+    from aoizora.evaluation.bench.harness import search_only_choice
     from aoizora.stage2.compile_workers import CompileWorkers
     from aoizora.stage2.search import Stage2Config, run_stage2
     from aoizora.stage2.sweep import Stage2Summary
@@ -380,7 +380,7 @@ def test_the_logical_baseline_is_simulated_on_its_own_compile_when_it_has_one(ce
     the simulation of its own compile, not of the shared program on JAX's order."""
     import copy
 
-    from aoizora.bench import cell_metrics
+    from aoizora.evaluation.bench import cell_metrics
 
     doc = copy.deepcopy(cell_doc)
     key = doc["logical"]["strategy"]

@@ -56,6 +56,6 @@ def test_resolutions_models_and_frames(text, frames):
 @FUZZ
 @given(TEXT)
 def test_bench_cells(text):
-    from aoizora.bench import parse_cell
+    from aoizora.evaluation.bench import parse_cell
 
     _typed(parse_cell, text)

@@ -12,12 +12,12 @@ import numpy as np
 
 from aoizora.cost import CostModel, Q2Options, Q2Result
 from aoizora.errors import MeshSpecError
+from aoizora.evaluation.validation.compare import PairScore, ValidationReport, compare_scores
+from aoizora.evaluation.validation.programs import NamedProgram
 from aoizora.hlo.program import Program
 from aoizora.placement import JAX_DEFAULT, MeshSpec, Placement
 from aoizora.placement.space import prime_factors
 from aoizora.topology import Topology
-from aoizora.validation.compare import PairScore, ValidationReport, compare_scores
-from aoizora.validation.programs import NamedProgram
 
 
 @dataclass

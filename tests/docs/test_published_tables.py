@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.bench.report import COLUMNS, markdown, row
+from aoizora.evaluation.bench.report import COLUMNS, markdown, row
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results.md"

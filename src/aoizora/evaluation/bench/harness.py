@@ -29,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aoizora.bench.baselines import logical_search
-from aoizora.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS
 from aoizora.errors import BenchError, ExecutorError
+from aoizora.evaluation.bench.baselines import logical_search
+from aoizora.evaluation.bench.grid import FALLBACK_MODEL, Cell
+from aoizora.evaluation.validation.rank import rank_placements
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
 from aoizora.plan.planner import expert_entries, plan_space
 from aoizora.progress import progress_reporter
@@ -47,7 +48,6 @@ from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, drop_reas
 from aoizora.stage2.sweep import BoundedSweep
 from aoizora.toolchain import CompilerFlags, source_fingerprint
 from aoizora.topology import get_topology
-from aoizora.validation.rank import rank_placements
 from aoizora.workload import Candidate, StrategySpace
 
 
@@ -273,8 +273,8 @@ def _best_pair(pairs: list[dict[str, Any]]) -> tuple[str, str] | None:
 def _simulate_own_compile(space, topo, entry: Entry, placement_name: str, options, opts, cache,
                           executor) -> dict[str, Any]:
     """The pair's strategy compiled with the placement's own device order, simulated on it."""
+    from aoizora.evaluation.validation.rank import simulator_options
     from aoizora.sim import simulate
-    from aoizora.validation.rank import simulator_options
 
     spec = space.mesh_spec(entry.candidate.strategy)
     placement = next(p for p in enumerate_placements(topo, spec).placements if p.name == placement_name)

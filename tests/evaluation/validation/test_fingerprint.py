@@ -13,7 +13,7 @@ import importlib.util
 import io
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 GOLDEN = Path(__file__).parent / "data" / "q2_sim_fingerprint.txt"
 # (builder in tests/hlo/programs.py, slice it compiles for): one per collective form
 PROGRAMS = [("matmul_allreduce", "v5e:2x4"), ("reduce_scatter", "v5e:2x4"), ("scanned_layers", "v5e:2x4"),

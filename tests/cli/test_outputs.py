@@ -114,8 +114,8 @@ def test_a_saved_plan_takes_the_umask(tmp_path, umask, mode):
 
 
 def test_a_bench_cell_file_takes_the_umask(tmp_path, monkeypatch):
-    import aoizora.bench.grid_run as bench_run
-    from aoizora.bench import BenchOptions, Cell, run_bench
+    import aoizora.evaluation.bench.grid_run as bench_run
+    from aoizora.evaluation.bench import BenchOptions, Cell, run_bench
     from aoizora.stage2.compile_cache import CompileCache
 
     cell = Cell("v5e:2x2", "480p", 21, model="small-transformer")

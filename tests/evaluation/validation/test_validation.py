@@ -5,11 +5,11 @@ import sys
 import pytest
 
 from aoizora.cost import Q2Options
+from aoizora.evaluation.validation import PairScore, compare_scores
+from aoizora.evaluation.validation.programs import collective_microprograms
+from aoizora.evaluation.validation.rank import rank_placements, validate
 from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.topology import get_topology
-from aoizora.validation import PairScore, compare_scores
-from aoizora.validation.programs import collective_microprograms
-from aoizora.validation.rank import rank_placements, validate
 
 
 def test_compare_scores_statistics():

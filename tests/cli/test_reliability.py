@@ -202,20 +202,20 @@ def test_the_compiler_environment_probe_does_not_outlive_a_killed_command(tmp_pa
 # --- the README's reliability paragraph: each sentence and the tests that hold it to its word ---------
 README_SENTENCES = {
     "Bad input ends a command with exit code 2 and one line": [
-        "tests/test_cli_inputs.py::test_plan_refuses_unwritable_outputs_before_stage1",
-        "tests/test_cli_inputs.py::test_bad_plan_files_are_one_line_and_leave_nothing",
-        "tests/test_cli_inputs.py::test_plan_option_values_are_one_line",
-        "tests/test_cli_reliability.py::test_a_compiler_variable_the_compiler_refuses_is_one_line_naming_it",
-        "tests/test_cli_reliability.py::test_a_jax_platform_this_host_cannot_start_is_one_line",
-        "tests/test_cli_reliability.py::test_inspection_commands_refuse_a_bogus_libtpu_flag_in_one_line",
-        "tests/test_cli_arguments.py::test_every_usage_error_is_one_line",
-        "tests/test_cli_outputs.py::test_export_out_that_is_a_dangling_link_or_a_loop_is_refused",
+        "tests/cli/test_inputs.py::test_plan_refuses_unwritable_outputs_before_stage1",
+        "tests/cli/test_inputs.py::test_bad_plan_files_are_one_line_and_leave_nothing",
+        "tests/cli/test_inputs.py::test_plan_option_values_are_one_line",
+        "tests/cli/test_reliability.py::test_a_compiler_variable_the_compiler_refuses_is_one_line_naming_it",
+        "tests/cli/test_reliability.py::test_a_jax_platform_this_host_cannot_start_is_one_line",
+        "tests/cli/test_reliability.py::test_inspection_commands_refuse_a_bogus_libtpu_flag_in_one_line",
+        "tests/cli/test_arguments.py::test_every_usage_error_is_one_line",
+        "tests/cli/test_outputs.py::test_export_out_that_is_a_dangling_link_or_a_loop_is_refused",
         "tests/export/test_maxdiffusion_command_input.py::test_cli_refuses_a_malformed_command_in_one_line",
     ],
     "Ctrl-C ends a command with exit code 130, SIGTERM with 143 and SIGHUP with 129": [
-        "tests/test_cli_inputs.py::test_a_stop_signal_ends_the_command_with_one_line",
-        "tests/test_cli_reliability.py::test_sighup_mid_plan_ends_it_like_sigterm_and_writes_nothing",
-        "tests/test_cli_reliability.py::test_a_stop_outside_a_command_is_one_line",
+        "tests/cli/test_inputs.py::test_a_stop_signal_ends_the_command_with_one_line",
+        "tests/cli/test_reliability.py::test_sighup_mid_plan_ends_it_like_sigterm_and_writes_nothing",
+        "tests/cli/test_reliability.py::test_a_stop_outside_a_command_is_one_line",
     ],
     "Plans, bench cells and cache entries are written atomically": [
         "tests/test_store.py::test_a_write_that_fails_at_the_rename_leaves_the_old_file_and_no_temporary",
@@ -256,7 +256,7 @@ def test_every_sentence_of_the_readme_reliability_paragraph_has_its_tests():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     section = (root / "README.md").read_text().split("## Reliability\n", 1)[1].split("\n## ", 1)[0]
     sentences = [s for s in section.replace("\n", " ").split(". ") if s.strip()]
     assert len(sentences) == len(README_SENTENCES)

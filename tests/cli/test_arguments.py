@@ -61,7 +61,7 @@ def test_the_largest_slice_is_accepted(topology):
     ("v5e:32x32/480p/21", "larger than the largest"),
 ])
 def test_a_bad_cell_is_refused_before_the_first_cell_runs_and_leaves_nothing(tmp_path, monkeypatch, cell, fragment):
-    import aoizora.bench.grid_run as bench_run
+    import aoizora.evaluation.bench.grid_run as bench_run
 
     def never(*args, **kwargs):
         raise AssertionError("a cell ran before every cell was checked")
