@@ -65,6 +65,16 @@ def same_plan(a: dict[str, Any], b: dict[str, Any]) -> bool:
             and abs(a["step_seconds"] - b["step_seconds"]) <= 0.01 * b["step_seconds"])
 
 
+def tree_commit(tree: Path) -> str:
+    """The commit a tree is at (with "+changes" when its files differ from it): what a reader can
+    check out, where the tree's path would only name this machine."""
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    return head + ("+changes" if dirty else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of an aoizora checkout")
@@ -98,7 +108,8 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"request": {k: getattr(args, k) for k in
                                                      ("model", "topology", "resolution", "frames", "top_k")},
-                                         "trees": trees, "runs": runs}, indent=1) + "\n")
+                                         "trees": {name: tree_commit(Path(path)) for name, path in trees.items()},
+                                         "runs": runs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
