@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.models.wan.vae_config import UpBlock, WanVAEConfig, decode_shapes
+from aoizora.models.wan.vae_params import vae_param_shapes
 
 F32 = jnp.float32
 #: Frames a causal convolution carries to the next chunk (its temporal kernel minus one).
@@ -219,7 +220,5 @@ def decode_latents(params: dict, latents: jnp.ndarray, *, config: WanVAEConfig) 
 def abstract_decode_inputs(config: WanVAEConfig, latent_shape: tuple[int, ...]) -> tuple[Any, jax.ShapeDtypeStruct]:
     """(params, latents) as `jax.ShapeDtypeStruct`s for `decode_latents` of a latent of `latent_shape`,
     to lower the decode without weights."""
-    from aoizora.models.wan.vae_params import vae_param_shapes
-
     shapes = decode_shapes(config, latent_shape)
     return vae_param_shapes(config), jax.ShapeDtypeStruct(shapes.latent, config.dtype)

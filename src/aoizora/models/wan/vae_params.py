@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from aoizora.errors import CheckpointError
+from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.wan.checkpoint import WEIGHT_DTYPES, SafetensorsFile, _files
 from aoizora.models.wan.params import _set
 from aoizora.models.wan.vae_config import WanVAEConfig
@@ -236,4 +236,7 @@ def load_vae_config(path: str | os.PathLike, dtype: Any = jnp.bfloat16) -> WanVA
             f"cannot read {cfg_path}: {exc}; the VAE folder needs the diffusers config.json") from None
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{cfg_path} is not a JSON object; pass the diffusers config.json of the VAE")
-    return WanVAEConfig.from_diffusers(cfg, dtype=dtype)
+    try:
+        return WanVAEConfig.from_diffusers(cfg, dtype=dtype)
+    except ShapeError as exc:
+        raise CheckpointError(f"{cfg_path} is not a consistent AutoencoderKLWan config: {exc}") from None
