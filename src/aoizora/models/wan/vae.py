@@ -212,9 +212,9 @@ def denormalize_latents(latents: jnp.ndarray, config: WanVAEConfig) -> jnp.ndarr
 
 
 def decode_latents(params: dict, latents: jnp.ndarray, *, config: WanVAEConfig) -> jnp.ndarray:
-    """The end of a Wan pipeline: the sampled latents de-normalised with the VAE config's statistics,
-    then decoded to the video (batch, channels, frames, height, width) in [−1, 1]."""
-    return decode(params, denormalize_latents(latents, config), config=config)
+    """The end of a Wan pipeline: the sampled latents, in the VAE's dtype, de-normalised with the VAE
+    config's statistics, then decoded to the video (batch, channels, frames, height, width) in [−1, 1]."""
+    return decode(params, denormalize_latents(latents.astype(config.dtype), config), config=config)
 
 
 def abstract_decode_inputs(config: WanVAEConfig, latent_shape: tuple[int, ...]) -> tuple[Any, jax.ShapeDtypeStruct]:

@@ -161,8 +161,8 @@ def _check(name: str, shape: tuple[int, ...] | None, dtype: str, floating: bool,
         )
     if not floating:
         raise CheckpointError(
-            f"tensor {name} in {where} is stored as {dtype}, but the VAE's weights are floating point; the "
-            "header mislabels its data or it is not this VAE's checkpoint: pass the diffusers checkpoint as published"
+            f"tensor {name} in {where} is stored as {dtype}, but the VAE's weights are floating point (a mislabelled "
+            "header, or not this VAE's weights); pass the diffusers checkpoint as published"
         )
 
 
