@@ -1,4 +1,4 @@
-"""Helpers shared by the Wan tests: tiny configs and the diffusers reference."""
+"""Helpers shared by the Wan tests: tiny configs (of the transformer and the VAE) and the diffusers reference."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from aoizora.models.wan.config import WanConfig
+from aoizora.models.wan.vae_config import WanVAEConfig
 
 TINY_T2V = WanConfig(
     num_layers=2, num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4,
@@ -64,3 +65,17 @@ def bf16_errors(model, checkpoint_dir, lat, ts, text, ref32) -> tuple[float, flo
     cfg = load_config(checkpoint_dir, dtype=jnp.bfloat16)
     out = jax.jit(lambda p, a, b, c: forward(p, a, b, c, config=cfg))(load_params(checkpoint_dir, cfg), lat, ts, text)
     return rel_err(np.asarray(out.astype(jnp.float32)), ref32), rel_err(refb, ref32)
+
+
+def _stats(z_dim: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return dict(latents_mean=tuple(rng.standard_normal(z_dim).round(4).tolist()),
+                latents_std=tuple((0.5 + rng.random(z_dim)).round(4).tolist()))
+
+
+# Tiny stand-ins of the two Wan VAEs with their real block structure (dim_mult [1, 2, 4, 4], three
+# residual blocks per up block, time upsampling in the first two up blocks): Wan 2.1's plain blocks,
+# and Wan 2.2's residual blocks with channel-to-space shortcuts, 12 output channels and a 2×2 patch.
+TINY_VAE21 = WanVAEConfig(base_dim=4, z_dim=4, dtype=jnp.float32, **_stats(4, 21))
+TINY_VAE22 = WanVAEConfig(base_dim=4, decoder_base_dim=8, z_dim=6, is_residual=True, in_channels=12, out_channels=12,
+                          patch_size=2, scale_factor_spatial=16, dtype=jnp.float32, **_stats(6, 22))

@@ -8,7 +8,9 @@ What `__all__` exports, by module (each function's own docstring is its referenc
 - `model`, `sampling`, `sharding`: `forward`, the jitted denoise step and its lowering from abstract
   inputs (`lower_denoise_step`, `lower_forward`), the opaque splash kernels' costs;
 - `pipeline`: Wan 2.2's two-expert pipelines; `schedulers`: the flow-matching schedulers;
-- `checkpoint`, `params`: diffusers weights, read and written, and the parameter tables.
+- `checkpoint`, `params`: diffusers weights, read and written, and the parameter tables;
+- `vae`, `vae_config`, `vae_params`: the VAE's decode (Wan 2.1's and Wan 2.2's VAE), its configs
+  (`WAN21_VAE`, `WAN22_VAE`) and shapes (`decode_shapes`), its diffusers weights.
 """
 
 from aoizora.models.wan.attention import KernelCost, KernelLog
@@ -62,6 +64,9 @@ from aoizora.models.wan.strategy import (
     make_mesh,
     validate_strategy,
 )
+from aoizora.models.wan.vae import abstract_decode_inputs, decode, decode_latents, denormalize_latents
+from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE, DecodeShapes, WanVAEConfig, decode_shapes
+from aoizora.models.wan.vae_params import init_vae_params, load_vae_config, load_vae_params, vae_params_from_state_dict
 
 __all__ = [
     "KernelCost", "KernelLog", "load_config", "load_params", "save_params", "PRESETS", "WAN_I2V_14B",
@@ -72,4 +77,7 @@ __all__ = [
     "EulerScheduler", "UniPCScheduler", "abstract_forward_inputs", "abstract_params", "abstract_step_inputs",
     "param_shardings", "ATTENTION_VARIANTS", "MESH_AXES", "ULYSSES_RING_MESH_AXES", "SplashBlocks", "WEIGHT_MODES",
     "Strategy", "check_strategy", "enumerate_strategies", "logical_rules", "make_mesh", "validate_strategy",
+    "abstract_decode_inputs", "decode", "decode_latents", "denormalize_latents", "WAN21_VAE", "WAN22_VAE",
+    "DecodeShapes", "WanVAEConfig", "decode_shapes", "init_vae_params", "load_vae_config", "load_vae_params",
+    "vae_params_from_state_dict",
 ]
