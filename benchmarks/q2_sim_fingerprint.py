@@ -34,7 +34,7 @@ from aoizora.placement import MeshSpec, enumerate_placements
 from aoizora.sim import simulate
 from aoizora.topology import get_topology
 
-Q2_OPTIONS = [Q2Options(), Q2Options("listed", "auto"), Q2Options("best", "bi"), Q2Options("auto", "uni"),
+Q2_OPTIONS = [Q2Options(), Q2Options("listed", "auto"), Q2Options("best", "bi"), Q2Options("reordering-map", "uni"),
               Q2Options("listed", "bi")]
 SIM_OPTIONS = [simulator_options(Q2Options()), {}, simulator_options(Q2Options("best", "uni"))]
 # printed by libtpu 0.0.42.1 for 16-device collectives on v5e:4x4 (the ring one with its map set)

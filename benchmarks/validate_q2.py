@@ -1,6 +1,6 @@
 """Rank agreement of Q2 with the reference simulator over every placement of 2- and 3-axis meshes.
 
-    .venv/bin/python benchmarks/validate_q2.py [--ring-order auto|listed|best]
+    .venv/bin/python benchmarks/validate_q2.py [--ring-order reordering-map|listed|best]
 
 For each (slice, mesh): the collective micro-programs and a 4-layer transformer block are
 compiled with libtpu for the slice, then every distinct placement is scored by Q2 and simulated.
@@ -29,7 +29,7 @@ CASES = [
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ring-order", default="auto", choices=["auto", "listed", "best"])
+    ap.add_argument("--ring-order", default="reordering-map", choices=["reordering-map", "listed", "best"])
     args = ap.parse_args()
     options = Q2Options(ring_order=args.ring_order)
     print(f"ring order: {args.ring_order}")

@@ -230,3 +230,16 @@ def test_options_map_the_cli_spellings_onto_the_shared_switches():
         Q2Options(ring_order="reordered")
     with pytest.raises(CostModelOptionError, match="ring_direction"):
         Q2Options(ring_direction="unidirectional")
+
+
+def test_the_ring_order_switch_is_spelled_as_ring_orders_values_everywhere():
+    """The CLI's `--ring-order` choices and default, and Q2Options', are `RingOrder`'s values."""
+    from aoizora.cli import cli
+    from aoizora.hlo.algorithm import RingOrder
+
+    values = [o.value for o in RingOrder]
+    for name in ("plan", "rank", "validate"):
+        option = next(p for p in cli.commands[name].params if p.name == "ring_order")
+        assert sorted(option.type.choices) == sorted(values) and option.default == RingOrder.REORDERING_MAP
+    assert [Q2Options(v).order for v in values] == list(RingOrder)
+    assert Q2Options().ring_order == RingOrder.REORDERING_MAP

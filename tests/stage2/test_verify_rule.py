@@ -41,7 +41,7 @@ def programs(tmp_path_factory):
 def recompiles(programs):
     """(strategy, placement, rule's answer per ring order, Q2 on the shared program, Q2 on its own) per pair."""
     topo = get_topology("v5e:2x4")
-    models = {order: CostModel(topo, Q2Options(ring_order=order)) for order in ("auto", "listed", "best")}
+    models = {order: CostModel(topo, Q2Options(ring_order=order)) for order in ("reordering-map", "listed", "best")}
     rows = []
     for key, p, shared, own in programs:
         for order, model in models.items():

@@ -177,11 +177,11 @@ def cli() -> None:
 _RING_OPTIONS = [
     click.option(
         "--ring-order",
-        type=click.Choice(["auto", "listed", "best"]),
-        default="auto",
+        type=click.Choice(["reordering-map", "listed", "best"]),  # `aoizora.hlo.RingOrder`'s values
+        default="reordering-map",
         show_default=True,
         help="Ring order the compiler uses: the group's listed order, the best order over its chips, "
-        "or best only where the compiled config reports a reordering map.",
+        "or the best where the compiled config reports a reordering map and the listed elsewhere.",
     ),
     click.option(
         "--ring-direction",

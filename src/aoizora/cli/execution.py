@@ -112,12 +112,13 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
         from aoizora.runtime.plan_run import ensure_host_devices
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
-    from aoizora.evaluation.bench import GRIDS, BenchOptions, markdown, output_files, parse_cell, quick_grid, run_bench
+    from aoizora.evaluation.bench import GRIDS, BenchOptions, Cell, markdown, output_files, parse_cell, quick_grid, run_bench
     from aoizora.stage2 import executor_from_spec
     from aoizora.toolchain import CompilerFlags, environment_flags
 
     _check_output_dir(out_dir, "--out", output_files(out_dir))
-    grid = [parse_cell(c) for c in cells] if cells else (quick_grid() if quick else GRIDS[grid_name]())
+    grid: list[Cell] | None = ([parse_cell(c) for c in cells] if cells
+                               else (quick_grid() if quick else GRIDS[grid_name]()))
     if report_only and not cells and not quick:
         grid = None  # every finished cell in --out
     opts = BenchOptions(top_k=top_k or (2 if quick else DEFAULT_TOP_K), oracle=not (quick or no_oracle),

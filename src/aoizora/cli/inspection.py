@@ -33,7 +33,7 @@ def topology(topology_name: str, as_json: bool, core_ici: str) -> None:
     from aoizora.report.tables import print_topology
     from aoizora.topology import get_topology
 
-    topo = get_topology(topology_name, core_ici)  # type: ignore[arg-type]
+    topo = get_topology(topology_name, core_ici)
     if as_json:
         print_json(topo.to_json())
     else:

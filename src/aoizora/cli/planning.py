@@ -44,7 +44,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
         time_budget=None, workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None,
-        libtpu_args=None, expert_residency="both", ring_order="auto", ring_direction="auto",
+        libtpu_args=None, expert_residency="both", ring_order="reordering-map", ring_direction="auto",
     )
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from aoizora.errors import CostModelOptionError
 from aoizora.hlo.algorithm import AlgorithmConfig, RingDirection, RingOrder, resolve_direction
 
-# The user-facing spelling of each switch (CLI `--ring-order`, `--ring-direction`, plan files).
-_RING_ORDERS = {"auto": RingOrder.REORDERING_MAP, "listed": RingOrder.LISTED, "best": RingOrder.BEST}
+# The user-facing spelling of the direction switch (CLI `--ring-direction`, plan files); the ring
+# order is spelled as its `RingOrder` value everywhere.
 _RING_DIRECTIONS = {"auto": None, "uni": RingDirection.UNIDIRECTIONAL, "bi": RingDirection.BIDIRECTIONAL}
 
 
@@ -26,20 +26,21 @@ _RING_DIRECTIONS = {"auto": None, "uni": RingDirection.UNIDIRECTIONAL, "bi": Rin
 class Q2Options:
     """Switches for the assumptions Q2 makes about what the compiler does.
 
-    ring_order: `listed` rings follow the replica group's order; `best` rings take the order over
-        the member chips with the least loaded bottleneck link; `auto` uses `best` where the
-        compiler reports a reordering map and `listed` elsewhere.
+    ring_order: a `RingOrder` value: `listed` rings follow the replica group's order; `best` rings
+        take the order over the member chips with the least loaded bottleneck link;
+        `reordering-map` uses `best` where the compiler reports a reordering map and `listed`
+        elsewhere.
     ring_direction: `uni` one ring direction, `bi` half the data each way, `auto` from the config
         (two colours or a bidirectional strategy -> bi; unidirectional with one colour -> uni;
         no direction named -> bi, the ICI default of the textbook costs).
     """
 
-    ring_order: str = "auto"
+    ring_order: str = RingOrder.REORDERING_MAP.value
     ring_direction: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.ring_order not in _RING_ORDERS:
-            raise CostModelOptionError(f"ring_order must be one of {', '.join(_RING_ORDERS)}, not {self.ring_order!r}")
+        if self.ring_order not in tuple(RingOrder):
+            raise CostModelOptionError(f"ring_order must be one of {', '.join(RingOrder)}, not {self.ring_order!r}")
         if self.ring_direction not in _RING_DIRECTIONS:
             raise CostModelOptionError(f"ring_direction must be one of {', '.join(_RING_DIRECTIONS)}, "
                              f"not {self.ring_direction!r}")
@@ -47,7 +48,7 @@ class Q2Options:
     @property
     def order(self) -> RingOrder:
         """The ring-order switch as the enum Q2 and the simulator share."""
-        return _RING_ORDERS[self.ring_order]
+        return RingOrder(self.ring_order)
 
     @property
     def direction(self) -> RingDirection | None:

@@ -316,16 +316,18 @@ def _collective_step(node: Node, est: CollectiveEstimate | None, clock: float, r
     name = est.name if est else node.name
     alone = est.seconds if est else 0.0
     begin = max(clock, ready)
+    coll = node.collective
+    assert coll is not None, f"collective node {node.name} names no collective (the HLO builder sets it)"
     if node.kind == NodeKind.COLLECTIVE_START:
-        pending[node.collective] = links.run(node.collective, begin, alone) if links else begin + alone
-        _record(timeline, "async", name, begin, pending[node.collective])
+        pending[coll] = links.run(coll, begin, alone) if links else begin + alone
+        _record(timeline, "async", name, begin, pending[coll])
         return clock, begin
     if node.kind == NodeKind.COLLECTIVE_DONE:
-        end = pending.pop(node.collective, 0.0)
-        clock = max(begin, links.finish(node.collective, end) if links else end)
+        end = pending.pop(coll, 0.0)
+        clock = max(begin, links.finish(coll, end) if links else end)
         _record(timeline, "wait", name, begin, clock)
         return clock, clock
-    clock = links.run(node.collective, begin, alone) if links else begin + alone
+    clock = links.run(coll, begin, alone) if links else begin + alone
     _record(timeline, "comm", name, begin, clock)
     return clock, clock
 

@@ -9,6 +9,7 @@ phase and exchange are the bandwidth-optimal ones of `aoizora.hlo.traffic`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,7 +140,7 @@ def collective_phases(
     reorder: RingOrderer | None,
     dims: tuple[int, ...] | None = None,
     positions: np.ndarray | None = None,
-    dim_orders: list[tuple[int, ...]] | None = None,
+    dim_orders: Sequence[tuple[int, ...]] | None = None,
 ) -> list[Traffic]:
     """Traffic of one collective, phase by phase (phases run one after another).
 

@@ -127,7 +127,9 @@ class MaxDiffusionCommand:
             fields["ulysses_chunks"] = int(self.value("ulysses_attention_chunks"))
         if kernel != "xla":
             fields["splash_blocks"] = self._blocks()
-        return Strategy(**sizes, **fields)
+        # MaxDiffusion's Wan configs have these four mesh axes (`mesh_axes`, data/maxdiffusion.json)
+        return Strategy(data=sizes["data"], fsdp=sizes["fsdp"], context=sizes["context"], tensor=sizes["tensor"],
+                        **fields)
 
     def _weights(self, sizes: dict[str, int]) -> str:
         rules = {name: axes for name, axes in _axis_rules(self.value("logical_axis_rules"))}

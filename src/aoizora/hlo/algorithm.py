@@ -54,7 +54,8 @@ class RingDirection(enum.StrEnum):
 
 
 class RingOrder(enum.StrEnum):
-    """In which order a ring visits the members of its group."""
+    """In which order a ring visits the members of its group. The values are the switch's one
+    spelling: `--ring-order`, `Q2Options.ring_order`, `simulate(ring_order=...)` and plans."""
 
     LISTED = "listed"  # the replica group's listed order
     BEST = "best"  # the order over the members with the least loaded bottleneck link

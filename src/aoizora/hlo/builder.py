@@ -76,7 +76,7 @@ from aoizora.hlo.trip_count import trip_count
 Val = Union[tuple[int, ...], "TupleVal"]
 
 
-class TupleVal(list):  # type: ignore[type-arg]
+class TupleVal(list):
     """Producers of a tuple value, element by element."""
 
 
@@ -459,7 +459,7 @@ class _Builder:
         """An async collective fusion: compute that also advances a started collective."""
         ci = next(self._pending[d] for d in site.deps if d in self._pending)
         val = self.compute(site)
-        node = self.nodes[val[0]]  # type: ignore[index]
+        node = self.nodes[val[0]]
         node.collective = ci
         coll = self.collectives[ci]
         coll.steps += (node.index,)

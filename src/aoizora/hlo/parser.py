@@ -335,7 +335,7 @@ class _Parser:
             if key == "backend_config":
                 c = lx.peek_char()
                 if c == "{":
-                    backend_config = lx.json_value()  # type: ignore[assignment]
+                    backend_config = lx.json_value()  # type: ignore[assignment]  # a JSON value opening with { is an object
                     continue
                 if c == '"':
                     tok = lx.next()

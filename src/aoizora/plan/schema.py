@@ -231,8 +231,24 @@ PLAN_SCHEMA: dict[str, Any] = {
                         "resident, their bytes per device, and the swap time per video if not",
                         serving="whether to keep both experts resident or swap them"),
         "notes": _doc({"type": "array", "items": {"type": "string"}}, "sentences about the choice, for the reader"),
-        "request": _doc({"type": "object"}, "the request the plan answers (workload, topology, flags, options, "
-                        "aoizora source fingerprint); the plan cache's key"),
+        "request": _doc({"type": "object", "properties": {
+            "workload": _about("object", "the workload asked for (the plan's `workload`)"),
+            "topology": _about("string", "the slice asked for, e.g. `v5e:2x4`"),
+            "libtpu_args": _about("string", "the compiler flags asked for"),
+            "toolchain": _about("object", "the jax, jaxlib and libtpu versions planned with"),
+            "aoizora": _about("string", "the aoizora package version planned with"),
+            "source": _about("string", "the fingerprint of aoizora's source planned with"),
+            "options": _doc({DOC_TYPE: "object", "properties": {
+                "top_k": _about("integer", "strategies Stage 1 passes to Stage 2 (`--top-k`)"),
+                "ring_order": _about("string", "the ring order Q2 assumes (`--ring-order`): `listed`, `best`, or "
+                                     "`reordering-map` (best where a collective's compiled config reports a "
+                                     "reordering map, listed elsewhere; older plans record it as `auto`)"),
+                "ring_direction": _about("string", "the ring direction Q2 assumes (`--ring-direction`): `auto` (from "
+                                         "the compiled config), `uni` or `bi`"),
+                "verify_top": _about("integer", "best pairs recompiled over their own device order (`--verify-top`)"),
+                "include_experts": _about("boolean", "whether the expert deployments joined Stage 2 as candidates"),
+            }}, "the planning options"),
+        }}, "the request the plan answers; the plan cache's key"),
     },
 }
 

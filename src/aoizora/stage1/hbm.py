@@ -179,10 +179,11 @@ class HbmModel:
         running = enclosing.current if enclosing is not None else None
         owned: dict[int, float] = {}
         loop_state = None
-        if running is not None and running.op.name == "sdy.manual_computation":
-            owned = self._shard_map_arguments(enclosing, running, e.region)
-        elif running is not None and running.op.name == "stablehlo.while" and e.region is running.op.regions[1]:
-            loop_state = tl.open(self._loop_state_bytes(enclosing, running), label="loop state")
+        if enclosing is not None and running is not None:
+            if running.op.name == "sdy.manual_computation":
+                owned = self._shard_map_arguments(enclosing, running, e.region)
+            elif running.op.name == "stablehlo.while" and e.region is running.op.regions[1]:
+                loop_state = tl.open(self._loop_state_bytes(enclosing, running), label="loop state")
         region = e.region
         fused_until, written_out = fusion_ends(region)
         issued_at = permute_issue_points(region) if self.hoist_permutes else {}
@@ -286,9 +287,9 @@ class HbmModel:
         for h in running.written_handles:  # the call has read them
             tl.close(h)
         self._issue_permutes(rb, i)
-        for v in [v for v in rb.live if rb.free_at[v] <= i]:
-            rb.live.pop(v)
-            for h in rb.handles.pop(v, ()):
+        for dead in [v for v in rb.live if rb.free_at[v] <= i]:
+            rb.live.pop(dead)
+            for h in rb.handles.pop(dead, ()):
                 tl.close(h)
         rb.current = None
 
@@ -298,7 +299,7 @@ class HbmModel:
         op = running.op
         if op.name in COLLECTIVE_OPS:
             return sum(v.bytes for v in results)
-        if op.name == "stablehlo.reshape" and relayout(op.operand_types[0].shape, op.result_types[0].shape):
+        if op.name == "stablehlo.reshape" and relayout(op.operand_type(0).shape, op.result_type(0).shape):
             # not a bitcast on TPU: libtpu writes the operand out, reshapes it into a new buffer and
             # copies that into a tiled layout (two buffers of the result's size at a time)
             return running.reshard_bytes + results[0].bytes
@@ -309,7 +310,7 @@ class HbmModel:
         if op.name in CONSTRAINT_OPS:
             return transient > 0  # a constraint that gathers or moves an axis writes the new layout
         if op.name == "stablehlo.reshape":
-            return relayout(op.operand_types[0].shape, op.result_types[0].shape)
+            return relayout(op.operand_type(0).shape, op.result_type(0).shape)
         if op.name == "func.call":
             # a kernel's outputs are buffers the caller holds until their last use there (ring
             # attention keeps every step's output for the final combine); other calls pass their

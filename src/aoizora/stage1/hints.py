@@ -31,7 +31,7 @@ Key = tuple[int, int]  # (frame, value)
 def _to_operands(op: Op, result_dims: tuple, fill: object) -> tuple[list, list]:
     """Hand a dot_general's per-result-dimension axes to its operands' batch and free dimensions
     (contracted ones get `fill`)."""
-    lt, rt = op.operand_types
+    lt, rt = op.operand_type(0), op.operand_type(1)
     lb, rb = op.attrs["lhs_batch"], op.attrs["rhs_batch"]
     lf, rf = dot_free_dims(op)
     lhs, rhs = [fill] * lt.rank, [fill] * rt.rank
@@ -63,7 +63,7 @@ class BackwardHints:
             dot = by_result[o.operands[0]]
             cons = o.attrs["sharding"].dims
             lt, rt = dot.operand_types
-            if lt is None or rt is None or len(cons) != dot.result_types[0].rank:
+            if lt is None or rt is None or len(cons) != dot.result_type(0).rank:
                 continue
             lhs, rhs = _to_operands(dot, cons, None)
             self.requests.setdefault((frame, dot.operands[0]), []).append(tuple(lhs))
@@ -80,7 +80,7 @@ class BackwardHints:
         for i, d in enumerate(sh.dims):
             keep = []
             for a in d:
-                if all(rq[i] is None or a in rq[i] for rq in requests):
+                if all(allowed is None or a in allowed for allowed in (rq[i] for rq in requests)):
                     keep.append(a)
                 else:
                     break
@@ -167,8 +167,8 @@ def _operand_preferences(op: Op, want: Dims, ot: TensorType) -> list[tuple[int, 
     if name == "stablehlo.reshape":
         return [] if it is None else [(op.operands[0], _reshape_preference(it, ot, want))]
     if name == "stablehlo.concatenate":
-        dims = tuple(() if d == op.attrs["dimension"] else want[d] for d in range(ot.rank))
-        return [(v, dims) for v in op.operands]
+        cat_dims = tuple(() if d == op.attrs["dimension"] else want[d] for d in range(ot.rank))
+        return [(v, cat_dims) for v in op.operands]
     if name == "stablehlo.slice":
         if it is None or it.rank != ot.rank:
             return []

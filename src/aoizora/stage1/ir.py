@@ -128,6 +128,20 @@ class Op:
     attrs: dict[str, Any]
     regions: list[Region] = field(default_factory=list)
 
+    def operand_type(self, i: int) -> TensorType:
+        """Operand `i`'s type, for an op whose operands are tensors by definition (a dot, a reshape)."""
+        return _tensor_of(self, "operand", i, self.operand_types[i])
+
+    def result_type(self, i: int) -> TensorType:
+        """Result `i`'s type, for an op whose results are tensors by definition (a dot, a reshape)."""
+        return _tensor_of(self, "result", i, self.result_types[i])
+
+
+def _tensor_of(op: Op, role: str, i: int, t: TensorType | None) -> TensorType:
+    if t is None:
+        raise IRReadError(f"{op.name}: {role} {i} is not a ranked tensor")
+    return t
+
 
 @dataclass
 class Region:
@@ -436,8 +450,7 @@ def _attrs(name: str, o: ir.Operation) -> dict[str, Any]:
         out["in_shardings"] = _per_value(a["in_shardings"])
         out["out_shardings"] = _per_value(a["out_shardings"])
         m = _sdy.ManualAxesAttr(a["manual_axes"])
-        out["manual_axes"] = tuple(str(ir.StringAttr(m[i]).value) if not isinstance(m[i], str) else m[i]
-                                   for i in range(len(m)))
+        out["manual_axes"] = tuple(m[i] for i in range(len(m)))
     elif name in COLLECTIVE_OPS:
         groups: tuple[tuple[int, ...], ...] = ()
         if "replica_groups" in a:
@@ -621,7 +634,7 @@ def called_op_names(funcs: Mapping[str, Func], region: Region) -> set[str]:
 
 def dot_free_dims(op: Op) -> tuple[list[int], list[int]]:
     """The free (neither batch nor contracted) dimensions of a dot_general's lhs and rhs."""
-    lt, rt = op.operand_types
+    lt, rt = op.operand_type(0), op.operand_type(1)
     lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
     return ([d for d in range(lt.rank) if d not in lb and d not in lc],
             [d for d in range(rt.rank) if d not in rb and d not in rc])

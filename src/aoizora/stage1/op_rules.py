@@ -59,7 +59,7 @@ def cost_simple(w: ShardingPropagator, op: Op, ins: list[Sharding], outs: list[S
 
 
 def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
-    rank = op.result_types[0].rank
+    rank = op.result_type(0).rank  # `same_shape` chose this rule: the result is a tensor
     ranks = [t.rank if t is not None else 0 for t in op.operand_types]
     partials = {s.unreduced for s, r in zip(ins, ranks, strict=True) if r == rank}
     keep_partial: tuple[str, ...] = ()
@@ -69,7 +69,7 @@ def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
         keep_partial = next(iter(partials))
     target = merge(ins, ranks, rank, w.sizes)
     if not manual:
-        dims = w.hints.preferred_dims(w.frame, op.results[0], op.result_types[0], list(target.dims), set(target.axes))
+        dims = w.hints.preferred_dims(w.frame, op.results[0], op.result_type(0), list(target.dims), set(target.axes))
         target = with_dims(target, dims)
     for v, t, s, r in zip(op.operands, op.operand_types, ins, ranks, strict=True):
         if r == rank:
@@ -84,8 +84,8 @@ def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
 
 
 def _dot(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
-    lt, rt = op.operand_types
-    ot = op.result_types[0]
+    lt, rt = op.operand_type(0), op.operand_type(1)
+    ot = op.result_type(0)
     L = w.resolve_partial(op.operands[0], lt, ins[0], mult, "dot operand")
     R = w.resolve_partial(op.operands[1], rt, ins[1], mult, "dot operand")
     if not manual:
@@ -116,8 +116,8 @@ def _dot(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: 
 
 def _honour_requests(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding, mult: int) -> tuple[Sharding, Sharding]:
     """Reshard each operand toward what constraints on the dot's result request (`hints.py`)."""
-    lt, rt = op.operand_types
-    ob = op.result_types[0].bytes / max(1, w.sizes.n(L.axes + R.axes))
+    lt, rt = op.operand_type(0), op.operand_type(1)
+    ob = op.result_type(0).bytes / max(1, w.sizes.n(L.axes + R.axes))
     for k, v, t in ((0, op.operands[0], lt), (1, op.operands[1], rt)):
         cur = L if k == 0 else R
         want = w.hints.requested(w.frame, v, t, cur, ob)
@@ -179,7 +179,7 @@ def _split_one_sided_contractions(w: ShardingPropagator, op: Op, L: Sharding, R:
 
 def _dot_operand_targets(op: Op, L: Sharding, R: Sharding, batch, contract, lfree, rfree) -> tuple[Sharding, Sharding]:
     """The shardings the dot reads its operands in."""
-    lt, rt = op.operand_types
+    lt, rt = op.operand_type(0), op.operand_type(1)
     lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
     lf, rf = dot_free_dims(op)
     Lw: list = [()] * lt.rank
@@ -200,7 +200,7 @@ def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
     ins = [w.resolve_partial(v, t, s, mult, "reduce")
            for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     src = ins[0]
-    t0 = op.operand_types[0]
+    t0 = op.operand_type(0)
     reduced_axes = tuple(a for d in dims if d < len(src.dims) for a in src.dims[d])
     out_dims = tuple(src.dims[d] for d in range(len(src.dims)) if d not in dims) if len(src.dims) == t0.rank else ()
     outs = [with_dims(src, out_dims) if t is not None and t.rank == len(out_dims) else _rep_of(t)
@@ -231,7 +231,7 @@ def _transpose(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
 def _reshape(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """Axes follow the most major non-unit dimension of each merged or split group while they
     divide the output dimensions; axes that cannot follow are gathered first."""
-    src_t, dst_t = op.operand_types[0], op.result_types[0]
+    src_t, dst_t = op.operand_type(0), op.result_type(0)
     s = ins[0]
     out_dims: list[tuple[str, ...]] = [() for _ in dst_t.shape]
     lost: list[str] = []
@@ -271,7 +271,7 @@ def _hand_axes(w: ShardingPropagator, axes_in: tuple[str, ...], dst_t: TensorTyp
 
 def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     bd = op.attrs["broadcast_dimensions"]
-    src_t, dst_t = op.operand_types[0], op.result_types[0]
+    src_t, dst_t = op.operand_type(0), op.result_type(0)
     s = w.resolve_partial(op.operands[0], src_t, ins[0], mult, "broadcast")
     dims: list[tuple[str, ...]] = [() for _ in dst_t.shape]
     if len(s.dims) == src_t.rank:
@@ -285,7 +285,7 @@ def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
 
 def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dim = op.attrs["dimension"]
-    rank = op.result_types[0].rank
+    rank = op.result_type(0).rank
     ins = [w.resolve_partial(v, t, s, mult, "concatenate")
            for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
     target = merge(ins, [rank] * len(ins), rank, w.sizes)
@@ -299,7 +299,7 @@ def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
 def _slice_like(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """slice / dynamic_slice / pad / reverse: dimensions that change size lose their sharding, but
     for a pad that only appends to a dimension: the partitioner pads each shard in place."""
-    src_t, dst_t = op.operand_types[0], op.result_types[0]
+    src_t, dst_t = op.operand_type(0), op.result_type(0)
     s = w.resolve_partial(op.operands[0], src_t, ins[0], mult, "slice")
     if len(s.dims) != src_t.rank or src_t.rank != dst_t.rank:
         return [replicated(dst_t.rank)]
@@ -326,7 +326,7 @@ def _appended(op: Op, dim: int) -> bool:
 
 def _dynamic_update_slice(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int,
                           manual: bool) -> list[Sharding]:
-    t0, tu = op.operand_types[0], op.operand_types[1]
+    t0, tu = op.operand_type(0), op.operand_type(1)
     base = w.resolve_partial(op.operands[0], t0, ins[0], mult, "update")
     upd = w.resolve_partial(op.operands[1], tu, ins[1], mult, "update")
     changed = [t0.shape[i] != tu.shape[i] for i in range(t0.rank)]
@@ -341,7 +341,7 @@ def _constraint(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, m
     t = op.result_types[0]
     target = fit(op.attrs["sharding"], t, w.sizes) if t is not None else replicated(0)
     if manual:
-        return [replicated(t.rank)]
+        return [_rep_of(t)]
     w.reshard(op.operands[0], t, ins[0], target, mult, "sharding constraint")
     if op.operands[0] in w.producer:
         w.producer[op.results[0]] = w.producer[op.operands[0]]

@@ -75,6 +75,11 @@ class Entry:
     def key(self) -> str:
         return self.candidate.key
 
+    def analysis(self) -> tuple[Q1Result, MemoryEstimate]:
+        """The Q1 result and memory estimate of a ranked or kept entry (its analysis set both)."""
+        assert self.q1 is not None and self.memory is not None, f"{self.key} ({self.verdict}) has no analysis"
+        return self.q1, self.memory
+
     def to_json(self, space: StrategySpace | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key, "verdict": self.verdict, "reasons": list(self.reasons),
                                "rank": self.rank}
@@ -437,7 +442,7 @@ def _share_stand_in_analyses(legal: list[Entry], stand_ins: dict[str, Entry]) ->
 def _rank(entries: list[Entry], top_k: int) -> None:
     """Rank the entries that fit by Q1 (ties: serial time, then key) and keep the first `top_k`."""
     fitting = sorted((e for e in entries if e.verdict == RANKED),
-                     key=lambda e: (e.q1.seconds, e.q1.serial_seconds, e.key))
+                     key=lambda e: (e.analysis()[0].seconds, e.analysis()[0].serial_seconds, e.key))
     for r, e in enumerate(fitting):
         e.rank = r + 1
         if r < top_k:
@@ -468,9 +473,10 @@ def print_summary(result: Stage1Result, console: Any = None) -> None:
     for col in ("Q1 (ms)", "compute (ms)", "comm (ms)", "memory (GiB)"):
         table.add_column(col, justify="right")
     for e in result.ranked[: max(result.top_k, 1) * 2]:
+        q1, memory = e.analysis()
         table.add_row(
-            f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{e.q1.seconds * 1e3:.3f}",
-            f"{e.q1.compute_seconds * 1e3:.3f}", f"{e.q1.comm_seconds * 1e3:.3f}",
-            f"{e.memory.total_bytes / 2**30:.2f}",
+            f"{e.rank}{'*' if e.verdict == KEPT else ''}", e.key, f"{q1.seconds * 1e3:.3f}",
+            f"{q1.compute_seconds * 1e3:.3f}", f"{q1.comm_seconds * 1e3:.3f}",
+            f"{memory.total_bytes / 2**30:.2f}",
         )
     console.print(table)

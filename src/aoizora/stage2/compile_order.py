@@ -90,14 +90,14 @@ def _axis_digit(mesh: MeshSpec, ref: str) -> tuple[int, int, int] | None:
 def replica_groups(mesh: MeshSpec, axes: Sequence[str]) -> list[list[int]] | None:
     """The groups of logical positions (row-major mesh ids) a collective over `axes` spans, each
     ordered by its position along `axes` (the first axis major); None when an axis is not the mesh's."""
-    digits = [_axis_digit(mesh, a) for a in axes]
-    if any(d is None for d in digits):
+    digits = [d for d in (_axis_digit(mesh, a) for a in axes) if d is not None]
+    if len(digits) != len(axes):  # an axis that is not the mesh's
         return None
     groups: dict[tuple[int, ...], list[tuple[int, int]]] = {}
     for logical in range(mesh.size):
         coords = [int(c) for c in np.unravel_index(logical, mesh.axis_sizes)]
         rank = 0
-        for axis, stride, size in digits:  # type: ignore[misc]
+        for axis, stride, size in digits:
             value = (coords[axis] // stride) % size
             rank = rank * size + value
             coords[axis] -= value * stride  # what stays fixed across the group

@@ -165,6 +165,7 @@ class _Child(CompileChild):
             for fd in (to_child, from_parent, from_child, to_parent):
                 os.close(fd)
             raise
+        self.pid = self.process.pid
         os.close(from_parent)
         os.close(to_parent)
         self.send_conn = Connection(to_child, readable=False)
@@ -177,10 +178,6 @@ class _Child(CompileChild):
         if not self.recv_conn.poll(CHILD_START_TIMEOUT_S):
             raise ChildDied(f"a compile process did not start within {CHILD_START_TIMEOUT_S:.0f} s")
         self._receive()  # "ready", after its imports
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def _receive(self) -> Any:
         try:

@@ -190,7 +190,7 @@ class Topology:
             (l.src, l.dst): l.index for l in self.links if l.kind == "ici"
         }
         self.d2d_index: dict[tuple[Coords, int, int], int] = {
-            (l.src, int(l.src_core), int(l.dst_core)): l.index for l in self.links if l.kind == "d2d"  # type: ignore[arg-type]
+            (l.src, int(l.src_core), int(l.dst_core)): l.index for l in self.links if l.kind == "d2d"  # type: ignore[arg-type]  # a d2d link names both cores
         }
         self._route_cache: dict[tuple[Coords, Coords], tuple[int, ...]] = {}
         self._device_route_cache: dict[tuple[int, int], tuple[int, ...]] = {}

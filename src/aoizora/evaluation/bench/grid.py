@@ -9,6 +9,7 @@ frame counts, the smaller model), so its recall and memory accuracy are out of s
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 TOPOLOGIES = ("v5e:2x2", "v5e:2x4", "v5e:4x4")
@@ -46,7 +47,7 @@ def held_out_grid() -> list[Cell]:
     return v6e + [Cell(t, "480p", 81, FALLBACK_MODEL) for t in ("v5e:2x4", "v5e:4x4")]
 
 
-GRIDS = {"tuning": full_grid, "held-out": held_out_grid}
+GRIDS: dict[str, Callable[[], list[Cell]]] = {"tuning": full_grid, "held-out": held_out_grid}
 
 
 def quick_grid(model: str = MODEL) -> list[Cell]:

@@ -45,6 +45,7 @@ def run_bench(cells: list[Cell] | None, opts: BenchOptions, out_dir: str | os.Pa
         if doc is None and not run_missing:
             continue
         if doc is None:
+            assert cell is not None  # a run has its cells (checked above)
             from aoizora.stage2.compile_cache import default_compile_cache
 
             compile_cache = compile_cache or default_compile_cache()

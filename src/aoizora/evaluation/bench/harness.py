@@ -174,7 +174,8 @@ def _baselines_and_oracle(cell, opts, cache, space, topo, options, stage1, plann
         "expert": {"strategy": expert_key, "placement": JAX_DEFAULT},
         "experts": [{"strategy": k, "placement": JAX_DEFAULT, **d.to_json()} for k, d in experts],
         "logical": {"strategy": logical_key, "placement": JAX_DEFAULT, "first_choice": logical.key,
-                    "alpha_beta_seconds": dict(logical.ranking).get(logical_key), "own_compile": own.get("logical")},
+                    "alpha_beta_seconds": dict(logical.ranking).get(logical_key) if logical_key else None,
+                    "own_compile": own.get("logical")},
         "strategies": strategies,
         "pairs": pairs,
         "skipped": skipped,
@@ -203,7 +204,7 @@ def _scoring_order(stage1: Any, by_key: dict[str, Entry], wanted: set[str], skip
                   and (e.q1 is None or e.verdict == OUT_OF_MEMORY)]
         taken = {e.key for e in first}
         rest = sorted((e for e in stage1.entries if e.key not in skipped and e.key not in taken),
-                      key=lambda e: e.q1.seconds)
+                      key=lambda e: e.analysis()[0].seconds)  # `first` took those without a Q1
     return first, rest
 
 
@@ -321,6 +322,7 @@ def _score_compiled(space, topo, key: str, strategy: Any, compiled: Compiled, op
                        "placements": len(placements), "compile_placement": compiled.placement_name}
     sims = []
     for r in rank_placements(compiled.program, topo, placements, options=options, simulate=True):
+        assert r.sim is not None  # simulate=True
         pairs.append({"strategy": key, "placement": r.placement.name, "q2_seconds": r.q2.step_seconds,
                       "q2_compute_seconds": r.q2.compute_seconds,
                       "q2_exposed_comm_seconds": r.q2.exposed_comm_seconds, "sim_seconds": r.sim.step_seconds})

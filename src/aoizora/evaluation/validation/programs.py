@@ -48,7 +48,7 @@ def collective_microprograms(topology: Topology, mesh_spec: MeshSpec,
 
     axes: list[str | tuple[str, ...]] = [a for a, n in zip(names, mesh_spec.axis_sizes, strict=True) if n > 1]
     if len(axes) > 1:
-        axes.append(tuple(axes))  # type: ignore[arg-type]
+        axes.append(tuple(axes))  # type: ignore[arg-type]  # every entry so far is one axis's name
     for axis in axes:
         label = axis if isinstance(axis, str) else "+".join(axis)
         size = mesh_spec.axis_sizes[names.index(axis)] if isinstance(axis, str) else mesh.size

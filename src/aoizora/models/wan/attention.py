@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -345,6 +346,14 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
 # --------------------------------------------------------------------------------------------
 # Sharded variants
 # --------------------------------------------------------------------------------------------
+class SplashBlockSizes(TypedDict, total=False):
+    """The block-size arguments of `splash_attention` a strategy sets (none: its defaults)."""
+
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+
+
 @dataclasses.dataclass(frozen=True)
 class AttentionSetup:
     """What the model needs to run attention: strategy, mesh (None: single device), kernel, and
@@ -371,7 +380,12 @@ class AttentionSetup:
     def interpret(self) -> bool:
         return self.kernel == "splash-interpret"
 
-    def blocks(self, self_attention: bool) -> dict[str, int]:
+    def sharded(self) -> tuple[Strategy, Mesh]:
+        """The strategy and mesh of a sharded setup (`wan_forward` passes both, or neither)."""
+        assert self.strategy is not None and self.mesh is not None, "attention on one device has no strategy"
+        return self.strategy, self.mesh
+
+    def blocks(self, self_attention: bool) -> SplashBlockSizes:
         """The strategy's splash block sizes for a call (cross-attention keeps its own K block)."""
         b = self.strategy.splash_blocks if self.strategy is not None else None
         if b is None:
@@ -382,23 +396,23 @@ class AttentionSetup:
 
     @property
     def batch_axes(self):
-        s = self.strategy
+        s, _ = self.sharded()
         axes = tuple(a for a, n in (("data", s.data), ("fsdp", s.fsdp)) if n > 1)
         return axes or None
 
     @property
     def sequence_axes(self):
         """The spec entry of the sequence dimension: its live context mesh axes (None if none)."""
-        s = self.strategy
+        s, _ = self.sharded()
         live = tuple(a for a in s.context_axes if s.axis_sizes[a] > 1)
         return live[0] if len(live) == 1 else (live or None)
 
     def qkv_spec(self) -> P:
-        s = self.strategy
+        s, _ = self.sharded()
         return P(self.batch_axes, self.sequence_axes, "tensor" if s.tensor > 1 else None, None)
 
     def ctx_spec(self) -> P:
-        s = self.strategy
+        s, _ = self.sharded()
         return P(self.batch_axes, None, "tensor" if s.tensor > 1 else None, None)
 
 
@@ -437,6 +451,7 @@ def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: in
         if step + 1 < size:
             kl = jax.lax.ppermute(kl, axis, perm)
             vl = jax.lax.ppermute(vl, axis, perm)
+    assert acc is not None, "a ring has at least one device"
     if setup.splash:
         return acc[0].astype(ql.dtype)
     return _finish(acc, ql.dtype)
@@ -472,7 +487,7 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
     if setup.mesh is None:
         valid = (jnp.arange(lp) < valid_len) if valid_len < lp else None
         return _local(setup, q, k, v, valid, "splash_self")
-    s = setup.strategy
+    s, mesh = setup.sharded()
     c = s.context
     variant = s.attention if c > 1 else "allgather"
     spec = setup.qkv_spec()
@@ -507,7 +522,7 @@ def self_attention(setup: AttentionSetup, q, k, v, valid_len: int) -> jnp.ndarra
     if variant in ("ulysses", "ulysses_ring") and setup.exchange == "sharding_constraint":
         return _ulysses_by_constraint(setup, q, k, v, full_span, valid_len, need_mask)
     fn = {"allgather": allgather, "ulysses": ulysses, "ring": ring, "ulysses_ring": ulysses_ring}[variant]
-    return jax.shard_map(fn, mesh=setup.mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
+    return jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(q, k, v)
 
 
 def _ulysses_by_constraint(setup: AttentionSetup, q, k, v, full_span, valid_len: int, need_mask: bool):
@@ -516,7 +531,7 @@ def _ulysses_by_constraint(setup: AttentionSetup, q, k, v, full_span, valid_len:
     sequence keeping only the ring axis), attention runs on the local heads, and the result is
     constrained back. Device (ring r, Ulysses u) then holds sequence span r of the ring, as the
     all-to-all form leaves it, so the ring's masks are the same."""
-    s = setup.strategy
+    s, mesh = setup.sharded()
     if s.ulysses_chunks > 1:
         raise ShapeError("Ulysses head-group chunks need the all_to_all exchange; the sharding-constraint form "
                          "exchanges every head at once")
@@ -531,10 +546,10 @@ def _ulysses_by_constraint(setup: AttentionSetup, q, k, v, full_span, valid_len:
         return _ring(setup, ql, kl, vl, ring_axis, s.context_ring, valid_len, need_mask)
 
     def constrain(x, to):
-        return jax.lax.with_sharding_constraint(x, NamedSharding(setup.mesh, to))
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, to))
 
     q, k, v = (constrain(x, by_heads) for x in (q, k, v))
-    o = jax.shard_map(attend, mesh=setup.mesh, in_specs=(by_heads,) * 3, out_specs=by_heads, check_vma=False)(q, k, v)
+    o = jax.shard_map(attend, mesh=mesh, in_specs=(by_heads,) * 3, out_specs=by_heads, check_vma=False)(q, k, v)
     return constrain(o, spec)
 
 

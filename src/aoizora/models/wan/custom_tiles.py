@@ -159,14 +159,14 @@ def custom_kernel_tile(strategy: Strategy, tokens: int, generation: str | None) 
     same = [r for r in rows if r.attention == strategy.attention and _row_length(r, tokens) == length]
     if same:
         r = same[0]
-        return _tile(r.splash_blocks, r.kernel_options,  # type: ignore[arg-type]
+        return _tile(r.splash_blocks, r.kernel_options,  # type: ignore[arg-type]  # `rows` have splash blocks
                      f"the tile {r.name} runs at the same {length} tokens per call", r.source)
     if rows:
         def padded(r: WanExpert) -> tuple[int, int]:
-            bq = r.splash_blocks.block_q  # type: ignore[union-attr]
+            bq = r.splash_blocks.block_q  # type: ignore[union-attr]  # `rows` have splash blocks
             return math.ceil(length / bq) * bq, -bq
         r = min(rows, key=padded)
-        return _tile(r.splash_blocks, r.kernel_options,  # type: ignore[arg-type]
+        return _tile(r.splash_blocks, r.kernel_options,  # type: ignore[arg-type]  # `rows` have splash blocks
                      f"least padded query work at {length} tokens per call among the {profile} tiles published "
                      f"for {generation} ({r.name}: {padded(r)[0] - length} padded rows)", r.source)
     if strategy.splash_blocks is None:

@@ -122,8 +122,8 @@ class WanExpert:
         embed sharded over context."""
         data = 2 if num_devices % 2 == 0 and batch % 2 == 0 else 1
         data, context = dict(self.meshes).get(num_devices, (data, num_devices // data))
-        return Strategy(data=data, context=context, attention=self.attention,  # type: ignore[arg-type]
-                        weights="gathered" if context > 1 else "replicated", kernel=kernel,  # type: ignore[arg-type]
+        return Strategy(data=data, context=context, attention=self.attention,  # type: ignore[arg-type]  # a variant's name
+                        weights="gathered" if context > 1 else "replicated", kernel=kernel,  # type: ignore[arg-type]  # a kernel's name
                         context_ulysses=self.context_ulysses if self.attention == "ulysses_ring" else 1,
                         splash_blocks=self.splash_blocks)
 

@@ -107,12 +107,13 @@ class ShardingContext:
     def gather_weights(self, tree: dict, axes_tree: dict) -> dict:
         """Constrain one layer's weights to their compute layout: `embed` unsharded (all-gathered
         over fsdp×context when stored sharded), heads/mlp still on tensor."""
-        if self.mesh is None or self.rules is None:  # both set, or neither
+        mesh = self.mesh
+        if mesh is None or self.rules is None:  # both set, or neither
             return tree
         rules = dict(self.rules, embed=None)
 
         def one(w, axes):
-            return jax.lax.with_sharding_constraint(w, NamedSharding(self.mesh, logical_to_spec(axes, rules)))
+            return jax.lax.with_sharding_constraint(w, NamedSharding(mesh, logical_to_spec(axes, rules)))
 
         return jax.tree.map(one, tree, axes_tree, is_leaf=lambda a: isinstance(a, jnp.ndarray) or hasattr(a, "shape"))
 

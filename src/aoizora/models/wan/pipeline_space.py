@@ -28,7 +28,7 @@ from aoizora.errors import ShapeError
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.params import param_dtype, param_table
 from aoizora.models.wan.pipeline import WanPipelineConfig
-from aoizora.models.wan.sampling import make_denoise_step
+from aoizora.models.wan.sampling import JitWithDefaults, make_denoise_step
 from aoizora.models.wan.sharding import abstract_params
 from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.strategy import Strategy, logical_rules
@@ -95,8 +95,10 @@ class WanPipelineSpace(WanSpace):
         inp = super().lowering_inputs(strategy, mesh)  # the Wan step's arguments, as for Wan 2.1
         fn, args = inp.fn, inp.args
         if self.pipeline.expand_timesteps:
-            fn = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
-                                   expand_timesteps=True, videos=self.videos).jitted
+            step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
+                                     expand_timesteps=True, videos=self.videos)
+            assert isinstance(step, JitWithDefaults)  # a strategy's step: jitted with its shardings
+            fn = step.jitted
         if not self.resident_experts:
             return LoweringInputs(fn, args, inp.kwargs, inp.jit_kwargs)
         others = tuple(abstract_params(cfg, strategy, mesh) for cfg in self.resident_experts)
@@ -112,7 +114,7 @@ class WanPipelineSpace(WanSpace):
         out["experts"] = len(self.pipeline.experts)
         if len(self.pipeline.experts) > 1:
             out["expert_residency"] = self.residency
-            out["expert_bytes_per_device"] = expert_bytes_per_device(self.pipeline.transformer_2, strategy)
+            out["expert_bytes_per_device"] = expert_bytes_per_device(self.pipeline.experts[1], strategy)
         return out
 
     def workload(self) -> dict[str, Any]:
@@ -141,7 +143,7 @@ class WanPipelineSpace(WanSpace):
         p = self.pipeline
         if len(p.experts) == 1:
             return {}
-        per_device = expert_bytes_per_device(p.transformer_2, strategy)
+        per_device = expert_bytes_per_device(p.experts[1], strategy)  # the low-noise expert, `transformer_2`
         bw, source = host_to_device_bandwidth(topology.generation)
         swap_s = None if bw is None else per_device / bw
         hbm = topology.hardware.hbm_usable_bytes
@@ -168,7 +170,7 @@ def swap_estimate(space: WanPipelineSpace, topology: Any) -> str:
     legal = [c.strategy for c in space.candidates(topology.num_devices) if c.legal]
     if len(p.experts) < 2 or not legal:
         return "no legal strategy to estimate an expert swap for"
-    per_device = min(expert_bytes_per_device(p.transformer_2, st) for st in legal)
+    per_device = min(expert_bytes_per_device(p.experts[1], st) for st in legal)
     bw, source = host_to_device_bandwidth(topology.generation)
     gib = per_device / 2**30
     if bw is None:

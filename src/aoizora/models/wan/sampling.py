@@ -37,18 +37,22 @@ def make_forward(config: WanConfig, strategy: Strategy | None = None, mesh: Mesh
     bs = [batch_sharding(strategy, mesh, n) for n in (5, 1, 3, 3)]
     fn = lambda p, x, t, c, i: forward(p, x, t, c, i, config=config, strategy=strategy, mesh=mesh)  # noqa: E731
     jitted = jax.jit(fn, in_shardings=(param_shardings(config, strategy, mesh), *bs), out_shardings=bs[0])
-    return _with_defaults(jitted, 5)
+    return JitWithDefaults(jitted, 5)
 
 
-def _with_defaults(jitted, nargs: int) -> Callable:
-    """Wrap a jitted function of `nargs` positional arguments so trailing ones default to None
-    (jit's in_shardings need every positional argument); `.lower` is forwarded likewise."""
-    def call(*args):
-        return jitted(*args, *([None] * (nargs - len(args))))
+class JitWithDefaults:
+    """A jitted function of `nargs` positional arguments whose trailing ones default to None (jit's
+    in_shardings need every positional argument); `.lower` likewise, `.jitted` is the jitted one."""
 
-    call.lower = lambda *args: jitted.lower(*args, *([None] * (nargs - len(args))))  # type: ignore[attr-defined]
-    call.jitted = jitted  # type: ignore[attr-defined]
-    return call
+    def __init__(self, jitted: Any, nargs: int) -> None:
+        self.jitted = jitted
+        self.nargs = nargs
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted(*args, *([None] * (self.nargs - len(args))))
+
+    def lower(self, *args: Any) -> Any:
+        return self.jitted.lower(*args, *([None] * (self.nargs - len(args))))
 
 
 def denoise_step(
@@ -134,8 +138,8 @@ def make_denoise_step(config: WanConfig, scheduler: Any, strategy: Strategy | No
     validate_strategy(strategy, config, batch=2 * videos)
     rep = replicated(mesh)
     ps = param_shardings(config, strategy, mesh)
-    return _with_defaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep),
-                                  compiler_options=options), 7)
+    return JitWithDefaults(jax.jit(fn, in_shardings=(ps, rep, rep, rep, rep, rep, rep), out_shardings=(rep, rep),
+                                   compiler_options=options), 7)
 
 
 def sample(step_fn: Callable, params: dict, latents: jnp.ndarray, scheduler: Any, text_cond, text_uncond,

@@ -35,7 +35,7 @@ from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.custom_tiles import custom_kernel_tile, published_steps
 from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
-from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
+from aoizora.models.wan.sampling import JitWithDefaults, make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
 from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
@@ -44,6 +44,7 @@ from aoizora.models.wan.strategy import (
     MESH_AXES,
     ULYSSES_CHUNK_CHOICES,
     WEIGHT_MODES,
+    Kernel,
     SplashBlocks,
     Strategy,
     check_strategy,
@@ -109,9 +110,10 @@ class WanSpace(StrategySpace):
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
-                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
-                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
-                 user_deployment: ExpertDeployment | None = None, kernel_profile: str = DEFAULT_KERNEL_PROFILE):
+                 kernel: Kernel = "auto", *, model_name: str = "wan", scheduler: Any = None,
+                 guidance_scale: float = 5.0, ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES,
+                 generation: str | None = None, user_deployment: ExpertDeployment | None = None,
+                 kernel_profile: str = DEFAULT_KERNEL_PROFILE):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
@@ -153,7 +155,7 @@ class WanSpace(StrategySpace):
                     for chunks in chunk_choices:
                         for weights in self.weights:
                             st = self._with_blocks(Strategy(
-                                **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
+                                **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]  # the four axes' sizes; attention and weights are names check_strategy judges
                                 kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
                                 weight_tile=self.weight_tile if weights == "replicated" else None,
                                 kernel_profile=self.kernel_profile))
@@ -171,8 +173,8 @@ class WanSpace(StrategySpace):
         if st.kernel_profile == DEFAULT_KERNEL_PROFILE and self.generation is not None:
             found = searched_splash_tile(st, tokens, self.batch, self.generation)
             if found is not None:
-                blocks, limit = found
-                return dataclasses.replace(st, splash_blocks=blocks, scoped_vmem_kib=limit)
+                searched, limit = found
+                return dataclasses.replace(st, splash_blocks=searched, scoped_vmem_kib=limit)
         blocks = fitted_splash_blocks(st, tokens, self.batch, self.splash_max_block_q)
         return dataclasses.replace(st, splash_blocks=blocks) if blocks is not None else st
 
@@ -219,7 +221,7 @@ class WanSpace(StrategySpace):
             return dataclasses.replace(strategy, ulysses_chunks=1)
         return None
 
-    def lowering_affinity(self, strategy: Strategy) -> tuple[int, int]:
+    def lowering_affinity(self, strategy: Strategy) -> tuple[int, int, SplashBlocks | None]:
         # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
         # 12; the kernels' shapes depend on the context and tensor sizes only (data and fsdp split
         # the batch, which the kernel is vmapped over), so those strategies share their masks.
@@ -239,6 +241,7 @@ class WanSpace(StrategySpace):
         args = (abstract_params(self.config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
                 a["text_uncond"], a["image"], a["condition"])
         self._meshes[strategy] = mesh  # for costing its kernels if Stage 2 compiles it
+        assert isinstance(step, JitWithDefaults)  # a strategy's step: jitted with its shardings
         return LoweringInputs(step.jitted, args)
 
     def kernel_cost(self, strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
@@ -254,13 +257,14 @@ class WanSpace(StrategySpace):
         blocks = strategy.splash_blocks
         block_q, block_kv = (blocks.block_q, blocks.block_kv) if blocks is not None else (None, None)
         batch_heads = q.elements // (lq * d)
-        flops, hbm = splash_cost(batch_heads, lq, lk, d, q.bytes // q.elements, residuals, block_q)
+        flops, hbm = splash_cost(batch_heads, lq, lk, d, int(q.itemsize), residuals, block_q)
         return _splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv),
                                    strategy.kernel_profile)
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
-        out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
-               "kernel": strategy.kernel, "video": [self.video.frames, self.video.height, self.video.width]}
+        out: dict[str, Any] = {"mesh": strategy.axis_sizes, "attention": strategy.attention,
+                               "weights": strategy.weights, "kernel": strategy.kernel,
+                               "video": [self.video.frames, self.video.height, self.video.width]}
         if strategy.ulysses_chunks != 1:
             out["ulysses_chunks"] = strategy.ulysses_chunks
         if strategy.splash_blocks is not None:

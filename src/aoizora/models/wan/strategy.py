@@ -171,7 +171,7 @@ class Strategy:
             sizes["context"] = ring * uly
             fields = dict(fields, context_ulysses=uly)
             fields.setdefault("attention", "ulysses_ring")
-        return cls(**sizes, **fields)  # type: ignore[arg-type]
+        return cls(**sizes, **fields)  # type: ignore[arg-type]  # the mesh's sizes and the caller's fields, by name
 
     @classmethod
     def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> Strategy:
@@ -452,7 +452,7 @@ def enumerate_strategies(
                 for attention in (ATTENTION_VARIANTS if context > 1 else ("allgather",)):
                     for uly in context_splits(context, attention):
                         for weights in WEIGHT_MODES:
-                            s = Strategy(data, fsdp, context, tensor, attention, weights, kernel,  # type: ignore[arg-type]
+                            s = Strategy(data, fsdp, context, tensor, attention, weights, kernel,  # type: ignore[arg-type]  # names from ATTENTION_VARIANTS, WEIGHT_MODES
                                          context_ulysses=uly)
                             if not check_strategy(s, config, video, batch, num_devices):
                                 out.append(s)
