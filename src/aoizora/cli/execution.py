@@ -112,7 +112,16 @@ def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top
         from aoizora.runtime.plan_run import ensure_host_devices
 
         ensure_host_devices(16)  # CPU stand-in for the largest grid slice; ignored on a TPU host
-    from aoizora.evaluation.bench import GRIDS, BenchOptions, Cell, markdown, output_files, parse_cell, quick_grid, run_bench
+    from aoizora.evaluation.bench import (
+        GRIDS,
+        BenchOptions,
+        Cell,
+        markdown,
+        output_files,
+        parse_cell,
+        quick_grid,
+        run_bench,
+    )
     from aoizora.stage2 import executor_from_spec
     from aoizora.toolchain import CompilerFlags, environment_flags
 
