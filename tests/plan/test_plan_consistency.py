@@ -171,10 +171,9 @@ def test_a_plan_for_another_pair_is_consistent(vmem):
     description["mesh"] = {"data": 2, "fsdp": 1, "context": 4, "tensor": 1}
     if vmem is not None:
         description["scoped_vmem_kib"] = vmem
-    from aoizora.models.wan.space import strategy_key
     from aoizora.models.wan.strategy import Strategy
 
-    key = strategy_key(Strategy.from_description(description))
+    key = Strategy.from_description(description).key()
     placement = enumerate_placements(topo, MeshSpec(("data", "fsdp", "context", "tensor"), (2, 1, 4, 1))).placements[0]
     pair = plan_for_pair(plan, key, description, placement, topo,
                          {"step_seconds": 1.0, "compute_seconds": 0.9, "exposed_comm_seconds": 0.1})

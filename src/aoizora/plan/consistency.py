@@ -238,9 +238,8 @@ def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix
         raise _fail(source, "strategy.kernel", f"is {_clip(strategy['kernel'])} but workload.kernel is "
                     f"{_clip(data['workload']['kernel'])}", fix)
     from aoizora.models.wan.experts import expert_key_suffixes
-    from aoizora.models.wan.space import strategy_key
 
-    key, given = strategy_key(parsed), strategy["key"]
+    key, given = parsed.key(), strategy["key"]
     if given != key:
         if not given.startswith(key + " | "):
             raise _fail(source, "strategy.key", f"is {_clip(given)} but the strategy it describes is {key!r}", fix)

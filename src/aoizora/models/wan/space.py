@@ -44,64 +44,13 @@ from aoizora.models.wan.strategy import (
     MESH_AXES,
     ULYSSES_CHUNK_CHOICES,
     WEIGHT_MODES,
-    SplashBlocks,
     Strategy,
     check_strategy,
     context_splits,
-    describe_tile,
 )
 from aoizora.placement import MeshSpec
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
 from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, StrategySpace, axis_assignments
-
-
-def strategy_key(st: Strategy) -> str:
-    mesh = ",".join(f"{a}={n}" for a, n in st.axis_sizes.items() if n > 1) or "single"
-    key = f"{mesh} | weights={st.weights} | attn={st.attention}"
-    if st.ulysses_chunks != 1:
-        key += f" | chunks={st.ulysses_chunks}"
-    if st.splash_blocks is not None:
-        key += f" | blocks={st.splash_blocks.describe()}"
-    if st.weight_tile is not None:
-        key += f" | weight_tile={describe_tile(st.weight_tile)}"
-    if st.kernel_profile != DEFAULT_KERNEL_PROFILE:
-        key += f" | kernel={st.kernel_profile}"
-    if st.scoped_vmem_kib is not None:
-        key += f" | vmem={st.scoped_vmem_kib}"
-    return key
-
-
-def strategy_from_key(key: str, kernel: str = "auto") -> Strategy:
-    """The strategy whose `strategy_key` is `key`: the inverse of `strategy_key`, so a key recorded
-    by a run (a bench cell, a Stage 1 output) names the strategy it ran, whatever splash blocks and
-    scoped-VMEM limit the current space would plan for it. Fields a key leaves out take their
-    defaults (no blocks: the kernel's pick; no vmem: libtpu's default limit)."""
-    mesh, *fields = (part.strip() for part in key.split("|"))
-    try:
-        sizes = {} if mesh == "single" else {a: int(n) for a, n in (f.split("=") for f in mesh.split(","))}
-        values = dict(f.split("=", 1) for f in fields)
-    except ValueError:
-        raise StrategyError(f"{key!r} is not a strategy key (mesh axes as name=size, then fields as name=value "
-                            f"separated by '|')") from None
-    unknown = set(values) - {"weights", "attn", "chunks", "blocks", "weight_tile", "kernel", "vmem"}
-    axes = set(MESH_AXES) | {"context_ring", "context_ulysses"}
-    if (unknown or not set(sizes) <= axes or values.get("attn") not in ATTENTION_VARIANTS
-            or values.get("weights") not in WEIGHT_MODES):
-        raise StrategyError(f"{key!r} is not a strategy key (mesh axes of {', '.join(sorted(axes))}, then "
-                            f"weights, attn and optionally chunks, blocks, weight_tile, kernel, vmem)")
-    try:
-        blocks = [int(b) for b in values["blocks"].split("/")] if "blocks" in values else None
-        tile = [int(t) for t in values["weight_tile"].split("x")] if "weight_tile" in values else None
-        return Strategy.from_axis_sizes(
-            sizes, attention=values["attn"], weights=values["weights"], kernel=kernel,
-            ulysses_chunks=int(values.get("chunks", 1)),
-            splash_blocks=SplashBlocks(*blocks) if blocks else None,
-            weight_tile=(tile[0], tile[1]) if tile else None,
-            kernel_profile=values.get("kernel", DEFAULT_KERNEL_PROFILE),
-            scoped_vmem_kib=int(values["vmem"]) if "vmem" in values else None)
-    except (TypeError, ValueError, IndexError):
-        raise StrategyError(f"{key!r} is not a strategy key (blocks as Q/KV/KV_COMPUTE, weight_tile as RxC, "
-                            f"chunks and vmem as integers)") from None
 
 
 class WanSpace(StrategySpace):
@@ -157,7 +106,7 @@ class WanSpace(StrategySpace):
                                 kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
                                 weight_tile=self.weight_tile if weights == "replicated" else None,
                                 kernel_profile=self.kernel_profile))
-                            out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
+                            out.append(Candidate(st.key(), st, tuple(self._reasons(st, num_devices))))
         return out
 
     def _with_blocks(self, st: Strategy) -> Strategy:
@@ -259,22 +208,10 @@ class WanSpace(StrategySpace):
                                    strategy.kernel_profile)
 
     def describe(self, strategy: Strategy) -> dict[str, Any]:
-        out = {"mesh": strategy.axis_sizes, "attention": strategy.attention, "weights": strategy.weights,
-               "kernel": strategy.kernel, "video": [self.video.frames, self.video.height, self.video.width]}
-        if strategy.ulysses_chunks != 1:
-            out["ulysses_chunks"] = strategy.ulysses_chunks
-        if strategy.splash_blocks is not None:
-            out["splash_blocks"] = dataclasses.asdict(strategy.splash_blocks)
-        if strategy.weight_tile is not None:
-            out["weight_tile"] = list(strategy.weight_tile)
-        if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
-            out["kernel_profile"] = strategy.kernel_profile
         tile = custom_kernel_tile(strategy, self.video.tokens(self.config), self.generation)
-        if tile is not None:  # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
-            out["kernel_tile"] = tile.to_json()
-        if strategy.scoped_vmem_kib is not None:
-            out["scoped_vmem_kib"] = strategy.scoped_vmem_kib
-        return out
+        # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
+        return strategy.description(video=(self.video.frames, self.video.height, self.video.width),
+                                    kernel_tile=tile.to_json() if tile is not None else None)
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
         """The model's own record of the kernel this custom call is (matched by its HLO name)."""
@@ -340,7 +277,7 @@ class WanSpace(StrategySpace):
                                    notes=(line, *deployment.notes))
 
     def key_of(self, strategy: Strategy) -> str:
-        return strategy_key(strategy)
+        return strategy.key()
 
     def workload(self) -> dict[str, Any]:
         return {
@@ -359,7 +296,7 @@ class WanSpace(StrategySpace):
                               else "the kernel's pick per call"),
             **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
             **({"user_deployment": {**self._as_compiled(self.user_deployment).to_json(),
-                                    "strategy": strategy_key(self.user_deployment.strategy)}}
+                                    "strategy": self.user_deployment.strategy.key()}}
                if self.user_deployment is not None else {}),
         }
 
