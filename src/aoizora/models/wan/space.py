@@ -38,6 +38,7 @@ from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PR
 from aoizora.models.wan.sampling import make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
+from aoizora.models.wan.space_plan_file import check_wan_plan
 from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
 from aoizora.models.wan.strategy import (
     ATTENTION_VARIANTS,
@@ -49,11 +50,20 @@ from aoizora.models.wan.strategy import (
     context_splits,
 )
 from aoizora.placement import MeshSpec
+from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
-from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.workload import (
+    Candidate,
+    ExpertDeployment,
+    KernelCall,
+    LoweringInputs,
+    PlanDisagreement,
+    StrategySpace,
+    axis_assignments,
+)
 
 
-class WanSpace(StrategySpace):
+class WanSpace(StrategySpace[Strategy]):
     name = "wan"
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
@@ -129,7 +139,7 @@ class WanSpace(StrategySpace):
         """The scoped-VMEM limit its tile was chosen with, as a libtpu flag ("" for libtpu's default)."""
         if strategy.scoped_vmem_kib is None:
             return ""
-        return f"--xla_tpu_scoped_vmem_limit_kib={strategy.scoped_vmem_kib}"
+        return f"--{SCOPED_VMEM_FLAG}={strategy.scoped_vmem_kib}"
 
     def order_probe(self, strategy: Strategy) -> Strategy | None:
         """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
@@ -212,6 +222,13 @@ class WanSpace(StrategySpace):
         # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
         return strategy.description(video=(self.video.frames, self.video.height, self.video.width),
                                     kernel_tile=tile.to_json() if tile is not None else None)
+
+    def from_description(self, description: dict[str, Any]) -> Strategy:
+        return Strategy.from_description(description, self.kernel)  # type: ignore[arg-type]
+
+    @classmethod
+    def check_plan(cls, plan: dict[str, Any], flags: CompilerFlags) -> PlanDisagreement | None:
+        return check_wan_plan(plan, flags)
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
         """The model's own record of the kernel this custom call is (matched by its HLO name)."""

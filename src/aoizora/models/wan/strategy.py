@@ -126,7 +126,7 @@ class Strategy:
     #: The attention kernel the deployment runs, which costs its splash calls
     #: (`aoizora.models.wan.kernel_profiles`); the program is compiled with JAX's splash whatever it is.
     kernel_profile: str = DEFAULT_KERNEL_PROFILE
-    #: libtpu's scoped-VMEM limit (KiB, `--xla_tpu_scoped_vmem_limit_kib`) the program is compiled
+    #: libtpu's scoped-VMEM limit (KiB, `toolchain.SCOPED_VMEM_FLAG`) the program is compiled
     #: with, chosen with the splash blocks; None: libtpu's default
     scoped_vmem_kib: int | None = None
 
