@@ -1,23 +1,30 @@
 """What a Wan plan file holds beyond every plan's fields, and the checks that its copies agree.
 
-A Wan plan's key restates its mesh, weights and attention; its `strategy` object restates the
-plan's mesh (its axes, with the 2D context ones), its compiler flags (the scoped-VMEM limit its
-splash tile was chosen with), the workload's video and kernel, and its own key. `check_wan_plan`
-names the first that disagrees (`WanSpace.check_plan`, which `aoizora.plan.consistency` calls for
-the plans of every Wan model).
+`describe` writes the plan's `strategy` object and `workload` its `workload` section. A Wan plan's
+key restates its mesh, weights and attention; its `strategy` object restates the plan's mesh (its
+axes, with the 2D context ones), its compiler flags (the scoped-VMEM limit its splash tile was
+chosen with), the workload's video and kernel, and its own key. `check_wan_plan` names the first
+that disagrees (`WanSpace.check_plan`, which `aoizora.plan.consistency` calls for the plans of
+every Wan model).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import StrategyError, clipped
+from aoizora.models.wan.custom_tiles import custom_kernel_tile
 from aoizora.models.wan.experts import expert_key_suffixes
+from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
+from aoizora.models.wan.space_tiles import as_compiled
 from aoizora.models.wan.strategy import Strategy
 from aoizora.placement import same_mesh
 from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 from aoizora.workload import PlanDisagreement
+
+if TYPE_CHECKING:
+    from aoizora.models.wan.space import WanSpace
 
 _MESH_SEGMENT = re.compile(r"(single|[A-Za-z_][A-Za-z0-9_]*=[0-9]+(,[A-Za-z_][A-Za-z0-9_]*=[0-9]+)*)")
 
@@ -100,3 +107,33 @@ def _key_restated(parsed: Strategy, given: str) -> PlanDisagreement | None:
                                 "not an expert deployment's flags (`<deployment> flags`)")
     return None
 
+
+def describe(space: WanSpace, strategy: Strategy) -> dict[str, Any]:
+    """The plan's `strategy` object: the strategy's description with the space's video and the
+    tile MaxDiffusion's own kernel runs it with (compiled at `splash_blocks`), when it runs one."""
+    tile = custom_kernel_tile(strategy, space.video.tokens(space.config), space.generation)
+    return strategy.description(video=(space.video.frames, space.video.height, space.video.width),
+                                kernel_tile=tile.to_json() if tile is not None else None)
+
+
+def workload(space: WanSpace) -> dict[str, Any]:
+    """The plan's `workload` section (and its cache key): the model, video, sampler and kernels."""
+    return {
+        "name": space.name,
+        "shapes": {
+            "frames": space.video.frames, "height": space.video.height, "width": space.video.width,
+            "tokens": space.video.tokens(space.config), "cfg_batch": space.batch,
+        },
+        "model": {"layers": space.config.num_layers, "dim": space.config.dim,
+                  "heads": space.config.num_attention_heads, "ffn": space.config.ffn_dim, "i2v": space.config.is_i2v},
+        "scheduler": {"name": type(space.scheduler).__name__, "steps": space.scheduler.num_steps,
+                      "shift": space.scheduler.shift},
+        "kernel": space.kernel,
+        # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
+        "splash_blocks": (f"fitted to {space.generation}" if space.splash_max_block_q
+                          else "the kernel's pick per call"),
+        **({"kernel_profile": space.kernel_profile} if space.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
+        **({"user_deployment": {**as_compiled(space, space.user_deployment).to_json(),
+                                "strategy": space.user_deployment.strategy.key()}}
+           if space.user_deployment is not None else {}),
+    }
