@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.space import strategy_from_key
+from aoizora.models.wan.strategy import Strategy
 from aoizora.plan.planner import expert_entries
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory
@@ -35,7 +35,7 @@ def compiled_strategy(key: str, experts: dict[str, Any], kernel: str) -> Any:
     """The strategy a cell compiled under `key`: an expert deployment by its key (which names its
     flags, not a strategy), any other as its key reads (the splash blocks and scoped-VMEM limit it
     was compiled with, not those the current space would plan for it)."""
-    return experts[key] if key in experts else strategy_from_key(key, kernel)
+    return experts[key] if key in experts else Strategy.from_key(key, kernel)
 
 
 def main() -> None:

@@ -3,6 +3,17 @@
 Every message says what is wrong and what to do about it.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+
+def clipped(value: Any, limit: int = 200) -> str:
+    """`value` as Python writes it, cut to about `limit` characters (an ellipsis says so): a value
+    read from a file, quoted in a message that must stay one line of reasonable length."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
 
 class AoizoraError(Exception):
     """Base class of every error aoizora raises on bad input or a missing toolchain."""

@@ -68,6 +68,9 @@ def _first_line(exc: BaseException) -> str:
 # Compiler flags
 # --------------------------------------------------------------------------------------------
 _FLAG = re.compile(r"--([A-Za-z][A-Za-z0-9_]*)(?:=(\S*))?$")
+#: libtpu's scoped-VMEM limit (KiB): the VMEM a Pallas kernel's buffers are given, which a
+#: strategy's splash tile is chosen with (`Strategy.scoped_vmem_kib`).
+SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"
 
 
 @dataclass(frozen=True)

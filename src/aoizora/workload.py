@@ -11,17 +11,26 @@ no IR can tell.
 from __future__ import annotations
 
 import abc
+import importlib
 import itertools
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from aoizora.errors import StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import MeshSpec
+from aoizora.toolchain import CompilerFlags
 
 if TYPE_CHECKING:  # Stage 1's IR types; the interface names them without depending on Stage 1
+    from jax.sharding import Mesh
+
     from aoizora.stage1.ir import TensorType
+    from aoizora.topology import Topology
+
+#: A workload's strategy type (`aoizora.models.wan.strategy.Strategy`, `FunctionStrategy`, ...).
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -35,11 +44,11 @@ class KernelCall:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(Generic[S]):
     """One enumerated strategy with its legality verdict (reasons are empty when legal)."""
 
     key: str  # short unique label, e.g. "data=2,context=8 | weights=fsdp | attn=dense"
-    strategy: Any
+    strategy: S
     reasons: tuple[str, ...] = ()
 
     @property
@@ -48,13 +57,13 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class ExpertDeployment:
+class ExpertDeployment(Generic[S]):
     """A hand-tuned deployment to compare a plan against: its strategy (compiled and placed by
     JAX's default order), the libtpu flags its authors run it with (``LIBTPU_INIT_ARGS``, one flag
     per item, for the compile path to apply), where it is documented and what was measured there."""
 
     name: str
-    strategy: Any
+    strategy: S
     libtpu_args: tuple[str, ...] = ()
     source: str = ""
     documented: str = ""
@@ -91,28 +100,36 @@ class LoweringInputs:
 LOWERING_LOCK = threading.RLock()
 
 
-class StrategySpace(abc.ABC):
-    """A workload's logical strategies on a device count (subclass per workload)."""
+@dataclass(frozen=True)
+class PlanDisagreement:
+    """A field of a plan file that disagrees with another (`StrategySpace.check_plan`)."""
+
+    field: str  # e.g. "strategy.key"
+    what: str  # e.g. "is 'x' but the strategy it describes is 'y'"
+
+
+class StrategySpace(abc.ABC, Generic[S]):
+    """A workload's logical strategies on a device count (subclass per workload), of type `S`."""
 
     name: str = "workload"
 
     @abc.abstractmethod
-    def candidates(self, num_devices: int) -> Iterable[Candidate]:
+    def candidates(self, num_devices: int) -> Iterable[Candidate[S]]:
         """Every strategy on `num_devices`, legal or not (illegal ones carry their reasons)."""
 
     @abc.abstractmethod
-    def mesh_spec(self, strategy: Any) -> MeshSpec:
+    def mesh_spec(self, strategy: S) -> MeshSpec:
         """The logical mesh (axis names and sizes, product = device count)."""
 
     @abc.abstractmethod
-    def lowering_inputs(self, strategy: Any, mesh: Any) -> LoweringInputs:
+    def lowering_inputs(self, strategy: S, mesh: Mesh) -> LoweringInputs:
         """The function and abstract (ShapeDtypeStruct) arguments to lower on `mesh`."""
 
-    def kernel_cost(self, strategy: Any, call: KernelCall) -> OpaqueCost | None:
+    def kernel_cost(self, strategy: S, call: KernelCall) -> OpaqueCost | None:
         """Cost of one opaque kernel call (per device); None when unknown."""
         return None
 
-    def analysis_stand_in(self, strategy: Any) -> Any | None:
+    def analysis_stand_in(self, strategy: S) -> S | None:
         """A strategy whose Stage 1 analysis stands for this one's, or None (analyse it itself).
 
         Only for strategies that differ in scheduling alone: the stand-in must move the same
@@ -121,18 +138,18 @@ class StrategySpace(abc.ABC):
         conservative). Stage 1 then lowers the stand-in only; Stage 2 compiles each for real."""
         return None
 
-    def lowering_affinity(self, strategy: Any) -> Hashable:
+    def lowering_affinity(self, strategy: S) -> Hashable:
         """Strategies with equal affinity share costly lowering work (e.g. a kernel's setup that
         the toolchain caches): Stage 1 lowers them one after another in the same process. By
         default nothing is shared: every strategy is its own group, free to go to any worker."""
         return self.key_of(strategy)
 
-    def compile_flags(self, strategy: Any) -> str:
+    def compile_flags(self, strategy: S) -> str:
         """Compiler flags (LIBTPU_INIT_ARGS syntax) the strategy is compiled with on top of the
         plan's, chosen with it (e.g. a scoped-VMEM limit for its kernels' tiles); "" for none."""
         return ""
 
-    def order_probe(self, strategy: Any) -> Any | None:
+    def order_probe(self, strategy: S) -> S | None:
         """A strategy that compiles much faster than this one to the same collectives, differing
         only in what the collectives do not depend on (a kernel's tile, and the flags
         `compile_flags` adds for it), or None. Stage 2 verifies a leading pair's device order
@@ -140,19 +157,31 @@ class StrategySpace(abc.ABC):
         (`aoizora.stage2.verify`)."""
         return None
 
-    def describe(self, strategy: Any) -> dict[str, Any]:
-        """JSON-ready description of a strategy for reports."""
+    def describe(self, strategy: S) -> dict[str, Any]:
+        """The strategy as a plan's `strategy` object (JSON-ready): what the plan is run and
+        exported from, so `from_description` reads it back to the same strategy."""
         return {"strategy": repr(strategy)}
 
-    def compiled_kernel_cost(self, strategy: Any, op: OpaqueOp) -> OpaqueCost | None:
+    def from_description(self, description: dict[str, Any]) -> S:
+        """The strategy `describe` wrote as `description` (a plan's `strategy` object)."""
+        raise StrategyError(f"{type(self).__name__} does not read its strategies back from a plan")
+
+    @classmethod
+    def check_plan(cls, plan: dict[str, Any], flags: CompilerFlags) -> PlanDisagreement | None:
+        """The first field of a plan of this workload (`register_plan_reader`) that disagrees with
+        another, beyond what every plan is checked for (`aoizora.plan.consistency`); None if none.
+        `flags` are the plan's compiler flags (`compiler.libtpu_args`)."""
+        return None
+
+    def compiled_kernel_cost(self, strategy: S, op: OpaqueOp) -> OpaqueCost | None:
         """Cost of one opaque custom call in the *compiled* program (the HLO analyzer's hook)."""
         return None
 
-    def expert_strategy(self, num_devices: int) -> Any | None:
+    def expert_strategy(self, num_devices: int) -> S | None:
         """The hand-tuned deployment to compare against (None when the workload has none)."""
         return None
 
-    def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
+    def expert_deployments(self, topology: Topology) -> list[ExpertDeployment[S]]:
         """Every hand-tuned deployment documented for this slice's generation, the primary one
         first (by default the one `expert_strategy` names, without flags or source)."""
         st = self.expert_strategy(topology.num_devices)
@@ -162,17 +191,40 @@ class StrategySpace(abc.ABC):
         """What is being planned, for the plan file and its cache key: name and input shapes."""
         return {"name": self.name, "shapes": {}}
 
-    def plan_details(self, strategy: Any, topology: Any) -> dict[str, Any]:
+    def plan_details(self, strategy: S, topology: Topology) -> dict[str, Any]:
         """Extra top-level sections of the plan for the chosen strategy on the slice (e.g. the
         experts a pipeline holds); none by default."""
         return {}
 
-    def key_of(self, strategy: Any) -> str:
+    def key_of(self, strategy: S) -> str:
         """The key of a strategy as `candidates` labels it."""
         return getattr(strategy, "key", repr(strategy))
 
 
-def lowering_inputs_on(space: StrategySpace, strategy: Any, topology: Any) -> LoweringInputs:
+#: The modules that register the workloads aoizora ships (`register_plan_reader`), imported when a
+#: plan names a workload no imported module has registered: a plan file is checked (`load_plan`)
+#: without its reader importing the model that wrote it.
+SHIPPED_WORKLOADS: tuple[str, ...] = ("aoizora.models.registry",)
+_PLAN_READERS: dict[str, Callable[[], type[StrategySpace[Any]]]] = {}
+
+
+def register_plan_reader(names: Iterable[str], space_type: Callable[[], type[StrategySpace[Any]]]) -> None:
+    """Plans whose `workload.name` is one of `names` are checked by the space type `space_type()`
+    returns (called when such a plan is read, so registering imports nothing)."""
+    for name in names:
+        _PLAN_READERS[name] = space_type
+
+
+def plan_reader(workload_name: str) -> type[StrategySpace[Any]] | None:
+    """The space type that checks the plans of `workload_name`, None for a workload none registers."""
+    if workload_name not in _PLAN_READERS:
+        for module in SHIPPED_WORKLOADS:
+            importlib.import_module(module)
+    reader = _PLAN_READERS.get(workload_name)
+    return reader() if reader is not None else None
+
+
+def lowering_inputs_on(space: StrategySpace[S], strategy: S, topology: Topology) -> LoweringInputs:
     """`space.lowering_inputs` on a mesh of the slice's devices in id order: lowering does not
     depend on which device sits where, so any order serves Stage 1 (Stage 2 compiles on each
     placement's own order)."""

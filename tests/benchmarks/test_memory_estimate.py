@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.space import strategy_key
 from aoizora.plan.planner import expert_entries
 from aoizora.toolchain import environment_flags
 from aoizora.topology import get_topology
@@ -34,4 +33,4 @@ def test_every_compiled_strategy_of_a_tuning_cell_is_found_as_compiled(path):
     assert len(compiled) > 1
     for key in compiled:
         st = compiled_strategy(key, experts, space.kernel)
-        assert key in experts or strategy_key(st) == key
+        assert key in experts or st.key() == key

@@ -19,7 +19,6 @@ from aoizora.export.run_with_plan import LaunchError, generate_wan_argv, plan_de
 from aoizora.models.registry import model_config, video_shape
 from aoizora.models.wan.custom_tiles import custom_kernel_tile
 from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
-from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
 from aoizora.plan import Plan, load_plan
 from aoizora.topology import get_topology
@@ -34,7 +33,7 @@ def plan_with(base: Path, strategy: Strategy, *, model: str | None = None, order
     the export must carry over device by device)."""
     doc = copy.deepcopy(json.loads(base.read_text()))
     doc["mesh"] = {"axis_names": list(strategy.mesh_axes), "axis_sizes": list(strategy.mesh_shape)}
-    desc = {"key": strategy_key(strategy), "mesh": strategy.axis_sizes, "attention": strategy.attention,
+    desc = {"key": strategy.key(), "mesh": strategy.axis_sizes, "attention": strategy.attention,
             "weights": strategy.weights, "kernel": strategy.kernel}
     if strategy.ulysses_chunks != 1:
         desc["ulysses_chunks"] = strategy.ulysses_chunks
@@ -121,7 +120,7 @@ def test_every_kernel_and_variant_a_space_plans_has_a_maxdiffusion_name():
     assert planned == set(ATTENTION_NAMES)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_key)
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=Strategy.key)
 def test_every_key_and_value_the_export_writes_exists_with_its_type(strategy):
     run = export_plan(plan_with(TPU7X_PLAN, strategy))
     types = facts()["configs"][run.config]["types"]
@@ -135,7 +134,7 @@ def test_every_key_and_value_the_export_writes_exists_with_its_type(strategy):
         assert attention in facts()["attentions"]["ulysses_ring"]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_key)
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=Strategy.key)
 def test_exported_command_parses_back_to_the_plans_strategy(strategy):
     plan = plan_with(TPU7X_PLAN, strategy)
     back, run = _round_trip(plan)

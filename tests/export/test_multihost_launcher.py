@@ -18,7 +18,6 @@ import pytest
 
 from aoizora.export import write_maxdiffusion_export
 from aoizora.export.run_with_plan import generate_wan_argv, plan_cache_key
-from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.plan import Plan
 from aoizora.topology import get_topology
@@ -36,7 +35,7 @@ def _v6e_4x4_plan(seed: int = 5) -> Plan:
                   splash_blocks=SplashBlocks(3072, 2048, 1024))
     doc["topology"] = {**doc["topology"], "name": "v6e:4x4", "shape": [4, 4], "wrap": [False, False]}
     doc["mesh"] = {"axis_names": list(st.mesh_axes), "axis_sizes": list(st.mesh_shape)}
-    doc["strategy"] = {"key": strategy_key(st), "mesh": st.axis_sizes, "attention": st.attention,
+    doc["strategy"] = {"key": st.key(), "mesh": st.axis_sizes, "attention": st.attention,
                        "weights": st.weights, "kernel": st.kernel, "splash_blocks": vars(st.splash_blocks)}
     coords = np.array([list(d.coords)[:2] for d in topo.devices])
     coords = coords[np.random.default_rng(seed).permutation(len(coords))]

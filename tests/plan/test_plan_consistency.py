@@ -171,14 +171,14 @@ def test_a_plan_for_another_pair_is_consistent(vmem):
     description["mesh"] = {"data": 2, "fsdp": 1, "context": 4, "tensor": 1}
     if vmem is not None:
         description["scoped_vmem_kib"] = vmem
-    from aoizora.models.wan.space import strategy_key
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.registry import wan_space
 
-    key = strategy_key(Strategy.from_description(description))
+    space = wan_space("wan2.1-t2v-14b", "720p", 81, generation=topo.generation)
+    strategy = space.from_description(description)
     placement = enumerate_placements(topo, MeshSpec(("data", "fsdp", "context", "tensor"), (2, 1, 4, 1))).placements[0]
-    pair = plan_for_pair(plan, key, description, placement, topo,
+    pair = plan_for_pair(plan, space, strategy, placement, topo,
                          {"step_seconds": 1.0, "compute_seconds": 0.9, "exposed_comm_seconds": 0.1})
-    assert pair.strategy["key"] == key and "baselines" not in pair.data
+    assert pair.strategy["key"] == strategy.key() and "baselines" not in pair.data
     flags = dict(pair.compiler_flags.items)
     assert flags.get("xla_tpu_scoped_vmem_limit_kib") == (None if vmem is None else str(vmem))
 

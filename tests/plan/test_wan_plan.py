@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.strategy import Strategy
 from aoizora.plan import load_plan, plan_space
 from aoizora.topology import get_topology
@@ -57,7 +56,7 @@ def test_run_on_cpu_devices_leaves_the_weight_tile_to_the_tpu(wan_plan, tmp_path
     _, path = wan_plan
     doc = json.loads(path.read_text())
     doc["strategy"]["weight_tile"] = [16, 128]
-    key = strategy_key(Strategy.from_description(doc["strategy"]))  # the key restates the strategy
+    key = Strategy.from_description(doc["strategy"]).key()  # the key restates the strategy
     doc["strategy"]["key"] = doc["baselines"]["same_strategy_jax_default"]["strategy"] = key
     tiled = tmp_path / "plan.json"
     tiled.write_text(json.dumps(doc))

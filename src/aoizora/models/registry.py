@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from aoizora.errors import ShapeError
 from aoizora.models.wan.config import VideoShape, WanConfig
@@ -16,6 +17,7 @@ from aoizora.models.wan.pipeline import (
     WAN22_TI2V_5B_PIPELINE,
     WanPipelineConfig,
 )
+from aoizora.workload import StrategySpace, register_plan_reader
 
 PIPELINES: dict[str, WanPipelineConfig] = {
     "wan2.1-t2v-1.3b": WAN21_T2V_1_3B_PIPELINE,
@@ -25,6 +27,16 @@ PIPELINES: dict[str, WanPipelineConfig] = {
     "wan2.2-i2v-a14b": WAN22_I2V_A14B_PIPELINE,
     "wan2.2-ti2v-5b": WAN22_TI2V_5B_PIPELINE,
 }
+
+
+def _wan_space_type() -> type[StrategySpace[Any]]:
+    from aoizora.models.wan.space import WanSpace
+
+    return WanSpace
+
+
+register_plan_reader(PIPELINES, _wan_space_type)  # a plan of any of them is checked as a Wan plan
+
 #: The transformer of each model (the high-noise expert of the two-expert ones).
 MODELS: dict[str, WanConfig] = {name: p.transformer for name, p in PIPELINES.items()}
 

@@ -58,3 +58,13 @@ class MeshSpec:
 
     def __str__(self) -> str:
         return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.axis_sizes, strict=True))
+
+
+def same_mesh(names_a: list[str], sizes_a: list[int], names: list[str], sizes: list[int]) -> bool:
+    """Whether mesh (`names`, `sizes`) is mesh a, up to axes of size 1 left out (a plan's mesh may
+    drop a strategy's unused axes): the same axes larger than 1 in the same order, and no other axis."""
+    full = dict(zip(names_a, sizes_a, strict=True))
+    big = [(n, s) for n, s in zip(names_a, sizes_a, strict=True) if s > 1]
+    return (all(n in full and full[n] == s for n, s in zip(names, sizes, strict=True))
+            and [(n, s) for n, s in zip(names, sizes, strict=True) if s > 1] == big
+            and [n for n in names_a if n in names] == names)

@@ -9,18 +9,14 @@ be explained as something it was not planned as; `check_consistency` refuses it,
 from __future__ import annotations
 
 import math
-import re
 import unicodedata
 from typing import Any
 
-from aoizora.errors import CompilerFlagError, PlanFormatError
-from aoizora.placement import MeshSpec
+from aoizora.errors import CompilerFlagError, PlanFormatError, clipped
+from aoizora.placement import MeshSpec, same_mesh
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology.hardware import hardware_profile
-
-#: The libtpu flag a strategy's scoped-VMEM limit is compiled with (`Strategy.scoped_vmem_kib`).
-SCOPED_VMEM_FLAG = "xla_tpu_scoped_vmem_limit_kib"
-_MESH_SEGMENT = re.compile(r"(single|[A-Za-z_][A-Za-z0-9_]*=[0-9]+(,[A-Za-z_][A-Za-z0-9_]*=[0-9]+)*)")
+from aoizora.workload import plan_reader
 
 
 def _fail(source: str, field: str, what: str, fix: str) -> PlanFormatError:
@@ -76,20 +72,21 @@ def check_consistency(data: dict[str, Any], source: str, fix: str) -> None:
 
     `data` has passed the schema and the slice/mesh/coordinate checks of `check_plan`.
     """
-    names, sizes = list(data["mesh"]["axis_names"]), list(data["mesh"]["axis_sizes"])
     _check_topology_restated(data, source, fix)
     flags = _check_compiler(data, source, fix)
-    _check_strategy_key(data["strategy"], names, sizes, source, fix)
-    _check_scoped_vmem(data["strategy"], flags, source, fix)
-    _check_wan_strategy(data, names, source, fix)
+    # what the workload's own fields restate (e.g. a Wan plan's key, its scoped-VMEM limit)
+    reader = plan_reader(data["workload"]["name"])
+    disagreement = reader.check_plan(data, flags) if reader is not None else None
+    if disagreement is not None:
+        raise _fail(source, disagreement.field, disagreement.what, fix)
     links = expected_link_count(data["topology"])
     _check_prediction(data["prediction"], links, "prediction", source, fix)
     same = data.get("baselines", {}).get("same_strategy_jax_default")
     if isinstance(same, dict):
         where = "baselines.same_strategy_jax_default"
         if "strategy" in same and same["strategy"] != data["strategy"]["key"]:
-            raise _fail(source, f"{where}.strategy", f"is {_clip(same['strategy'])} but the plan's strategy is "
-                        f"{_clip(data['strategy']['key'])} (the baseline is the same strategy)", fix)
+            raise _fail(source, f"{where}.strategy", f"is {clipped(same['strategy'])} but the plan's strategy is "
+                        f"{clipped(data['strategy']['key'])} (the baseline is the same strategy)", fix)
         _check_prediction(same, links, where, source, fix)
 
 
@@ -124,7 +121,7 @@ def _check_topology_restated(data: dict[str, Any], source: str, fix: str) -> Non
             generation, shape = "", ()
         if (generation, list(shape)) != (topo["generation"], list(topo["shape"])):
             raise _fail(source, "request.topology",
-                        f"is {_clip(request['topology'])} but the plan is for {topo['name']}", fix)
+                        f"is {clipped(request['topology'])} but the plan is for {topo['name']}", fix)
     if "workload" in request and request["workload"] != data["workload"]:
         raise _fail(source, "request.workload", "differs from the plan's workload", fix)
 
@@ -169,92 +166,6 @@ def check_strategy_mesh(data: dict[str, Any], source: str, fix: str) -> None:
         stated = ",".join(f"{n}={v}" for n, v in zip(*mesh, strict=True))
         raise _fail(source, "strategy.mesh", f"is {stated} but mesh is "
                     f"{','.join(f'{n}={v}' for n, v in zip(names, sizes, strict=True))}", fix)
-
-
-def same_mesh(names_a: list[str], sizes_a: list[int], names: list[str], sizes: list[int]) -> bool:
-    """Whether mesh (`names`, `sizes`) is mesh a, up to axes of size 1 left out (a plan's mesh may
-    drop a strategy's unused axes): the same axes larger than 1 in the same order, and no other axis."""
-    full = dict(zip(names_a, sizes_a, strict=True))
-    big = [(n, s) for n, s in zip(names_a, sizes_a, strict=True) if s > 1]
-    return (all(n in full and full[n] == s for n, s in zip(names, sizes, strict=True))
-            and [(n, s) for n, s in zip(names, sizes, strict=True) if s > 1] == big
-            and [n for n in names_a if n in names] == names)
-
-
-def _check_strategy_key(strategy: dict[str, Any], names: list[str], sizes: list[int], source: str, fix: str) -> None:
-    """The key's leading `axis=size,...` segment (axes larger than 1) and its `weights=`/`attn=` segments
-    restate the mesh and the strategy's fields."""
-    segments = strategy["key"].split(" | ")
-    if _MESH_SEGMENT.fullmatch(segments[0]):
-        mesh = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "single"
-        if segments[0] != mesh:
-            raise _fail(source, "strategy.key", f"names mesh {_clip(segments[0])} but the plan's mesh is {mesh!r}", fix)
-    for label, field in (("weights", "weights"), ("attn", "attention")):
-        stated = next((s.split("=", 1)[1] for s in segments[1:] if s.startswith(f"{label}=")), None)
-        if stated is not None and field in strategy and strategy[field] != stated:
-            raise _fail(source, f"strategy.{field}",
-                        f"is {_clip(strategy[field])} but strategy.key says {label}={stated[:200]}", fix)
-
-
-def _check_scoped_vmem(strategy: dict[str, Any], flags: CompilerFlags, source: str, fix: str) -> None:
-    if strategy.get("scoped_vmem_kib") is None:
-        return
-    flag = dict(flags.items).get(SCOPED_VMEM_FLAG)
-    if flag != str(strategy["scoped_vmem_kib"]):
-        raise _fail(source, "strategy.scoped_vmem_kib",
-                    f"is {strategy['scoped_vmem_kib']} but compiler.libtpu_args sets --{SCOPED_VMEM_FLAG}={flag}", fix)
-
-
-def _check_wan_strategy(data: dict[str, Any], names: list[str], source: str, fix: str) -> None:
-    """A plan of a Wan model: its strategy must be a Wan strategy of this mesh and video."""
-    from aoizora.models.registry import PIPELINES
-
-    if data["workload"]["name"] not in PIPELINES:
-        return
-    from aoizora.errors import StrategyError
-    from aoizora.models.wan.strategy import Strategy
-
-    strategy = data["strategy"]
-    try:
-        parsed = Strategy.from_description(strategy)
-    except StrategyError as exc:
-        raise _fail(source, "strategy", f"is not a Wan strategy ({str(exc).split(';')[0]})", fix) from None
-    if not same_mesh(list(parsed.mesh_axes), list(parsed.mesh_shape), names, list(data["mesh"]["axis_sizes"])):
-        raise _fail(source, "mesh.axis_names", f"is {names} but a {parsed.attention} Wan strategy's mesh is "
-                    f"{list(parsed.mesh_axes)}", fix)
-    reasons = parsed.splash_blocks.reasons() if parsed.splash_blocks is not None else []
-    if reasons:
-        raise _fail(source, "strategy.splash_blocks", reasons[0], fix)
-    fitted = data["workload"].get("splash_blocks")
-    if (isinstance(fitted, str) and fitted.startswith("fitted to ")
-            and fitted != f"fitted to {data['topology']['generation']}"):
-        raise _fail(source, "workload.splash_blocks",
-                    f"says {_clip(fitted)} but the plan is for {data['topology']['name']}", fix)
-    shapes = data["workload"]["shapes"]
-    video = [shapes.get("frames"), shapes.get("height"), shapes.get("width")]
-    if "video" in strategy and strategy["video"] != video:
-        raise _fail(source, "strategy.video", f"is {strategy['video']} but workload.shapes gives {video}", fix)
-    if "kernel" in strategy and "kernel" in data["workload"] and strategy["kernel"] != data["workload"]["kernel"]:
-        raise _fail(source, "strategy.kernel", f"is {_clip(strategy['kernel'])} but workload.kernel is "
-                    f"{_clip(data['workload']['kernel'])}", fix)
-    from aoizora.models.wan.experts import expert_key_suffixes
-    from aoizora.models.wan.space import strategy_key
-
-    key, given = strategy_key(parsed), strategy["key"]
-    if given != key:
-        if not given.startswith(key + " | "):
-            raise _fail(source, "strategy.key", f"is {_clip(given)} but the strategy it describes is {key!r}", fix)
-        # an expert deployment's key names its flags after the strategy's own segments, from a closed set
-        suffix = given[len(key) + 3:]
-        if suffix not in expert_key_suffixes():
-            raise _fail(source, "strategy.key", f"adds {_clip(suffix)} to the strategy's key {key!r}, which is not "
-                        "an expert deployment's flags (`<deployment> flags`)", fix)
-
-
-def _clip(value: Any, limit: int = 200) -> str:
-    """`value` as Python writes it, cut to about `limit` characters (an ellipsis says so)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _check_prediction(section: dict[str, Any], links: int, where: str, source: str, fix: str) -> None:

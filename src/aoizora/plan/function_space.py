@@ -15,6 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from aoizora.errors import StrategyError, clipped
 from aoizora.placement import MeshSpec
 from aoizora.workload import Candidate, LoweringInputs, StrategySpace
 
@@ -34,7 +35,7 @@ class FunctionStrategy:
         return self.name
 
 
-class FunctionSpace(StrategySpace):
+class FunctionSpace(StrategySpace[FunctionStrategy]):
     """A strategy space made of explicit `FunctionStrategy`s for `fn(*abstract_args)`."""
 
     def __init__(self, fn: Callable[..., Any], abstract_args: Sequence[Any], strategies: Sequence[FunctionStrategy],
@@ -45,7 +46,7 @@ class FunctionSpace(StrategySpace):
         self.name: str = name or str(getattr(fn, "__name__", "function"))
         self.expert = expert
 
-    def candidates(self, num_devices: int) -> list[Candidate]:
+    def candidates(self, num_devices: int) -> list[Candidate[FunctionStrategy]]:
         out = []
         for s in self.strategies:
             reasons = (() if s.mesh.size == num_devices
@@ -73,6 +74,15 @@ class FunctionSpace(StrategySpace):
 
     def describe(self, strategy: FunctionStrategy) -> dict[str, Any]:
         return {"mesh": str(strategy.mesh), "in_specs": str(strategy.in_specs), "out_specs": str(strategy.out_specs)}
+
+    def from_description(self, description: dict[str, Any]) -> FunctionStrategy:
+        """The space's strategy that `describe` writes as `description` (its text is not parsed back:
+        the strategies are the caller's)."""
+        given = {k: v for k, v in description.items() if k != "key"}
+        found = next((s for s in self.strategies if self.describe(s) == given), None)
+        if found is None:
+            raise StrategyError(f"no strategy of {self.name} is described as {clipped(given)}")
+        return found
 
     def expert_strategy(self, num_devices: int) -> FunctionStrategy | None:
         return next((s for s in self.strategies if s.name == self.expert), None)

@@ -16,7 +16,7 @@ from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_COMPILE_WORKERS,
 from aoizora.errors import PlanningError
 from aoizora.placement import JAX_DEFAULT
 from aoizora.plan import cache
-from aoizora.plan.consistency import SCOPED_VMEM_FLAG, plain_strings
+from aoizora.plan.consistency import plain_strings
 from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
@@ -37,7 +37,7 @@ from aoizora.toolchain import (
     toolchain_versions,
 )
 from aoizora.topology import Topology
-from aoizora.workload import ExpertDeployment, StrategySpace
+from aoizora.workload import ExpertDeployment, S, StrategySpace
 
 
 @dataclass(frozen=True)
@@ -470,28 +470,29 @@ def _alternative(o: StrategyOutcome) -> dict[str, Any]:
     return row
 
 
-def plan_for_pair(plan: Plan, key: str, description: dict[str, Any], placement: Any, topology: Topology,
+def plan_for_pair(plan: Plan, space: StrategySpace[S], strategy: S, placement: Any, topology: Topology,
                   prediction: dict[str, float]) -> Plan:
-    """The same plan document with another (strategy, placement) pair as its choice.
+    """The same plan document with another (strategy, placement) pair of `space` as its choice.
 
     For running and timing alternatives (`aoizora bench --measure`) with the same tools as the plan.
     """
     import copy
 
+    key = space.key_of(strategy)
     doc = copy.deepcopy(plan.data)
     doc["mesh"] = {"axis_names": list(placement.mesh.axis_names), "axis_sizes": list(placement.mesh.axis_sizes)}
-    doc["strategy"] = {"key": key, **description}
+    doc["strategy"] = {"key": key, **space.describe(strategy)}
     doc["placement"] = {"name": placement.name, "description": placement.description,
                         "device_coords": placement.coords(topology).tolist(), "verified_compile": False}
     doc["prediction"] = dict(prediction)
     doc.pop("baselines", None)  # the chosen strategy's, not this pair's
-    # the pair compiles with its own scoped-VMEM limit; the chosen strategy's limit, if it set one,
-    # is not the pair's (then libtpu's default, or the flags' own, applies)
-    flags = dict(CompilerFlags.parse(doc.get("compiler", {}).get("libtpu_args", "")).items)
-    if plan.strategy.get("scoped_vmem_kib") is not None:
-        flags.pop(SCOPED_VMEM_FLAG, None)
-    if description.get("scoped_vmem_kib") is not None:
-        flags[SCOPED_VMEM_FLAG] = str(description["scoped_vmem_kib"])
+    # the pair compiles with its own flags (`compile_flags`: e.g. its scoped-VMEM limit); the
+    # chosen strategy's own, if it has some, are not the pair's (then libtpu's default, or the
+    # plan's flags, apply)
+    chosen = CompilerFlags.parse(space.compile_flags(space.from_description(plan.strategy)))
+    flags = {k: v for k, v in CompilerFlags.parse(doc.get("compiler", {}).get("libtpu_args", "")).items
+             if k not in dict(chosen.items)}
+    flags.update(CompilerFlags.parse(space.compile_flags(strategy)).items)
     doc["compiler"] = {"libtpu_args": str(CompilerFlags(tuple(sorted(flags.items()))))}
     doc["notes"] = list(doc.get("notes", [])) + [f"derived from the plan for {plan.strategy['key']} to run {key}"]
     return Plan(doc)

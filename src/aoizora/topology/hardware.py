@@ -82,7 +82,7 @@ class HardwareProfile:
     #: local batch -> the largest splash block_q whose VMEM working set the compiler accepts on one
     #: device (2048-key blocks computed 1024 at a time, head_dim 128); empty: not measured
     splash_max_block_q: dict[int, int] = field(default_factory=dict, compare=False)
-    #: libtpu's default scoped VMEM limit (KiB, `--xla_tpu_scoped_vmem_limit_kib`) as its refusals
+    #: libtpu's default scoped VMEM limit (KiB, `toolchain.SCOPED_VMEM_FLAG`) as its refusals
     #: state it, and the chip's VMEM its refusals past it state, the most any limit gives a kernel
     #: (None: not measured)
     scoped_vmem_default_kib: int | None = None

@@ -49,7 +49,7 @@ class TransformerStrategy:
         return f"{mesh} | weights={self.weights} | attn={self.attention}"
 
 
-class TransformerSpace(StrategySpace):
+class TransformerSpace(StrategySpace[TransformerStrategy]):
     name = "transformer"
 
     def __init__(self, cfg: TransformerConfig, weight_shardings: tuple[str, ...] = WEIGHT_SHARDINGS):

@@ -13,7 +13,7 @@ from aoizora.models.wan.experts import (
     experts_for,
     newest_documented,
 )
-from aoizora.models.wan.space import WanSpace, strategy_key
+from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
@@ -50,7 +50,7 @@ def test_tpu7x_has_the_2d_context_and_the_flash_deployment():
     assert two_d.name == "maxdiffusion-2d-context" and "208.0" in two_d.documented
     assert two_d.strategy == Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring",
                                       weights="gathered", splash_blocks=blocks)
-    assert strategy_key(two_d.strategy).startswith("data=2,context_ring=2,context_ulysses=2 ")
+    assert two_d.strategy.key().startswith("data=2,context_ring=2,context_ulysses=2 ")
     assert flash.name == "maxdiffusion-flash" and "231.3" in flash.documented
     assert flash.strategy == Strategy(data=2, context=4, attention="allgather", weights="gathered",
                                       splash_blocks=blocks)

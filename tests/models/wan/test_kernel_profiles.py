@@ -8,7 +8,6 @@ import pytest
 
 from aoizora.models.registry import model_config, video_shape, wan_space
 from aoizora.models.wan.kernel_profiles import FIXED_M_COMMIT, KERNEL_PROFILES
-from aoizora.models.wan.space import strategy_key
 from aoizora.models.wan.splash_tiles import self_attention_lengths
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
 from aoizora.topology import KernelWork, get_topology, hardware_profile
@@ -88,5 +87,5 @@ def test_unknown_profiles_are_refused():
         wan_space("wan2.2-t2v-a14b", "720p", 81, generation="tpu7x", kernel_profile="cudnn")
     bad = dataclasses.replace(HOP_STRATEGY, kernel_profile="cudnn")
     assert any("kernel profile" in r for r in check_strategy(bad, A14B, VIDEO, 2, 8))
-    assert strategy_key(HOP_STRATEGY) == ("data=2,context_ring=2,context_ulysses=2 | weights=gathered "
+    assert HOP_STRATEGY.key() == ("data=2,context_ring=2,context_ulysses=2 | weights=gathered "
                                           "| attn=ulysses_ring")

@@ -8,7 +8,7 @@ import pytest
 
 from aoizora.errors import StrategyError
 from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.space import WanSpace, strategy_from_key, strategy_key
+from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.stage1 import analyse
 
@@ -26,21 +26,21 @@ def test_candidates_and_reasons(space):
     # context=4 (3 meshes) splits 2×2, context=8 (1 mesh) splits 2×4 and 4×2, each in 3 chunkings
     assert len(cands) == 20 * 4 * (1 + 1 + 3) + (3 * 1 + 1 * 2) * 3 * 4
     two_d = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="replicated")
-    assert cands[strategy_key(two_d)].legal
+    assert cands[two_d.key()].legal
     # 12 heads: 12/(U=4) = 3 heads per device after the all-to-all, not divisible into 2 chunks
     odd = Strategy(context=8, context_ulysses=4, attention="ulysses_ring", weights="replicated", ulysses_chunks=2)
-    assert any("chunk" in r for r in cands[strategy_key(odd)].reasons)
-    assert cands[strategy_key(Strategy(context=8, context_ulysses=4, attention="ulysses_ring",
-                                       weights="replicated"))].legal
+    assert any("chunk" in r for r in cands[odd.key()].reasons)
+    assert cands[Strategy(context=8, context_ulysses=4, attention="ulysses_ring",
+                                       weights="replicated").key()].legal
     # U = 1 and U = context are ring and Ulysses: never enumerated as 2D
     assert not any(c.strategy.attention == "ulysses_ring"
                    and min(c.strategy.context_ulysses, c.strategy.context_ring) < 2
                    for c in cands.values())
     # 12 heads do not split over 8 Ulysses shards
-    assert cands[strategy_key(Strategy(context=8, attention="ulysses", weights="replicated"))].legal is False
-    dup = cands[strategy_key(Strategy(data=2, tensor=4, attention="ring", weights="tensor"))]
+    assert cands[Strategy(context=8, attention="ulysses", weights="replicated").key()].legal is False
+    dup = cands[Strategy(data=2, tensor=4, attention="ring", weights="tensor").key()]
     assert any("duplicate" in r for r in dup.reasons)
-    assert cands[strategy_key(Strategy(data=2, context=4, attention="allgather", weights="replicated"))].legal
+    assert cands[Strategy(data=2, context=4, attention="allgather", weights="replicated").key()].legal
 
 
 def test_allgather_context_lowers_with_explicit_gathers_and_costed_splash(space, topo_2x4):
@@ -76,7 +76,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
     space = WanSpace(config, VideoShape(21, 480, 832))
     st = Strategy(fsdp=2, context=2, attention="allgather", weights="gathered")
     placement = enumerate_placements(topo, space.mesh_spec(st)).placements[0]
-    program = compile_strategy(space, st, strategy_key(st), topo, placement, 600.0).program
+    program = compile_strategy(space, st, st.key(), topo, placement, 600.0).program
     splash = [n for n in program.nodes if n.kind == NodeKind.OPAQUE and "splash" in n.name]
     assert len(splash) == 2  # self-attention over the gathered K/V, cross-attention over the text
     for n in splash:
@@ -189,7 +189,7 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     assert spec.axis_names == ("data", "fsdp", "context_ring", "context_ulysses", "tensor")
     placements = enumerate_placements(topo, spec).placements
     assert len(placements) > 1
-    program = compile_strategy(space, st, strategy_key(st), topo, placements[0], 600.0).program
+    program = compile_strategy(space, st, st.key(), topo, placements[0], 600.0).program
     # logical id = data·4 + ring·2 + ulysses (fsdp and tensor are 1)
     a2a = [c for c in program.collectives if c.kind == CollectiveKind.ALL_TO_ALL]
     ulysses = [c for c in a2a if sorted(map(sorted, c.groups)) == [[0, 1], [2, 3], [4, 5], [6, 7]]]
@@ -236,14 +236,14 @@ def test_chunked_strategies_take_their_unchunked_siblings_analysis(topo_2x4):
     chunked = [e for e in result.entries if e.candidate.strategy.ulysses_chunks > 1 and e.verdict != "illegal"]
     assert chunked
     for e in chunked:
-        twin = by_key[strategy_key(dataclasses.replace(e.candidate.strategy, ulysses_chunks=1))]
+        twin = by_key[dataclasses.replace(e.candidate.strategy, ulysses_chunks=1).key()]
         assert e.summary["analysed_as"] == twin.key and twin.lower_seconds > 0 and e.lower_seconds == 0
         assert e.q1.seconds == twin.q1.seconds and e.memory.total_bytes == twin.memory.total_bytes
         assert e.rank is not None and twin.rank < e.rank  # ties rank the sibling first
     # the stand-in's Q1 bounds the chunked program it stands for (more, smaller collectives)
     st = next(e.candidate.strategy for e in chunked)
     own_q1 = analyse(space, st, topo_2x4)[1].seconds
-    assert by_key[strategy_key(st)].q1.seconds <= own_q1 * (1 + 1e-9)
+    assert by_key[st.key()].q1.seconds <= own_q1 * (1 + 1e-9)
 
 
 def test_strategy_from_key_reads_back_every_key_of_a_space():
@@ -251,16 +251,16 @@ def test_strategy_from_key_reads_back_every_key_of_a_space():
     for generation in ("v5e", "tpu7x"):
         space = WanSpace(PRESETS["t2v-1.3b"], VideoShape(81, 480, 832), generation=generation)
         for c in space.candidates(8):
-            assert strategy_from_key(c.key) == c.strategy, c.key
+            assert Strategy.from_key(c.key) == c.strategy, c.key
 
 
 def test_strategy_from_key_reads_keys_of_earlier_runs():
     # a bench cell's key: blocks without a vmem field (compiled at libtpu's default limit)
-    st = strategy_from_key("data=2,context_ring=2,context_ulysses=4 | weights=gathered | attn=ulysses_ring | "
+    st = Strategy.from_key("data=2,context_ring=2,context_ulysses=4 | weights=gathered | attn=ulysses_ring | "
                            "chunks=2 | blocks=1280/2048/1024")
     assert st == Strategy(data=2, context=8, context_ulysses=4, attention="ulysses_ring", weights="gathered",
                           ulysses_chunks=2, splash_blocks=SplashBlocks(1280, 2048, 1024))
-    assert strategy_from_key("single | weights=replicated | attn=allgather") == Strategy(weights="replicated")
+    assert Strategy.from_key("single | weights=replicated | attn=allgather") == Strategy(weights="replicated")
 
 
 @pytest.mark.parametrize("key", ["data=2 context=4 | weights=gathered | attn=ring", "data=2 | weights=gathered",
@@ -269,4 +269,4 @@ def test_strategy_from_key_reads_keys_of_earlier_runs():
                                  "data=2 | weights=gathered | attn=ring | flags=x"])
 def test_strategy_from_key_refuses_what_is_not_a_key(key):
     with pytest.raises(StrategyError, match="is not a strategy key"):
-        strategy_from_key(key)
+        Strategy.from_key(key)

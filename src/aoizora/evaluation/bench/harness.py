@@ -399,7 +399,7 @@ def _measure_pairs(plan, space, topo, doc, steps, log) -> dict[str, Any]:
         prediction = {"step_seconds": pair["q2_seconds"], "compute_seconds": pair["q2_compute_seconds"],
                       "exposed_comm_seconds": pair["q2_exposed_comm_seconds"]}
         log(f"measuring {role}: {key} / {placement_name}")
-        pair_plan = plan_for_pair(plan, key, space.describe(strategies[key]), placement, topo, prediction)
+        pair_plan = plan_for_pair(plan, space, strategies[key], placement, topo, prediction)
         report = run_plan(pair_plan, steps=steps)
         out[role] = {"strategy": key, "placement": placement_name, "median_step_seconds": report.median_step_seconds,
                      "platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
+from aoizora.toolchain import SCOPED_VMEM_FLAG
 
 MAXDIFFUSION = "github.com/AI-Hypercomputer/maxdiffusion"
 #: The commit every row below is read at (it adds 2D context for Wan; its README carries the Wan command).
@@ -53,7 +54,7 @@ V7_BENCHMARK_LIBTPU_ARGS: tuple[str, ...] = (
     "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
     "--xla_tpu_overlap_compute_collective_tc=true",
     "--xla_enable_async_all_gather=true",
-    "--xla_tpu_scoped_vmem_limit_kib=65536",
+    f"--{SCOPED_VMEM_FLAG}=65536",
     "--xla_tpu_enable_async_all_to_all=true",
     "--xla_tpu_enable_all_experimental_scheduler_features=true",
     "--xla_tpu_enable_scheduler_memory_pressure_tracking=true",
@@ -110,10 +111,11 @@ class WanExpert:
 
     @property
     def scoped_vmem_limit_kib(self) -> int | None:
-        """The `--xla_tpu_scoped_vmem_limit_kib` its flags set (None: libtpu's default)."""
+        """The scoped-VMEM limit its flags set (`SCOPED_VMEM_FLAG`; None: libtpu's default)."""
+        prefix = f"--{SCOPED_VMEM_FLAG}="
         for arg in self.libtpu_args:
-            if arg.startswith("--xla_tpu_scoped_vmem_limit_kib="):
-                return int(arg.split("=", 1)[1])
+            if arg.startswith(prefix):
+                return int(arg[len(prefix):])
         return None
 
     def strategy(self, num_devices: int, batch: int = 2, kernel: str = "auto") -> Strategy:
@@ -198,7 +200,7 @@ FAST_V7_LIBTPU_ARGS = _flags(
     "--xla_tpu_enable_data_parallel_all_reduce_opt=true --xla_tpu_data_parallel_opt_different_sized_ops=true "
     "--xla_tpu_enable_async_collective_fusion=true --xla_tpu_enable_async_collective_fusion_multiple_steps=true "
     "--xla_tpu_overlap_compute_collective_tc=true --xla_enable_async_all_gather=true "
-    "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_enable_async_all_to_all=true "
+    f"--{SCOPED_VMEM_FLAG}=65536 --xla_tpu_enable_async_all_to_all=true "
     "--xla_tpu_enable_all_experimental_scheduler_features=true "
     "--xla_tpu_enable_scheduler_memory_pressure_tracking=true "
     "--xla_tpu_host_transfer_overlap_limit=24 --xla_tpu_aggressive_opt_barrier_removal=ENABLED "
@@ -243,7 +245,7 @@ _RECIPE_FLAGS = (
     "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
     "--xla_tpu_enable_concurrent_sparse_core_offloading=true --xla_tpu_assign_all_reduce_scatter_layout=true")
 IRONWOOD_RECIPE_LIBTPU_ARGS = _flags("--xla_tpu_dvfs_p_state=7 " + _RECIPE_FLAGS.format(vmem=""))
-TRILLIUM_RECIPE_LIBTPU_ARGS = _flags(_RECIPE_FLAGS.format(vmem="--xla_tpu_scoped_vmem_limit_kib=32768 "))
+TRILLIUM_RECIPE_LIBTPU_ARGS = _flags(_RECIPE_FLAGS.format(vmem=f"--{SCOPED_VMEM_FLAG}=32768 "))
 
 _FAST = (f"{MAXDIFFUSION} end_to_end/tpu/run_wan_fast_inference.sh (the tuned v7 2D-ring recipe: "
          "ici_data_parallelism=2, ici_context_parallelism=4, ulysses_shards=2, per_device_batch_size=0.125, "

@@ -1,118 +1,53 @@
 """The Wan 2.1 DiT's strategy space, through the Stage 1 protocol (`aoizora.models.wan`).
 
-Every assignment of the device count to the mesh axes data/fsdp/context/tensor, times the
-self-attention variants (allgather, ulysses, ring, ulysses_ring) and the weight modes of
-`aoizora.models.wan.strategy`. 2D context attention (ulysses_ring) comes with every split of
-context into Ulysses U × ring R with both at least 2 (`context_splits`: U = 1 is ring and
-U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 or 4 head-group
-chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly. Given the
-slice's generation, every strategy runs splash blocks fitted to its local lengths and to that
-generation's VMEM (`aoizora.models.wan.splash_tiles`); without one, each call takes the kernel's own pick.
-On a generation whose matmuls want 16-bit weights in another tile than the runtime's (TPU7x), every
-strategy with replicated weights hands its stacked weights over in that tile (`Strategy.weight_tile`),
-so libtpu does not copy them (sharded stacks cannot be handed over so: libtpu overrides their tile);
-the expert deployments keep the runtime's layout, as deployed.
-Legality is the model's own `check_strategy`; on top, variants that the model runs identically
-are rejected as duplicates (with context = 1 every attention variant is plain local attention,
-see `attention.self_attention`). Lowering is one
-`denoise_step` (the transformer on the CFG batch of 2, guidance, scheduler update) on abstract
-(weightless) sharded inputs for one video shape. Pallas splash calls are costed in Stage 1 from
-their operand shapes (4·B·H·Lq·Lk·D FLOPs; q, k, v and the output through HBM) and in Stage 2
-from the model's own record of each kernel it emits (`opaque_kernel_costs`).
+`WanSpace` holds what a space is planned for (model, video, CFG batch, sampler, slice generation,
+kernel) and answers the `StrategySpace` protocol from one module per concern:
+
+* `space_enumeration` — which strategies exist on N devices, which are legal (the model's own
+  `check_strategy`, and duplicates), and the documented deployments compared;
+* `space_tiles` — the splash tile and weight tile each strategy runs, the scoped-VMEM flag chosen
+  with its tile, the order probe, and a deployment of another kernel as aoizora compiles it;
+* `space_lowering` — the mesh and the denoising step lowered for a strategy, the analysis
+  stand-in and lowering affinity;
+* `space_costs` — the cost of the splash calls in Stage 1 and in the compiled program;
+* `space_plan_file` — the plan's `strategy` object and `workload` section, and the checks of a
+  Wan plan's fields. A strategy's text forms are the strategy's own (`Strategy.key`,
+  `Strategy.description`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-import jax.numpy as jnp
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
-from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+from aoizora.models.wan import space_costs, space_enumeration, space_lowering, space_plan_file, space_tiles
 from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.custom_tiles import custom_kernel_tile, published_steps
-from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
-from aoizora.models.wan.sampling import JitWithDefaults, make_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.sharding import abstract_params, abstract_step_inputs
-from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
-from aoizora.models.wan.strategy import (
-    ATTENTION_VARIANTS,
-    MESH_AXES,
-    ULYSSES_CHUNK_CHOICES,
-    WEIGHT_MODES,
-    Kernel,
-    SplashBlocks,
-    Strategy,
-    check_strategy,
-    context_splits,
-    describe_tile,
-)
+from aoizora.models.wan.strategy import ATTENTION_VARIANTS, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy
 from aoizora.placement import MeshSpec
-from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
-from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, StrategySpace, axis_assignments
+from aoizora.toolchain import CompilerFlags
+from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, PlanDisagreement, StrategySpace
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+    from aoizora.models.wan.attention import KernelCost
+    from aoizora.topology import Topology
 
 
-def strategy_key(st: Strategy) -> str:
-    mesh = ",".join(f"{a}={n}" for a, n in st.axis_sizes.items() if n > 1) or "single"
-    key = f"{mesh} | weights={st.weights} | attn={st.attention}"
-    if st.ulysses_chunks != 1:
-        key += f" | chunks={st.ulysses_chunks}"
-    if st.splash_blocks is not None:
-        key += f" | blocks={st.splash_blocks.describe()}"
-    if st.weight_tile is not None:
-        key += f" | weight_tile={describe_tile(st.weight_tile)}"
-    if st.kernel_profile != DEFAULT_KERNEL_PROFILE:
-        key += f" | kernel={st.kernel_profile}"
-    if st.scoped_vmem_kib is not None:
-        key += f" | vmem={st.scoped_vmem_kib}"
-    return key
+class WanSpace(StrategySpace[Strategy]):
+    """The strategies of one Wan model at one video shape (see the module docstring)."""
 
-
-def strategy_from_key(key: str, kernel: str = "auto") -> Strategy:
-    """The strategy whose `strategy_key` is `key`: the inverse of `strategy_key`, so a key recorded
-    by a run (a bench cell, a Stage 1 output) names the strategy it ran, whatever splash blocks and
-    scoped-VMEM limit the current space would plan for it. Fields a key leaves out take their
-    defaults (no blocks: the kernel's pick; no vmem: libtpu's default limit)."""
-    mesh, *fields = (part.strip() for part in key.split("|"))
-    try:
-        sizes = {} if mesh == "single" else {a: int(n) for a, n in (f.split("=") for f in mesh.split(","))}
-        values = dict(f.split("=", 1) for f in fields)
-    except ValueError:
-        raise StrategyError(f"{key!r} is not a strategy key (mesh axes as name=size, then fields as name=value "
-                            f"separated by '|')") from None
-    unknown = set(values) - {"weights", "attn", "chunks", "blocks", "weight_tile", "kernel", "vmem"}
-    axes = set(MESH_AXES) | {"context_ring", "context_ulysses"}
-    if (unknown or not set(sizes) <= axes or values.get("attn") not in ATTENTION_VARIANTS
-            or values.get("weights") not in WEIGHT_MODES):
-        raise StrategyError(f"{key!r} is not a strategy key (mesh axes of {', '.join(sorted(axes))}, then "
-                            f"weights, attn and optionally chunks, blocks, weight_tile, kernel, vmem)")
-    try:
-        blocks = [int(b) for b in values["blocks"].split("/")] if "blocks" in values else None
-        tile = [int(t) for t in values["weight_tile"].split("x")] if "weight_tile" in values else None
-        return Strategy.from_axis_sizes(
-            sizes, attention=values["attn"], weights=values["weights"], kernel=kernel,
-            ulysses_chunks=int(values.get("chunks", 1)),
-            splash_blocks=SplashBlocks(*blocks) if blocks else None,
-            weight_tile=(tile[0], tile[1]) if tile else None,
-            kernel_profile=values.get("kernel", DEFAULT_KERNEL_PROFILE),
-            scoped_vmem_kib=int(values["vmem"]) if "vmem" in values else None)
-    except (TypeError, ValueError, IndexError):
-        raise StrategyError(f"{key!r} is not a strategy key (blocks as Q/KV/KV_COMPUTE, weight_tile as RxC, "
-                            f"chunks and vmem as integers)") from None
-
-
-class WanSpace(StrategySpace):
     name = "wan"
 
     def __init__(self, config: WanConfig, video: VideoShape, batch: int = 2,
                  attentions: tuple[str, ...] = ATTENTION_VARIANTS, weights: tuple[str, ...] = WEIGHT_MODES,
-                 kernel: Kernel = "auto", *, model_name: str = "wan", scheduler: Any = None,
-                 guidance_scale: float = 5.0, ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES,
-                 generation: str | None = None, user_deployment: ExpertDeployment | None = None,
+                 kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
+                 ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
+                 user_deployment: ExpertDeployment[Strategy] | None = None,
                  kernel_profile: str = DEFAULT_KERNEL_PROFILE):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
@@ -120,12 +55,11 @@ class WanSpace(StrategySpace):
         self.videos = batch // 2  # videos a step denoises
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
-        # Splash blocks fitted to each strategy's lengths and the generation's VMEM (`blocks`);
+        # Splash blocks fitted to each strategy's lengths and the generation's VMEM (`space_tiles`);
         # without a generation, or one whose limit was not measured, each call takes the kernel's pick.
         self.generation = generation
-        self.splash_max_block_q = hardware_profile(generation).splash_max_block_q if generation else {}
-        tile = hardware_profile(generation).tile_16bit if generation else RUNTIME_TILE_16BIT
-        self.weight_tile = tile if tile != RUNTIME_TILE_16BIT and jnp.dtype(config.dtype).itemsize == 2 else None
+        self.splash_max_block_q = space_tiles.splash_max_block_q(generation)
+        self.weight_tile = space_tiles.replicated_weight_tile(generation, config)
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -138,241 +72,68 @@ class WanSpace(StrategySpace):
             raise StrategyError(
                 f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
         self.kernel_profile = kernel_profile
-        self._meshes: dict[Strategy, Any] = {}
-        self._kernel_costs: dict[Strategy, list] = {}
+        # per process: the mesh each strategy was lowered on, and its kernels' records (`space_costs`)
+        self._meshes: dict[Strategy, Mesh] = {}
+        self._kernel_costs: dict[Strategy, list[KernelCost]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """The space without its per-process caches (meshes hold devices, which do not pickle): a
         copy sent to another process (Stage 1's and Stage 2's workers) rebuilds them as it lowers."""
         return {**self.__dict__, "_meshes": {}, "_kernel_costs": {}}
 
-    def candidates(self, num_devices: int) -> list[Candidate]:
-        out = []
-        for sizes in axis_assignments(num_devices, MESH_AXES):
-            for attention in self.attentions:
-                chunk_choices = self.ulysses_chunks if attention in ("ulysses", "ulysses_ring") else (1,)
-                for uly in context_splits(sizes["context"], attention):
-                    for chunks in chunk_choices:
-                        for weights in self.weights:
-                            st = self._with_blocks(Strategy(
-                                **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]  # the four axes' sizes; attention and weights are names check_strategy judges
-                                kernel=self.kernel, context_ulysses=uly, ulysses_chunks=chunks,
-                                weight_tile=self.weight_tile if weights == "replicated" else None,
-                                kernel_profile=self.kernel_profile))
-                            out.append(Candidate(strategy_key(st), st, tuple(self._reasons(st, num_devices))))
-        return out
-
-    def _with_blocks(self, st: Strategy) -> Strategy:
-        """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash:
-        JAX's splash (whose cost depends on them) with the tile and scoped-VMEM limit the search finds
-        fastest (`blocks.searched_splash_tile`), another kernel (costed by a tile-independent profile)
-        with the blocks fitted at libtpu's default limit."""
-        if not self.splash_max_block_q or st.kernel == "xla":
-            return st
-        tokens = self.video.tokens(self.config)
-        if st.kernel_profile == DEFAULT_KERNEL_PROFILE and self.generation is not None:
-            found = searched_splash_tile(st, tokens, self.batch, self.generation)
-            if found is not None:
-                searched, limit = found
-                return dataclasses.replace(st, splash_blocks=searched, scoped_vmem_kib=limit)
-        blocks = fitted_splash_blocks(st, tokens, self.batch, self.splash_max_block_q)
-        return dataclasses.replace(st, splash_blocks=blocks) if blocks is not None else st
-
-    def compile_flags(self, strategy: Strategy) -> str:
-        """The scoped-VMEM limit its tile was chosen with, as a libtpu flag ("" for libtpu's default)."""
-        if strategy.scoped_vmem_kib is None:
-            return ""
-        return f"--xla_tpu_scoped_vmem_limit_kib={strategy.scoped_vmem_kib}"
-
-    def order_probe(self, strategy: Strategy) -> Strategy | None:
-        """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
-        libtpu's default limit, and that limit: the limit makes libtpu's back end several times
-        slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
-        the tile changes only the splash calls. None for a strategy at the default limit (its
-        own compile is as fast)."""
-        if strategy.scoped_vmem_kib is None or not self.splash_max_block_q:
-            return None
-        blocks = fitted_splash_blocks(strategy, self.video.tokens(self.config), self.batch, self.splash_max_block_q)
-        if blocks is None:
-            return None
-        return dataclasses.replace(strategy, splash_blocks=blocks, scoped_vmem_kib=None)
-
-    def _reasons(self, st: Strategy, num_devices: int) -> list[str]:
-        reasons = check_strategy(st, self.config, self.video, self.batch, num_devices)
-        if st.fsdp > 1 and not st.shards_embed:
-            reasons.append(f"fsdp > 1 with weights={st.weights} (embed not sharded) is data parallelism (duplicate)")
-        if st.context == 1 and st.attention != self.attentions[0]:
-            reasons.append(f"attention={st.attention} with context=1 runs as {self.attentions[0]} (duplicate)")
-        profile = KERNEL_PROFILES[st.kernel_profile]
-        if st.context > 1 and st.attention not in profile.variants:
-            reasons.append(
-                f"the {profile.name} kernel is deployed with {' and '.join(profile.variants)} attention only")
-        if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
-            reasons.append(
-                f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
-        return reasons
-
-    def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
-        """A chunked Ulysses strategy is analysed as its unchunked sibling: the same FLOPs and
-        collective bytes in fewer, larger collectives and attention calls (a Q1 no higher) with
-        every chunk's buffers at once (memory no lower). What chunking buys, overlap of one
-        chunk's all-to-all with another's attention, only the compiled schedule shows."""
-        if strategy.ulysses_chunks > 1:
-            return dataclasses.replace(strategy, ulysses_chunks=1)
-        return None
-
-    def lowering_affinity(self, strategy: Strategy) -> tuple[int, int, SplashBlocks | None]:
-        # Pallas processes each splash mask in NumPy (~1 s at 75k tokens) and caches only the last
-        # 12; the kernels' shapes depend on the context and tensor sizes only (data and fsdp split
-        # the batch, which the kernel is vmapped over), so those strategies share their masks.
-        # (blocks included: the mask's block tables depend on them)
-        return (strategy.context, strategy.tensor, strategy.splash_blocks)
-
-    def mesh_spec(self, strategy: Strategy) -> MeshSpec:
-        # the model's meshes always carry all their axes (size-1 ones included): the four of
-        # `MESH_AXES`, or five for 2D context (context split into context_ring × context_ulysses)
-        return MeshSpec(strategy.mesh_axes, strategy.mesh_shape)
-
-    def lowering_inputs(self, strategy: Strategy, mesh: Any) -> LoweringInputs:
-        # the program of the space's CFG batch: batch / 2 videos a step, as its kernels are costed
-        step = make_denoise_step(self.config, self.scheduler, strategy, mesh, self.guidance_scale,
-                                 videos=self.videos)
-        a = abstract_step_inputs(self.config, self.video, mesh, self.scheduler, videos=self.videos)
-        args = (abstract_params(self.config, strategy, mesh), a["latents"], a["state"], a["text_cond"],
-                a["text_uncond"], a["image"], a["condition"])
-        self._meshes[strategy] = mesh  # for costing its kernels if Stage 2 compiles it
-        assert isinstance(step, JitWithDefaults)  # a strategy's step: jitted with its shardings
-        return LoweringInputs(step.jitted, args)
-
-    def kernel_cost(self, strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
-        """Splash attention: q, k, v are the first three floating operands of rank >= 3."""
-        floats = [t for t in call.operand_types if t is not None and t.rank >= 3 and t.dtype.startswith(("bf", "f"))]
-        if call.target != "tpu_custom_call" or len(floats) < 3:
-            return None
-        q, k, v = floats[:3]
-        d, lq, lk = q.shape[-1], q.shape[-2], k.shape[-2]
-        # the same kernel model Stage 2 uses for the compiled call (K/V re-streamed per Q block);
-        # residuals (log-sum-exp) are a second floating result
-        residuals = sum(1 for t in call.result_types if t is not None and t.dtype.startswith(("bf", "f"))) > 1
-        blocks = strategy.splash_blocks
-        block_q, block_kv = (blocks.block_q, blocks.block_kv) if blocks is not None else (None, None)
-        batch_heads = q.elements // (lq * d)
-        flops, hbm = splash_cost(batch_heads, lq, lk, d, int(q.itemsize), residuals, block_q)
-        return _splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv),
-                                   strategy.kernel_profile)
-
-    def describe(self, strategy: Strategy) -> dict[str, Any]:
-        out: dict[str, Any] = {"mesh": strategy.axis_sizes, "attention": strategy.attention,
-                               "weights": strategy.weights, "kernel": strategy.kernel,
-                               "video": [self.video.frames, self.video.height, self.video.width]}
-        if strategy.ulysses_chunks != 1:
-            out["ulysses_chunks"] = strategy.ulysses_chunks
-        if strategy.splash_blocks is not None:
-            out["splash_blocks"] = dataclasses.asdict(strategy.splash_blocks)
-        if strategy.weight_tile is not None:
-            out["weight_tile"] = list(strategy.weight_tile)
-        if strategy.kernel_profile != DEFAULT_KERNEL_PROFILE:
-            out["kernel_profile"] = strategy.kernel_profile
-        tile = custom_kernel_tile(strategy, self.video.tokens(self.config), self.generation)
-        if tile is not None:  # the tile MaxDiffusion's own kernel runs it with (compiled at splash_blocks)
-            out["kernel_tile"] = tile.to_json()
-        if strategy.scoped_vmem_kib is not None:
-            out["scoped_vmem_kib"] = strategy.scoped_vmem_kib
-        return out
-
-    def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
-        """The model's own record of the kernel this custom call is (matched by its HLO name)."""
-        if strategy not in self._kernel_costs and strategy in self._meshes:
-            self._kernel_costs[strategy] = opaque_kernel_costs(
-                self.config, self.video, strategy, self._meshes[strategy], self.batch
-            )
-        costs = self._kernel_costs.get(strategy, [])
-        matches = [kc for kc in costs if op.name.split(".")[0] == kc.hlo_name or op.kernel_name == kc.hlo_name]
-        if len(matches) > 1:
-            # Self- and cross-attention calls share a kernel name: tell them apart by the (heads,
-            # length, head_dim) of q and k, the first two floating operands (mask-info operands lead).
-            floats = [s.dims[-3:] for s in op.operand_shapes if s.dtype in ("bf16", "f16", "f32") and len(s.dims) >= 3]
-            if len(floats) >= 2:
-                q, k = tuple(floats[0]), tuple(floats[1])
-                shaped = [kc for kc in matches if (kc.q_shape[2], kc.q_shape[1], kc.q_shape[3]) == q
-                          and (kc.kv_shape[2], kc.kv_shape[1], kc.kv_shape[3]) == k]
-                if not shaped:
-                    return None  # an unrecognised call: costed from its I/O, never as another kernel
-                matches = shaped
-        if matches:
-            kc = matches[0]
-            return _splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps,
-                                       strategy.kernel_profile)
-        return None
+    # enumeration and legality (`space_enumeration`)
+    def candidates(self, num_devices: int) -> list[Candidate[Strategy]]:
+        return space_enumeration.candidates(self, num_devices)
 
     def expert_strategy(self, num_devices: int) -> Strategy | None:
-        """MaxDiffusion's generation-agnostic Wan deployment (its README's command): CFG on
-        data=2, the rest on context, K/V all-gathered, weights' embed dimension sharded over
-        context and gathered per layer, the command's splash block sizes."""
-        rows = legal_expert_strategies(self.config, self.video, "", num_devices, self.batch, self.kernel)
-        return rows[0][1] if rows else None
+        return space_enumeration.expert_strategy(self, num_devices)
 
-    def expert_deployments(self, topology: Any) -> list[ExpertDeployment]:
-        """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`)."""
-        rows = legal_expert_strategies(self.config, self.video, topology.generation, topology.num_devices,
-                                       self.batch, self.kernel, self.kernel_profile)
-        deployments = [ExpertDeployment(e.name, st, e.libtpu_args, e.source, e.documented) for e, st in rows]
-        if self.user_deployment is not None:
-            deployments.append(self.user_deployment)
-        return [self._as_compiled(d) for d in deployments]
+    def expert_deployments(self, topology: Topology) -> list[ExpertDeployment[Strategy]]:
+        return space_enumeration.expert_deployments(self, topology)
 
-    def _as_compiled(self, deployment: ExpertDeployment) -> ExpertDeployment:
-        """A deployment of another kernel than JAX's splash as aoizora compiles it: its kernel is
-        costed by its profile, which does not depend on the tile, and the program is compiled with
-        JAX's splash at blocks that kernel accepts (its own tile may need the other kernel)."""
-        st = deployment.strategy
-        if st.kernel_profile == DEFAULT_KERNEL_PROFILE or st.splash_blocks is None:
-            return deployment
-        fitted = self._with_blocks(dataclasses.replace(st, splash_blocks=None))
-        compiled = fitted.splash_blocks.describe() if fitted.splash_blocks else "its own blocks"
-        note = (f"; runs {st.kernel_profile} at {st.splash_blocks.describe()}, compiled here with JAX's splash at "
-                f"{compiled}")
-        line = (f"tile {st.splash_blocks.describe()} ({st.kernel_profile}) is not compiled as written: aoizora "
-                f"compiles JAX's splash kernel, here at {compiled}; the {st.kernel_profile} profile costs the "
-                f"attention at {st.splash_blocks.describe()} (the profile does not depend on the tile)")
-        steps = published_steps(st, self.video.tokens(self.config), self.generation)
-        if steps:
-            line += ("; published steps of this kernel at these lengths: "
-                     + ", ".join(f"{m.blocks.describe()} {m.step_seconds} s/step" for m in steps)
-                     + f" ({steps[0].source.split(' (')[0]})")
-        return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note,
-                                   notes=(line, *deployment.notes))
+    # tiles and flags (`space_tiles`)
+    def compile_flags(self, strategy: Strategy) -> str:
+        return space_tiles.compile_flags(strategy)
 
+    def order_probe(self, strategy: Strategy) -> Strategy | None:
+        return space_tiles.order_probe(self, strategy)
+
+    def _as_compiled(self, deployment: ExpertDeployment[Strategy]) -> ExpertDeployment[Strategy]:
+        return space_tiles.as_compiled(self, deployment)
+
+    # lowering (`space_lowering`)
+    def mesh_spec(self, strategy: Strategy) -> MeshSpec:
+        return space_lowering.mesh_spec(strategy)
+
+    def lowering_inputs(self, strategy: Strategy, mesh: Mesh) -> LoweringInputs:
+        return space_lowering.lowering_inputs(self, strategy, mesh)
+
+    def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
+        return space_lowering.analysis_stand_in(strategy)
+
+    def lowering_affinity(self, strategy: Strategy) -> Hashable:
+        return space_lowering.lowering_affinity(strategy)
+
+    # costs (`space_costs`)
+    def kernel_cost(self, strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
+        return space_costs.kernel_cost(strategy, call)
+
+    def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+        return space_costs.compiled_kernel_cost(self, strategy, op)
+
+    # the plan file (`space_plan_file`; the text forms are `Strategy`'s)
     def key_of(self, strategy: Strategy) -> str:
-        return strategy_key(strategy)
+        return strategy.key()
+
+    def describe(self, strategy: Strategy) -> dict[str, Any]:
+        return space_plan_file.describe(self, strategy)
+
+    def from_description(self, description: dict[str, Any]) -> Strategy:
+        return Strategy.from_description(description, self.kernel)  # type: ignore[arg-type]
+
+    @classmethod
+    def check_plan(cls, plan: dict[str, Any], flags: CompilerFlags) -> PlanDisagreement | None:
+        return space_plan_file.check_wan_plan(plan, flags)
 
     def workload(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "shapes": {
-                "frames": self.video.frames, "height": self.video.height, "width": self.video.width,
-                "tokens": self.video.tokens(self.config), "cfg_batch": self.batch,
-            },
-            "model": {"layers": self.config.num_layers, "dim": self.config.dim,
-                      "heads": self.config.num_attention_heads, "ffn": self.config.ffn_dim, "i2v": self.config.is_i2v},
-            "scheduler": {"name": type(self.scheduler).__name__, "steps": self.scheduler.num_steps,
-                          "shift": self.scheduler.shift},
-            "kernel": self.kernel,
-            # what the strategies' splash blocks are fitted to (plans and analyses differ with it)
-            "splash_blocks": (f"fitted to {self.generation}" if self.splash_max_block_q
-                              else "the kernel's pick per call"),
-            **({"kernel_profile": self.kernel_profile} if self.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
-            **({"user_deployment": {**self._as_compiled(self.user_deployment).to_json(),
-                                    "strategy": strategy_key(self.user_deployment.strategy)}}
-               if self.user_deployment is not None else {}),
-        }
-
-
-def _splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int,
-                        profile: str = DEFAULT_KERNEL_PROFILE) -> OpaqueCost:
-    """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
-    bytes, and what bounds it besides, per the kernel the deployment runs (`kernel_profiles`):
-    for JAX's splash its score-matrix elements (the softmax's vector work per element), its head
-    dim (the narrowest dimension of both matmuls) and its grid iterations."""
-    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps)
-    return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), kernel=work)
+        return space_plan_file.workload(self)

@@ -98,7 +98,7 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
     set overflows the scoped VMEM) propagates as the compiler raised it.
 
     `scoped_vmem_limit_kib`: the scoped VMEM limit the compile uses (libtpu's
-    `--xla_tpu_scoped_vmem_limit_kib`, passed as a compiler option of this compile only, so other
+    `SCOPED_VMEM_FLAG`, passed as a compiler option of this compile only, so other
     compiles of the process keep theirs); None: libtpu's default for the generation."""
     import jax
     import jax.numpy as jnp
@@ -106,7 +106,7 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from aoizora.models.wan.attention import splash_attention
-    from aoizora.toolchain import compile_only_devices
+    from aoizora.toolchain import SCOPED_VMEM_FLAG, compile_only_devices
 
     device = compile_only_devices(topology)[:1]
     sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
@@ -119,7 +119,7 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
     if scoped_vmem_limit_kib is None:
         lowered.compile()
     else:
-        lowered.compile(compiler_options={"xla_tpu_scoped_vmem_limit_kib": str(int(scoped_vmem_limit_kib))})
+        lowered.compile(compiler_options={SCOPED_VMEM_FLAG: str(int(scoped_vmem_limit_kib))})
 
 
 #: The raised scoped-VMEM limits the tile search tries (KiB): those MaxDiffusion's recipes run with

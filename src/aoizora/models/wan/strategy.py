@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import jax.numpy as jnp
@@ -86,6 +86,11 @@ class SplashBlocks:
     def describe(self) -> str:
         return f"{self.block_q}/{self.block_kv}/{self.block_kv_compute}"
 
+    @classmethod
+    def parse(cls, text: str) -> SplashBlocks:
+        """The blocks `describe` writes as `text` (Q/KV/KV_COMPUTE)."""
+        return cls(*(int(b) for b in text.split("/")))
+
     def reasons(self) -> list[str]:
         out = []
         if any(not isinstance(b, int) or b < 1 for b in (self.block_q, self.block_kv, self.block_kv_compute)):
@@ -121,7 +126,7 @@ class Strategy:
     #: The attention kernel the deployment runs, which costs its splash calls
     #: (`aoizora.models.wan.kernel_profiles`); the program is compiled with JAX's splash whatever it is.
     kernel_profile: str = DEFAULT_KERNEL_PROFILE
-    #: libtpu's scoped-VMEM limit (KiB, `--xla_tpu_scoped_vmem_limit_kib`) the program is compiled
+    #: libtpu's scoped-VMEM limit (KiB, `toolchain.SCOPED_VMEM_FLAG`) the program is compiled
     #: with, chosen with the splash blocks; None: libtpu's default
     scoped_vmem_kib: int | None = None
 
@@ -173,24 +178,6 @@ class Strategy:
             fields.setdefault("attention", "ulysses_ring")
         return cls(**sizes, **fields)  # type: ignore[arg-type]  # the mesh's sizes and the caller's fields, by name
 
-    @classmethod
-    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> Strategy:
-        """The strategy a plan describes (`plan.strategy`: mesh, attention, weights, and the Ulysses
-        chunks, splash blocks and weight tile when set), to run the plan with."""
-        try:
-            blocks, tile = description.get("splash_blocks"), description.get("weight_tile")
-            return cls.from_axis_sizes(description["mesh"], attention=description["attention"],
-                                       weights=description["weights"], kernel=kernel,
-                                       ulysses_chunks=int(description.get("ulysses_chunks", 1)),
-                                       splash_blocks=SplashBlocks(**blocks) if blocks else None,
-                                       weight_tile=(int(tile[0]), int(tile[1])) if tile else None,
-                                       kernel_profile=description.get("kernel_profile", DEFAULT_KERNEL_PROFILE),
-                                       scoped_vmem_kib=(int(description["scoped_vmem_kib"])
-                                                        if description.get("scoped_vmem_kib") else None))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StrategyError(
-                f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
-
     @property
     def num_devices(self) -> int:
         return math.prod(self.mesh_shape)
@@ -207,28 +194,127 @@ class Strategy:
     def shards_heads(self) -> bool:
         return self.weights in ("tensor", "gathered+tensor")
 
+    # The text forms of a strategy, each written and read here: `key` (the label plans, caches, bench
+    # cells and committed data name a strategy by) and `from_key`; `description` (a plan's `strategy`
+    # object, which `aoizora run` and the export run) and `from_description`; `describe` (messages).
+    # The optional fields are spelled once, in `STRATEGY_FIELDS`.
+
+    def key(self) -> str:
+        """The strategy's key: `axis=size,...` (axes larger than 1, or `single`), then `weights=`,
+        `attn=` and each optional field that is not at its default, separated by ` | `."""
+        mesh = ",".join(f"{a}={n}" for a, n in self.axis_sizes.items() if n > 1) or "single"
+        parts = [mesh, f"weights={self.weights}", f"attn={self.attention}"]
+        return " | ".join(parts + [f"{f.key}={f.show(v)}" for f, v in self._set_fields()])
+
+    @classmethod
+    def from_key(cls, key: str, kernel: Kernel = "auto") -> Strategy:
+        """The strategy whose `key` is `key`, so a key recorded by a run (a bench cell, a Stage 1
+        output) names the strategy it ran, whatever splash blocks and scoped-VMEM limit the current
+        space would plan for it. Fields a key leaves out take their defaults (no blocks: the
+        kernel's pick; no vmem: libtpu's default limit); `kernel` is not in a key."""
+        mesh, *fields = (part.strip() for part in key.split("|"))
+        try:
+            sizes = {} if mesh == "single" else {a: int(n) for a, n in (f.split("=") for f in mesh.split(","))}
+            values = dict(f.split("=", 1) for f in fields)
+        except ValueError:
+            raise StrategyError(f"{key!r} is not a strategy key (mesh axes as name=size, then fields as name=value "
+                                f"separated by '|')") from None
+        labels = {f.key: f for f in STRATEGY_FIELDS}
+        axes = set(MESH_AXES) | set(ULYSSES_RING_MESH_AXES)
+        if (set(values) - {"weights", "attn"} - set(labels) or not set(sizes) <= axes
+                or values.get("attn") not in ATTENTION_VARIANTS or values.get("weights") not in WEIGHT_MODES):
+            raise StrategyError(f"{key!r} is not a strategy key (mesh axes of {', '.join(sorted(axes))}, then "
+                                f"weights, attn and optionally {', '.join(labels)})")
+        try:
+            optional = {labels[k].name: labels[k].read(v) for k, v in values.items() if k in labels}
+            return cls.from_axis_sizes(sizes, attention=values["attn"], weights=values["weights"], kernel=kernel,
+                                       **optional)
+        except (TypeError, ValueError, IndexError):
+            raise StrategyError(f"{key!r} is not a strategy key (blocks as Q/KV/KV_COMPUTE, weight_tile as RxC, "
+                                f"chunks and vmem as integers)") from None
+
+    def description(self, video: Sequence[int] | None = None,
+                    kernel_tile: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The strategy as a plan's `strategy` object (JSON-ready): mesh, attention, weights, kernel
+        and each optional field that is not at its default. A space adds what it knows besides:
+        the `video` the strategy is planned for and the `kernel_tile` a custom kernel runs it with
+        (`aoizora.models.wan.custom_tiles`); `from_description` reads neither."""
+        out: dict[str, Any] = {"mesh": self.axis_sizes, "attention": self.attention, "weights": self.weights,
+                               "kernel": self.kernel}
+        if video is not None:
+            out["video"] = list(video)
+        for f in STRATEGY_FIELDS:
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = f.to_json(value)
+            if f.name == "kernel_profile" and kernel_tile is not None:
+                out["kernel_tile"] = kernel_tile  # beside the profile whose tile it is, as plans hold it
+        return out
+
+    @classmethod
+    def from_description(cls, description: dict[str, Any], kernel: Kernel = "auto") -> Strategy:
+        """The strategy a plan describes (`plan.strategy`, as `description` writes it), to run the
+        plan with; `kernel` replaces the description's own."""
+        try:
+            mesh, attention, weights = description["mesh"], description["attention"], description["weights"]
+            optional = {f.name: f.from_json(description[f.name]) for f in STRATEGY_FIELDS if f.name in description}
+            return cls.from_axis_sizes(mesh, attention=attention, weights=weights, kernel=kernel, **optional)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StrategyError(
+                f"the plan's strategy is not a Wan strategy ({exc}); pass a plan of a Wan model") from None
+
     def describe(self) -> str:
+        """The strategy in one line for messages: every mesh axis and choice, then the optional fields set."""
         text = (
             f"data={self.data} fsdp={self.fsdp} context={self.context} tensor={self.tensor} "
             f"attention={self.attention} weights={self.weights} kernel={self.kernel}"
         )
         if self.two_d_context:
             text += f" ulysses={self.context_ulysses} ring={self.context_ring}"
-        if self.ulysses_chunks != 1:
-            text += f" chunks={self.ulysses_chunks}"
-        if self.splash_blocks is not None:
-            text += f" blocks={self.splash_blocks.describe()}"
-        if self.weight_tile is not None:
-            text += f" weight_tile={describe_tile(self.weight_tile)}"
-        if self.kernel_profile != DEFAULT_KERNEL_PROFILE:
-            text += f" kernel_profile={self.kernel_profile}"
-        if self.scoped_vmem_kib is not None:
-            text += f" scoped_vmem_kib={self.scoped_vmem_kib}"
-        return text
+        return text + "".join(f" {f.text}={f.show(v)}" for f, v in self._set_fields())
+
+    def _set_fields(self) -> list[tuple[StrategyField, Any]]:
+        """The optional fields not at their defaults, with their values, in `STRATEGY_FIELDS` order."""
+        return [(f, v) for f in STRATEGY_FIELDS if (v := getattr(self, f.name)) != f.default]
 
 
 def describe_tile(tile: tuple[int, int]) -> str:
     return f"{tile[0]}x{tile[1]}"
+
+
+def parse_tile(text: str) -> tuple[int, int]:
+    """The tile `describe_tile` writes as `text` (RxC)."""
+    rows_cols = [int(n) for n in text.split("x")]
+    return (rows_cols[0], rows_cols[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyField:
+    """An optional field of `Strategy` in its text forms. Its labels are those of the keys and
+    plans on disk: the key's `kernel=` is the kernel profile (the kernel the deployment runs; the
+    compiled kernel, `Strategy.kernel`, is a space-wide choice no key holds) and its `vmem=` the
+    scoped-VMEM limit."""
+
+    name: str  # the attribute, and its name in a description
+    key: str  # its label in a key
+    text: str  # its label in `Strategy.describe`
+    default: Any  # the value a form leaves the field out at
+    show: Callable[[Any], str]  # value -> its text in a key or `describe`
+    read: Callable[[str], Any]  # text of a key -> value
+    to_json: Callable[[Any], Any] = lambda v: v  # value -> its description entry
+    from_json: Callable[[Any], Any] = lambda v: v  # description entry -> value
+
+
+STRATEGY_FIELDS: tuple[StrategyField, ...] = (
+    StrategyField("ulysses_chunks", "chunks", "chunks", 1, str, int, from_json=int),
+    StrategyField("splash_blocks", "blocks", "blocks", None, SplashBlocks.describe, SplashBlocks.parse,
+                  dataclasses.asdict, lambda b: SplashBlocks(**b) if b else None),
+    StrategyField("weight_tile", "weight_tile", "weight_tile", None, describe_tile, parse_tile,
+                  list, lambda t: (int(t[0]), int(t[1])) if t else None),
+    StrategyField("kernel_profile", "kernel", "kernel_profile", DEFAULT_KERNEL_PROFILE, str, str),
+    StrategyField("scoped_vmem_kib", "vmem", "scoped_vmem_kib", None, str, int,
+                  from_json=lambda v: int(v) if v else None),
+)
 
 
 def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:

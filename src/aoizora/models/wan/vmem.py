@@ -1,7 +1,7 @@
 """Whether a splash call's blocks fit the compiler's scoped VMEM, per generation and limit.
 
 libtpu gives a Pallas kernel's VMEM buffers from its scoped VMEM, whose size is libtpu's
-`--xla_tpu_scoped_vmem_limit_kib` (per generation by default: `HardwareProfile.scoped_vmem_default_kib`),
+`toolchain.SCOPED_VMEM_FLAG` (per generation by default: `HardwareProfile.scoped_vmem_default_kib`),
 and refuses a program whose kernel needs more ("CompileTimeScopedVmemOom"). MaxDiffusion raises
 that limit to run larger splash tiles; this module says which tiles a limit allows.
 

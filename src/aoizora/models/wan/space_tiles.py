@@ -1,0 +1,104 @@
+"""The tiles a Wan space gives its strategies, and the compiler flags chosen with them.
+
+Given the slice's generation, every strategy runs splash blocks fitted to its local lengths and
+to that generation's VMEM (`aoizora.models.wan.splash_tiles`): JAX's splash at the tile and
+scoped-VMEM limit the tile search finds fastest, compiled with that limit (`compile_flags`);
+without a generation, each call takes the kernel's own pick. On a generation whose matmuls want
+16-bit weights in another tile than the runtime's (TPU7x), every strategy with replicated weights
+hands its stacked weights over in that tile (`Strategy.weight_tile`), so libtpu does not copy
+them (sharded stacks cannot be handed over so: libtpu overrides their tile); the expert
+deployments keep the runtime's layout, as deployed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import jax.numpy as jnp
+
+from aoizora.models.wan.custom_tiles import published_steps
+from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
+from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
+from aoizora.models.wan.strategy import Strategy
+from aoizora.toolchain import SCOPED_VMEM_FLAG
+from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
+from aoizora.workload import ExpertDeployment
+
+if TYPE_CHECKING:
+    from aoizora.models.wan.config import WanConfig
+    from aoizora.models.wan.space import WanSpace
+
+
+def splash_max_block_q(generation: str | None) -> dict[int, int]:
+    """The largest splash block_q per call the generation's VMEM takes (empty: no blocks fitted,
+    for no generation or one whose limit was not measured)."""
+    return hardware_profile(generation).splash_max_block_q if generation else {}
+
+
+def replicated_weight_tile(generation: str | None, config: WanConfig) -> tuple[int, int] | None:
+    """The tile replicated 16-bit stacked weights are handed over in, where the generation's
+    matmuls want another than the runtime's (None: the runtime's)."""
+    tile = hardware_profile(generation).tile_16bit if generation else RUNTIME_TILE_16BIT
+    return tile if tile != RUNTIME_TILE_16BIT and jnp.dtype(config.dtype).itemsize == 2 else None
+
+
+def with_blocks(space: WanSpace, st: Strategy) -> Strategy:
+    """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash:
+    JAX's splash (whose cost depends on them) with the tile and scoped-VMEM limit the search finds
+    fastest (`blocks.searched_splash_tile`), another kernel (costed by a tile-independent profile)
+    with the blocks fitted at libtpu's default limit."""
+    if not space.splash_max_block_q or st.kernel == "xla":
+        return st
+    tokens = space.video.tokens(space.config)
+    if st.kernel_profile == DEFAULT_KERNEL_PROFILE and space.generation is not None:
+        found = searched_splash_tile(st, tokens, space.batch, space.generation)
+        if found is not None:
+            blocks, limit = found
+            return dataclasses.replace(st, splash_blocks=blocks, scoped_vmem_kib=limit)
+    fitted = fitted_splash_blocks(st, tokens, space.batch, space.splash_max_block_q)
+    return dataclasses.replace(st, splash_blocks=fitted) if fitted is not None else st
+
+
+def compile_flags(strategy: Strategy) -> str:
+    """The scoped-VMEM limit its tile was chosen with, as a libtpu flag ("" for libtpu's default)."""
+    if strategy.scoped_vmem_kib is None:
+        return ""
+    return f"--{SCOPED_VMEM_FLAG}={strategy.scoped_vmem_kib}"
+
+
+def order_probe(space: WanSpace, strategy: Strategy) -> Strategy | None:
+    """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
+    libtpu's default limit, and that limit: the limit makes libtpu's back end several times
+    slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
+    the tile changes only the splash calls. None for a strategy at the default limit (its
+    own compile is as fast)."""
+    if strategy.scoped_vmem_kib is None or not space.splash_max_block_q:
+        return None
+    blocks = fitted_splash_blocks(strategy, space.video.tokens(space.config), space.batch, space.splash_max_block_q)
+    if blocks is None:
+        return None
+    return dataclasses.replace(strategy, splash_blocks=blocks, scoped_vmem_kib=None)
+
+
+def as_compiled(space: WanSpace, deployment: ExpertDeployment[Strategy]) -> ExpertDeployment[Strategy]:
+    """A deployment of another kernel than JAX's splash as aoizora compiles it: its kernel is
+    costed by its profile, which does not depend on the tile, and the program is compiled with
+    JAX's splash at blocks that kernel accepts (its own tile may need the other kernel)."""
+    st = deployment.strategy
+    if st.kernel_profile == DEFAULT_KERNEL_PROFILE or st.splash_blocks is None:
+        return deployment
+    fitted = with_blocks(space, dataclasses.replace(st, splash_blocks=None))
+    compiled = fitted.splash_blocks.describe() if fitted.splash_blocks else "its own blocks"
+    note = (f"; runs {st.kernel_profile} at {st.splash_blocks.describe()}, compiled here with JAX's splash at "
+            f"{compiled}")
+    line = (f"tile {st.splash_blocks.describe()} ({st.kernel_profile}) is not compiled as written: aoizora "
+            f"compiles JAX's splash kernel, here at {compiled}; the {st.kernel_profile} profile costs the "
+            f"attention at {st.splash_blocks.describe()} (the profile does not depend on the tile)")
+    steps = published_steps(st, space.video.tokens(space.config), space.generation)
+    if steps:
+        line += ("; published steps of this kernel at these lengths: "
+                 + ", ".join(f"{m.blocks.describe()} {m.step_seconds} s/step" for m in steps)
+                 + f" ({steps[0].source.split(' (')[0]})")
+    return dataclasses.replace(deployment, strategy=fitted, documented=deployment.documented + note,
+                               notes=(line, *deployment.notes))
