@@ -74,12 +74,15 @@ class UMT5Config:
 
 
 # UMT5-XXL's encoder as the Wan pipelines ship it: Wan-AI/Wan2.1-T2V-14B-Diffusers, text_encoder/config.json
-# (UMT5EncoderModel; the same file in every Wan 2.1 and Wan 2.2 Diffusers repository) gives vocab_size 256384,
-# d_model 4096, d_kv 64, d_ff 10240, num_layers 24, num_heads 64, relative_attention_num_buckets 32,
-# relative_attention_max_distance 128, layer_norm_epsilon 1e-06, feed_forward_proj "gated-gelu". Read here
-# from a public copy of that file re-saved from the Wan-AI snapshot (wavespeed/Wan2.1-T2V-14B-Diffusers-fp16,
-# text_encoder/config.json); the same values are in Wan-Video's own T5 (wan/modules/t5.py, `umt5_xxl`:
-# vocab 256384, dim 4096, dim_ffn 10240, 64 heads, 24 layers, 32 buckets, shared_pos False: a bias per layer).
+# (UMT5EncoderModel) gives vocab_size 256384, d_model 4096, d_kv 64, d_ff 10240, num_layers 24, num_heads 64,
+# relative_attention_num_buckets 32, relative_attention_max_distance 128, layer_norm_epsilon 1e-06 and
+# feed_forward_proj "gated-gelu". huggingface.co was out of reach when this was written: the values are read
+# from a public copy re-saved from that repository's snapshot (wavespeed/Wan2.1-T2V-14B-Diffusers-fp16,
+# text_encoder/config.json; a copy of Wan-AI/Wan2.1-I2V-14B-480P-Diffusers' has the same) and should be
+# checked against the Wan-AI file. Wan-Video/Wan2.1's own encoder agrees (wan/modules/t5.py, `umt5_xxl`, commit
+# fc124fd0cf31945f39b39af80191fa8c7d07a027: vocab 256384, dim 4096, dim_ffn 10240, 64 heads, 24 layers,
+# 32 buckets, shared_pos False, i.e. a relative bias in every block), as does the published checkpoint's size:
+# its text_encoder folder holds 22.7 GB, these shapes' 5.68e9 float32 parameters.
 UMT5_XXL = UMT5Config()
 
 
