@@ -14,8 +14,10 @@ from wan_testutil import TINY_UMT5
 
 from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.wan.text_encoder import (
+    _toeplitz,
     abstract_encode_inputs,
     encode_prompts,
+    offset_buckets,
     relative_position_buckets,
     wan_prompt_embeds,
 )
@@ -67,6 +69,24 @@ def test_buckets_are_bidirectional_and_saturate():
     assert b[0, 1] == 17 and b[1, 0] == 1  # a key after the query is in the upper half
     assert b[0, 299] == 31 and b[299, 0] == 15  # past max_distance: the last bucket of each half
     assert b.min() == 0 and b.max() == 31
+
+
+@pytest.mark.parametrize("length", [1, 2, 9])
+def test_the_bias_by_offset_is_the_bias_by_pair(length):
+    """The attention builds each block's (heads, query, key) bias from its values by offset; it is the
+    bias table read at every pair's bucket."""
+    table = np.random.default_rng(length).standard_normal((32, 3)).astype(np.float32)
+    by_offset = _toeplitz(jnp.asarray(table[offset_buckets(length, 32, 128)].T), length)
+    by_pair = table[relative_position_buckets(length, 32, 128)].transpose(2, 0, 1)
+    np.testing.assert_array_equal(np.asarray(by_offset), by_pair)
+
+
+def test_the_xxl_encode_lowers_without_a_large_constant():
+    """Lowered at UMT5-XXL × 512 tokens from abstract inputs, the program carries no (512, 512) bucket
+    table as a constant: its text stays small for the HLO analyser."""
+    fn = jax.jit(lambda p, i, m: encode_prompts(p, i, m, config=UMT5_XXL))
+    lowered = fn.lower(*abstract_encode_inputs(UMT5_XXL, 2))
+    assert len(lowered.as_text()) < 200_000
 
 
 def test_prompt_embeds_are_zero_past_each_prompt():

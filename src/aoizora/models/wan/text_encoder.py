@@ -30,16 +30,15 @@ from aoizora.models.wan.text_encoder_params import text_param_shapes
 F32 = jnp.float32
 
 
-def relative_position_buckets(length: int, num_buckets: int, max_distance: int) -> np.ndarray:
-    """The (query, key) bucket index of every pair of `length` positions, bidirectional as in an
-    encoder: half the buckets for keys after the query, half for keys at or before it; in each half,
-    exact distances below num_buckets/4, then logarithmic bins up to `max_distance`, beyond which
-    all share the last bucket. A static table: it depends only on the length.
+def offset_buckets(length: int, num_buckets: int, max_distance: int) -> np.ndarray:
+    """The bucket of every key − query offset of `length` positions, −(length − 1) … length − 1
+    (entry o + length − 1 is offset o), bidirectional as in an encoder: half the buckets for keys
+    after the query, half for keys at or before it; in each half, exact distances below
+    num_buckets/4, then logarithmic bins up to `max_distance`, beyond which all share the last bucket.
 
     Computed in float32 with numpy in the order transformers' `_relative_position_bucket` computes
     it, so that a distance on a bin's edge falls in the same bucket."""
-    pos = np.arange(length, dtype=np.int64)
-    rel = pos[None, :] - pos[:, None]  # key position − query position
+    rel = np.arange(-(length - 1), length, dtype=np.int64)
     half = num_buckets // 2
     buckets = (rel > 0).astype(np.int64) * half
     dist = np.abs(rel)
@@ -51,6 +50,25 @@ def relative_position_buckets(length: int, num_buckets: int, max_distance: int) 
     return (buckets + np.where(dist < max_exact, dist, large)).astype(np.int32)
 
 
+def relative_position_buckets(length: int, num_buckets: int, max_distance: int) -> np.ndarray:
+    """The (query, key) bucket of every pair of `length` positions (`offset_buckets` of key − query)."""
+    pos = np.arange(length)
+    return offset_buckets(length, num_buckets, max_distance)[pos[None, :] - pos[:, None] + length - 1]
+
+
+def _toeplitz(u: jnp.ndarray, length: int) -> jnp.ndarray:
+    """(heads, 2·length − 1) values by offset → (heads, query, key) with [h, q, k] = u[h, k − q + length − 1].
+
+    Built by broadcasting, reshaping and slicing rather than by a gather with a (length, length) index
+    table: that table (1 MiB at 512 tokens) would be a constant of the compiled program, in its HLO
+    text; this way the only constant is the offsets' buckets. Each row of the (length, 2·length)
+    broadcast, read with a stride one shorter, starts one offset earlier."""
+    h = u.shape[0]
+    rows = jnp.broadcast_to(jnp.pad(u, ((0, 0), (0, 1)))[:, None, :], (h, length, 2 * length))
+    skewed = rows.reshape(h, 2 * length * length)[:, :length * (2 * length - 1)].reshape(h, length, 2 * length - 1)
+    return skewed[:, :, length - 1:]
+
+
 def _rms(x: jnp.ndarray, gain: jnp.ndarray, eps: float) -> jnp.ndarray:
     """T5's layer norm: x / √(mean(x²) + eps) × gain, the variance in float32, no mean, no bias."""
     xf = x.astype(F32)
@@ -58,14 +76,16 @@ def _rms(x: jnp.ndarray, gain: jnp.ndarray, eps: float) -> jnp.ndarray:
     return gain.astype(x.dtype) * y.astype(x.dtype)
 
 
-def _attention(x: jnp.ndarray, p: dict, buckets: jnp.ndarray, key_mask: jnp.ndarray, config: UMT5Config) -> jnp.ndarray:
+def _attention(x: jnp.ndarray, p: dict, offsets: jnp.ndarray, key_mask: jnp.ndarray, config: UMT5Config,
+               ) -> jnp.ndarray:
     """One block's self-attention of the normed `x` (batch, tokens, d_model): unscaled scores plus
-    the block's relative-position bias, padded keys masked, softmax in float32."""
+    the block's relative-position bias (`offsets`: each key − query offset's bucket), padded keys
+    masked, softmax in float32."""
     b, n, _ = x.shape
     h, dk = config.num_heads, config.d_kv
     q, k, v = ((x @ p[w].astype(x.dtype)).reshape(b, n, h, dk) for w in ("q", "k", "v"))
-    bias = jnp.take(p["rel_bias"].astype(F32), buckets, axis=0)  # (query, key, heads)
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=F32) + jnp.moveaxis(bias, -1, 0)[None]
+    bias = _toeplitz(jnp.take(p["rel_bias"].astype(F32), offsets, axis=0).T, n)  # (heads, query, key)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=F32) + bias[None]
     # a masked key's score is the float32 minimum, as transformers' mask makes it (not −inf: an
     # all-padding row then averages its values instead of giving NaN, as there)
     s = jnp.where(key_mask[:, None, None, :], s, jnp.finfo(F32).min)
@@ -87,13 +107,13 @@ def encode(params: dict, input_ids: jnp.ndarray, attention_mask: jnp.ndarray | N
     states (batch, tokens, d_model) in `config.dtype`. The blocks run as one `jax.lax.scan`."""
     b, n = input_ids.shape
     mask = jnp.ones((b, n), bool) if attention_mask is None else attention_mask != 0
-    buckets = jnp.asarray(relative_position_buckets(
-        n, config.relative_attention_num_buckets, config.relative_attention_max_distance))
+    offsets = jnp.asarray(offset_buckets(n, config.relative_attention_num_buckets,
+                                         config.relative_attention_max_distance))
     x = jnp.take(params["embed"], input_ids, axis=0).astype(config.dtype)
     eps = config.layer_norm_epsilon
 
     def block(x: jnp.ndarray, p: dict) -> tuple[jnp.ndarray, None]:
-        x = x + _attention(_rms(x, p["attn_norm"], eps), p, buckets, mask, config)
+        x = x + _attention(_rms(x, p["attn_norm"], eps), p, offsets, mask, config)
         return x + _feed_forward(_rms(x, p["ffn_norm"], eps), p), None
 
     x, _ = jax.lax.scan(block, x, params["layers"])
