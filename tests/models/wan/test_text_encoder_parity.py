@@ -13,7 +13,7 @@ import torch
 import transformers
 from wan_testutil import TINY_UMT5, rel_err
 
-from aoizora.models.wan.text_encoder import encode, relative_position_buckets, wan_prompt_embeds
+from aoizora.models.wan.text_encoder import encode_text, relative_position_buckets, wan_prompt_embeds
 from aoizora.models.wan.text_encoder_config import UMT5_XXL
 from aoizora.models.wan.text_encoder_params import (
     TIED_EMBEDDING,
@@ -71,7 +71,7 @@ def _pipeline_embeds(model, ids: np.ndarray, mask: np.ndarray) -> tuple[np.ndarr
 
 
 def _ours(params, ids, mask, cfg=TINY_UMT5):
-    fn = jax.jit(lambda p, i, m: (lambda h: (h, wan_prompt_embeds(h, m)))(encode(p, i, m, config=cfg)))
+    fn = jax.jit(lambda p, i, m: (lambda h: (h, wan_prompt_embeds(h, m)))(encode_text(p, i, m, config=cfg)))
     hidden, embeds = fn(params, jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32))
     return np.asarray(hidden), np.asarray(embeds)
 

@@ -12,7 +12,7 @@ What `__all__` exports, by module (each function's own docstring is its referenc
 - `vae`, `vae_config`, `vae_params`: the VAE's decode (Wan 2.1's and Wan 2.2's VAE), its configs
   (`WAN21_VAE`, `WAN22_VAE`) and shapes (`decode_shapes`), its diffusers weights;
 - `text_encoder`, `text_encoder_config`, `text_encoder_params`: the UMT5-XXL text encoder's forward
-  (`encode`) and the pipeline's prompt embeddings (`encode_prompts`), its config (`UMT5_XXL`) and
+  (`encode_text`) and the pipeline's prompt embeddings (`encode_prompts`), its config (`UMT5_XXL`) and
   shapes (`encode_shapes`), its transformers weights.
 """
 
@@ -67,7 +67,7 @@ from aoizora.models.wan.strategy import (
     make_mesh,
     validate_strategy,
 )
-from aoizora.models.wan.text_encoder import abstract_encode_inputs, encode, encode_prompts, wan_prompt_embeds
+from aoizora.models.wan.text_encoder import abstract_encode_inputs, encode_prompts, encode_text, wan_prompt_embeds
 from aoizora.models.wan.text_encoder_config import UMT5_XXL, WAN_TEXT_LEN, EncodeShapes, UMT5Config, encode_shapes
 from aoizora.models.wan.text_encoder_params import (
     init_text_params,
@@ -90,7 +90,7 @@ __all__ = [
     "Strategy", "check_strategy", "enumerate_strategies", "logical_rules", "make_mesh", "validate_strategy",
     "abstract_decode_inputs", "decode", "decode_latents", "denormalize_latents", "WAN21_VAE", "WAN22_VAE",
     "DecodeShapes", "WanVAEConfig", "decode_shapes", "init_vae_params", "load_vae_config", "load_vae_params",
-    "vae_params_from_state_dict", "abstract_encode_inputs", "encode", "encode_prompts", "wan_prompt_embeds",
+    "vae_params_from_state_dict", "abstract_encode_inputs", "encode_text", "encode_prompts", "wan_prompt_embeds",
     "UMT5_XXL", "WAN_TEXT_LEN", "EncodeShapes", "UMT5Config", "encode_shapes", "init_text_params",
     "load_text_config", "load_text_params", "text_params_from_state_dict",
 ]

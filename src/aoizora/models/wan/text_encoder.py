@@ -100,7 +100,7 @@ def _feed_forward(x: jnp.ndarray, p: dict) -> jnp.ndarray:
     return (gate * (x @ p["wi_1"].astype(x.dtype))) @ p["wo"].astype(x.dtype)
 
 
-def encode(params: dict, input_ids: jnp.ndarray, attention_mask: jnp.ndarray | None = None, *,
+def encode_text(params: dict, input_ids: jnp.ndarray, attention_mask: jnp.ndarray | None = None, *,
            config: UMT5Config) -> jnp.ndarray:
     """transformers' `UMT5EncoderModel(input_ids, attention_mask).last_hidden_state`: token ids
     (batch, tokens) and a mask (batch, tokens), nonzero on real tokens (None: all real), → hidden
@@ -137,7 +137,7 @@ def encode_prompts(params: dict, input_ids: jnp.ndarray, attention_mask: jnp.nda
                    config: UMT5Config) -> jnp.ndarray:
     """The Wan pipelines' prompt embeddings from tokenised prompts (padded to 512 tokens, the
     mask nonzero on real tokens): the encoder, then `wan_prompt_embeds`. (batch, tokens, d_model)."""
-    return wan_prompt_embeds(encode(params, input_ids, attention_mask, config=config), attention_mask)
+    return wan_prompt_embeds(encode_text(params, input_ids, attention_mask, config=config), attention_mask)
 
 
 def abstract_encode_inputs(config: UMT5Config, batch: int, text_len: int = WAN_TEXT_LEN,
