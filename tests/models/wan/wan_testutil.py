@@ -1,4 +1,5 @@
-"""Helpers shared by the Wan tests: tiny configs (of the transformer and the VAE) and the diffusers reference."""
+"""Helpers shared by the Wan tests: tiny configs (of the transformer, the VAE and the text encoder) and the
+diffusers reference."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from aoizora.models.wan.config import WanConfig
+from aoizora.models.wan.text_encoder_config import UMT5Config
 from aoizora.models.wan.vae_config import WanVAEConfig
 
 TINY_T2V = WanConfig(
@@ -79,3 +81,8 @@ def _stats(z_dim: int, seed: int) -> dict:
 TINY_VAE21 = WanVAEConfig(base_dim=4, z_dim=4, dtype=jnp.float32, **_stats(4, 21))
 TINY_VAE22 = WanVAEConfig(base_dim=4, decoder_base_dim=8, z_dim=6, is_residual=True, in_channels=12, out_channels=12,
                           patch_size=2, scale_factor_spatial=16, dtype=jnp.float32, **_stats(6, 22))
+
+# A tiny UMT5 encoder with UMT5-XXL's bucketing (32 buckets, max distance 128) and, as in XXL, a
+# feed-forward wider than d_model; heads × d_kv (48) differs from d_model (32) so that no shape mixes
+# the two up; three blocks, each with its own relative-bias table.
+TINY_UMT5 = UMT5Config(vocab_size=96, d_model=32, d_kv=12, d_ff=80, num_layers=3, num_heads=4, dtype=jnp.float32)

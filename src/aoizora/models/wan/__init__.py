@@ -10,7 +10,10 @@ What `__all__` exports, by module (each function's own docstring is its referenc
 - `pipeline`: Wan 2.2's two-expert pipelines; `schedulers`: the flow-matching schedulers;
 - `checkpoint`, `params`: diffusers weights, read and written, and the parameter tables;
 - `vae`, `vae_config`, `vae_params`: the VAE's decode (Wan 2.1's and Wan 2.2's VAE), its configs
-  (`WAN21_VAE`, `WAN22_VAE`) and shapes (`decode_shapes`), its diffusers weights.
+  (`WAN21_VAE`, `WAN22_VAE`) and shapes (`decode_shapes`), its diffusers weights;
+- `text_encoder`, `text_encoder_config`, `text_encoder_params`: the UMT5-XXL text encoder's forward
+  (`encode_text`) and the pipeline's prompt embeddings (`encode_prompts`), its config (`UMT5_XXL`) and
+  shapes (`encode_shapes`), its transformers weights.
 """
 
 from aoizora.models.wan.attention import KernelCost, KernelLog
@@ -64,6 +67,14 @@ from aoizora.models.wan.strategy import (
     make_mesh,
     validate_strategy,
 )
+from aoizora.models.wan.text_encoder import abstract_encode_inputs, encode_prompts, encode_text, wan_prompt_embeds
+from aoizora.models.wan.text_encoder_config import UMT5_XXL, WAN_TEXT_LEN, EncodeShapes, UMT5Config, encode_shapes
+from aoizora.models.wan.text_encoder_params import (
+    init_text_params,
+    load_text_config,
+    load_text_params,
+    text_params_from_state_dict,
+)
 from aoizora.models.wan.vae import abstract_decode_inputs, decode, decode_latents, denormalize_latents
 from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE, DecodeShapes, WanVAEConfig, decode_shapes
 from aoizora.models.wan.vae_params import init_vae_params, load_vae_config, load_vae_params, vae_params_from_state_dict
@@ -79,5 +90,7 @@ __all__ = [
     "Strategy", "check_strategy", "enumerate_strategies", "logical_rules", "make_mesh", "validate_strategy",
     "abstract_decode_inputs", "decode", "decode_latents", "denormalize_latents", "WAN21_VAE", "WAN22_VAE",
     "DecodeShapes", "WanVAEConfig", "decode_shapes", "init_vae_params", "load_vae_config", "load_vae_params",
-    "vae_params_from_state_dict",
+    "vae_params_from_state_dict", "abstract_encode_inputs", "encode_text", "encode_prompts", "wan_prompt_embeds",
+    "UMT5_XXL", "WAN_TEXT_LEN", "EncodeShapes", "UMT5Config", "encode_shapes", "init_text_params",
+    "load_text_config", "load_text_params", "text_params_from_state_dict",
 ]
