@@ -5,7 +5,7 @@ weights), compiled by libtpu for each slice and costed by Q2 (`aoizora.stage2.va
     .venv/bin/python benchmarks/vae_decode.py [--topologies v5e:2x4,v6e:2x4,tpu7x:2x2x1]
         [--videos 720p,480p] [--frames 81] [--batch 1] [--no-cache] [--json OUT]
 
-Per (slice, video) it prints Q2's decode time, its compute and exposed-collective parts, the
+Per (slice, video) it prints Q2's decode time, the simulator's, its compute and exposed-collective parts, the
 per-device HBM libtpu reports, and the lowering and compile wall seconds (0 on a compile-cache hit).
 `--json` writes every record as it comes (`docs/data/video/vae_decode.json` holds the committed run).
 """
@@ -39,7 +39,8 @@ def run(topology_name: str, video: str, frames: int, batch: int, cache: Any) -> 
 def line(rec: dict[str, Any]) -> str:
     mem = rec["memory_bytes"] / 2**30 if rec["memory_bytes"] is not None else float("nan")
     return (f"{rec['topology']:<13}{rec['video']:<6}{rec['frames']:>4}  decode {rec['seconds']:8.3f} s  "
-            f"compute {rec['compute_seconds']:8.3f} s  exposed comm {rec['exposed_comm_seconds']:7.3f} s  "
+            f"sim {rec.get('sim_seconds') or float('nan'):8.3f} s  compute {rec['compute_seconds']:8.3f} s  "
+            f"exposed comm {rec['exposed_comm_seconds']:7.3f} s  "
             f"HBM {mem:6.2f} GiB  lower {rec['lower_seconds']:6.1f} s  compile {rec['compile_seconds']:7.1f} s"
             + ("  (cached)" if rec["cached"] else ""))
 

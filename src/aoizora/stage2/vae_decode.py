@@ -15,6 +15,7 @@ from aoizora.hlo.builder import build_program
 from aoizora.models.wan.vae_config import WAN21_VAE, WanVAEConfig, decode_shapes
 from aoizora.models.wan.vae_sharding import COMPUTE_DTYPE, latent_shape, sharded_decode, vae_mesh_spec
 from aoizora.placement import Placement, jax_default_placement
+from aoizora.sim import simulate
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord
 from aoizora.stage2.compile_workers import device_ids_of, memory_bytes
 from aoizora.toolchain import CompilerFlags, compile_lowered, toolchain_versions
@@ -29,7 +30,9 @@ class VaeDecodeCost:
     included); `compute_seconds` the fusions' libtpu-estimated time, `exposed_comm_seconds` the
     collectives' time not hidden behind compute, `comm_seconds` the collectives' total.
     `memory_bytes` is the per-device HBM libtpu reports (arguments, outputs, temporaries, code),
-    None when it does not. `compile_seconds` is the compile's wall time (0 on a cache hit)."""
+    None when it does not. `sim_seconds` is the reference simulator's time of the same program on the
+    same placement (None when not asked for). `compile_seconds` is the compile's wall time (0 on a
+    cache hit)."""
 
     topology: str
     latent: tuple[int, ...]
@@ -39,6 +42,7 @@ class VaeDecodeCost:
     compute_seconds: float
     exposed_comm_seconds: float
     comm_seconds: float
+    sim_seconds: float | None
     collectives: int
     memory_bytes: int | None
     lower_seconds: float
@@ -57,10 +61,11 @@ def vae_placement(topology: Topology, vae_spatial: int = -1) -> Placement:
 
 def vae_decode_cost(topology: Topology, latent: tuple[int, ...], *, config: WanVAEConfig | None = None,
                     flags: CompilerFlags | None = None, cache: CompileCache | None = None,
-                    vae_spatial: int = -1) -> VaeDecodeCost:
+                    vae_spatial: int = -1, simulated: bool = True) -> VaeDecodeCost:
     """Compile the decode of a latent of shape `latent` (batch, z_dim, T, h, w) for `topology` with
     `flags`, sharded as MaxDiffusion shards it, and cost it with Q2. `config` defaults to Wan 2.1's VAE
-    in MaxDiffusion's dtype (float32 compute, bfloat16 weights)."""
+    in MaxDiffusion's dtype (float32 compute, bfloat16 weights). With `simulated`, the simulator
+    runs the program too, as Stage 2 simulates a step."""
     config = config or WAN21_VAE.replace(dtype=COMPUTE_DTYPE)
     placement = vae_placement(topology, vae_spatial)
     mesh = placement.jax_mesh(topology)
@@ -84,10 +89,11 @@ def vae_decode_cost(topology: Topology, latent: tuple[int, ...], *, config: WanV
     assert record.hlo_text is not None
     program = build_program(record.hlo_text, device_ids=record.device_ids)
     q2 = CostModel(topology).evaluate(program, placement)
+    sim = simulate(program, topology, placement).step_seconds if simulated else None
     return VaeDecodeCost(
         topology=topology.name, latent=tuple(latent), video=decode_shapes(config, latent).video,
         mesh=placement.mesh.shape, seconds=q2.step_seconds, compute_seconds=q2.compute_seconds,
-        exposed_comm_seconds=q2.exposed_comm_seconds, comm_seconds=q2.comm_seconds,
+        exposed_comm_seconds=q2.exposed_comm_seconds, comm_seconds=q2.comm_seconds, sim_seconds=sim,
         collectives=sum(c.multiplicity for c in program.collectives), memory_bytes=record.memory_bytes,
         lower_seconds=lower_s, compile_seconds=0.0 if cached else record.compile_seconds, cached=cached,
     )
