@@ -31,14 +31,14 @@ def run(topology_name: str, video: str, frames: int, batch: int, cache: Any) -> 
     height, width = VIDEOS[video]
     t0 = time.perf_counter()
     cost = video_decode_cost(get_topology(topology_name), height, width, frames, batch, cache=cache)
-    rec = {"video": video, "frames": frames, "batch": batch, **cost.to_json(),
+    rec = {"resolution": video, "frames": frames, "batch": batch, **cost.to_json(),
            "wall_seconds": time.perf_counter() - t0, "load_average": os.getloadavg()[0]}
     return rec
 
 
 def line(rec: dict[str, Any]) -> str:
     mem = rec["memory_bytes"] / 2**30 if rec["memory_bytes"] is not None else float("nan")
-    return (f"{rec['topology']:<13}{rec['video']:<6}{rec['frames']:>4}  decode {rec['seconds']:8.3f} s  "
+    return (f"{rec['topology']:<13}{rec['resolution']:<6}{rec['frames']:>4}  decode {rec['seconds']:8.3f} s  "
             f"sim {rec.get('sim_seconds') or float('nan'):8.3f} s  compute {rec['compute_seconds']:8.3f} s  "
             f"exposed comm {rec['exposed_comm_seconds']:7.3f} s  "
             f"HBM {mem:6.2f} GiB  lower {rec['lower_seconds']:6.1f} s  compile {rec['compile_seconds']:7.1f} s"
@@ -63,7 +63,7 @@ def main() -> None:
             try:
                 rec = run(topology, video, args.frames, args.batch, cache)
             except Exception as exc:  # one slice's failure is a record, not the end of the run
-                rec = {"topology": topology, "video": video, "frames": args.frames,
+                rec = {"topology": topology, "resolution": video, "frames": args.frames,
                        "error": f"{type(exc).__name__}: {exc}"}
             runs.append(rec)
             print(line(rec) if "error" not in rec else f"{topology:<13}{video:<6}error: {rec['error']}", flush=True)
