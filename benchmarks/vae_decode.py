@@ -6,7 +6,8 @@ weights), compiled by libtpu for each slice and costed by Q2 (`aoizora.stage2.va
         [--videos 720p,480p] [--frames 81] [--batch 1] [--no-cache] [--json OUT]
 
 Per (slice, video) it prints Q2's decode time, the simulator's, its compute and exposed-collective parts, the
-per-device HBM libtpu reports, and the lowering and compile wall seconds (0 on a compile-cache hit).
+per-device HBM libtpu reports, and the lowering and compile wall seconds (on a compile-cache hit,
+marked "cached", the seconds the cached compile took).
 `--json` writes every record as it comes (`docs/data/video/vae_decode.json` holds the committed run).
 """
 

@@ -31,8 +31,8 @@ class VaeDecodeCost:
     collectives' time not hidden behind compute, `comm_seconds` the collectives' total.
     `memory_bytes` is the per-device HBM libtpu reports (arguments, outputs, temporaries, code),
     None when it does not. `sim_seconds` is the reference simulator's time of the same program on the
-    same placement (None when not asked for). `compile_seconds` is the compile's wall time (0 on a
-    cache hit)."""
+    same placement (None when not asked for). `compile_seconds` is the compile's wall time (on a
+    cache hit, `cached`, the time the cached compile took)."""
 
     topology: str
     latent: tuple[int, ...]
@@ -95,7 +95,7 @@ def vae_decode_cost(topology: Topology, latent: tuple[int, ...], *, config: WanV
         mesh=placement.mesh.shape, seconds=q2.step_seconds, compute_seconds=q2.compute_seconds,
         exposed_comm_seconds=q2.exposed_comm_seconds, comm_seconds=q2.comm_seconds, sim_seconds=sim,
         collectives=sum(c.multiplicity for c in program.collectives), memory_bytes=record.memory_bytes,
-        lower_seconds=lower_s, compile_seconds=0.0 if cached else record.compile_seconds, cached=cached,
+        lower_seconds=lower_s, compile_seconds=record.compile_seconds, cached=cached,
     )
 
 
