@@ -24,6 +24,7 @@ all shapes are static, so the decode can be jitted, lowered from abstract inputs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -33,6 +34,8 @@ from aoizora.models.wan.vae_config import UpBlock, WanVAEConfig, decode_shapes
 from aoizora.models.wan.vae_params import vae_param_shapes
 
 F32 = jnp.float32
+#: A sharding constraint on a 5-D activation (batch, frames, h, w, c); identity when unsharded.
+Constrain = Callable[[jnp.ndarray], jnp.ndarray]
 #: Frames a causal convolution carries to the next chunk (its temporal kernel minus one).
 CACHE_FRAMES = 2
 #: diffusers normalises with `F.normalize`, which divides by the norm clamped below at this.
@@ -99,11 +102,13 @@ def _dup_up(x: jnp.ndarray, out_dim: int, factor_t: int, first: bool) -> jnp.nda
 class ChunkCaches:
     """The causal convolutions' frame caches around one decoder chunk: each is read from `previous`
     (None on the first chunk: all zeros, i.e. the causal zero padding) and written to `updated`,
-    keyed by the convolution's name."""
+    keyed by the convolution's name. `constrain` is applied to every convolution's input, where
+    MaxDiffusion's causal convolution places its spatial sharding constraint."""
 
-    def __init__(self, previous: dict[str, jnp.ndarray] | None) -> None:
+    def __init__(self, previous: dict[str, jnp.ndarray] | None, constrain: Constrain | None = None) -> None:
         self.previous = previous
         self.updated: dict[str, jnp.ndarray] = {}
+        self.constrain: Constrain = constrain or (lambda x: x)
 
     def _read(self, name: str, x: jnp.ndarray) -> jnp.ndarray:
         if self.previous is None:
@@ -112,8 +117,8 @@ class ChunkCaches:
 
     def conv(self, name: str, x: jnp.ndarray, p: dict) -> jnp.ndarray:
         """The causal convolution `name` of `x` after the frames it has cached; caches the last two."""
-        frames = jnp.concatenate([self._read(name, x), x], axis=1)
-        self.updated[name] = frames[:, -CACHE_FRAMES:]
+        frames = self.constrain(jnp.concatenate([self._read(name, x), self.constrain(x)], axis=1))
+        self.updated[name] = self.constrain(frames[:, -CACHE_FRAMES:])
         return _conv(frames, p, spatial_pad=p["w"].shape[1] // 2)
 
     def hold(self, name: str, x: jnp.ndarray) -> None:
@@ -150,15 +155,16 @@ def _up_block(caches: ChunkCaches, name: str, blk: UpBlock, x: jnp.ndarray, p: d
     return x
 
 
-def decode_chunk(params: dict, x: jnp.ndarray, previous: dict[str, jnp.ndarray] | None, *,
-                 config: WanVAEConfig) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
+def decode_chunk(params: dict, x: jnp.ndarray, previous: dict[str, jnp.ndarray] | None, *, config: WanVAEConfig,
+                 constrain: Constrain | None = None) -> tuple[jnp.ndarray, dict[str, jnp.ndarray]]:
     """The decoder on one latent frame `x` (batch, 1, h, w, z_dim), channels last, after
     `post_quant_conv`; `previous` are the caches the last chunk left (None: this is the first
     chunk). Returns its video frames (batch, frames, H, W, out_channels), before unpatchify, and
-    the caches for the next chunk."""
+    the caches for the next chunk. `constrain` (default none) constrains the chunk's input and
+    output and every convolution's input, as a sharded decode does."""
     first = previous is None
-    caches = ChunkCaches(previous)
-    x = caches.conv("conv_in", x, params["conv_in"])
+    caches = ChunkCaches(previous, constrain)
+    x = caches.conv("conv_in", caches.constrain(x), params["conv_in"])
     mid = params["mid"]
     x = _resnet(caches, "mid.res0", x, mid["res0"])
     x = _attention(x, mid["attn"])
@@ -166,7 +172,7 @@ def decode_chunk(params: dict, x: jnp.ndarray, previous: dict[str, jnp.ndarray] 
     for i, blk in enumerate(config.up_blocks()):
         x = _up_block(caches, f"up{i}", blk, x, params[f"up{i}"], first)
     x = caches.conv("conv_out", jax.nn.silu(_rms(x, params["norm_out"])), params["conv_out"])
-    return x, caches.updated
+    return caches.constrain(x), caches.updated
 
 
 def _unpatchify(x: jnp.ndarray, patch: int) -> jnp.ndarray:
@@ -183,16 +189,17 @@ def _unpatchify(x: jnp.ndarray, patch: int) -> jnp.ndarray:
 # --------------------------------------------------------------------------------------------
 # decode
 # --------------------------------------------------------------------------------------------
-def decode(params: dict, z: jnp.ndarray, *, config: WanVAEConfig) -> jnp.ndarray:
+def decode(params: dict, z: jnp.ndarray, *, config: WanVAEConfig, constrain: Constrain | None = None) -> jnp.ndarray:
     """diffusers' `AutoencoderKLWan.decode` (without tiling): a latent z (batch, z_dim, T, h, w) →
     the video (batch, channels, 1 + 4·(T − 1), h·s, w·s) in [−1, 1], s the spatial factor (8 for
-    Wan 2.1, 16 for Wan 2.2), in `config.dtype`. Shapes as `decode_shapes` gives them."""
+    Wan 2.1, 16 for Wan 2.2), in `config.dtype`. Shapes as `decode_shapes` gives them. `constrain`
+    (channels-last activations; default none) is applied around each chunk and each convolution."""
     shapes = decode_shapes(config, z.shape)
     x = _dense(jnp.moveaxis(z.astype(config.dtype), 1, -1), params["post_quant_conv"])
-    out, caches = decode_chunk(params, x[:, :1], None, config=config)
+    out, caches = decode_chunk(params, x[:, :1], None, config=config, constrain=constrain)
     if shapes.chunks > 1:
         def body(carry: dict[str, jnp.ndarray], frame: jnp.ndarray) -> tuple[dict[str, jnp.ndarray], jnp.ndarray]:
-            y, carry = decode_chunk(params, frame[:, None], carry, config=config)
+            y, carry = decode_chunk(params, frame[:, None], carry, config=config, constrain=constrain)
             return carry, y
 
         _, rest = jax.lax.scan(body, caches, jnp.moveaxis(x[:, 1:], 1, 0))  # (T-1, b, frames, H, W, c)
@@ -211,10 +218,12 @@ def denormalize_latents(latents: jnp.ndarray, config: WanVAEConfig) -> jnp.ndarr
     return latents / inv_std + mean
 
 
-def decode_latents(params: dict, latents: jnp.ndarray, *, config: WanVAEConfig) -> jnp.ndarray:
+def decode_latents(params: dict, latents: jnp.ndarray, *, config: WanVAEConfig,
+                   constrain: Constrain | None = None) -> jnp.ndarray:
     """The end of a Wan pipeline: the sampled latents, in the VAE's dtype, de-normalised with the VAE
-    config's statistics, then decoded to the video (batch, channels, frames, height, width) in [−1, 1]."""
-    return decode(params, denormalize_latents(latents.astype(config.dtype), config), config=config)
+    config's statistics, then decoded to the video (batch, channels, frames, height, width) in [−1, 1]
+    (`constrain` as `decode` takes it)."""
+    return decode(params, denormalize_latents(latents.astype(config.dtype), config), config=config, constrain=constrain)
 
 
 def abstract_decode_inputs(config: WanVAEConfig, latent_shape: tuple[int, ...]) -> tuple[Any, jax.ShapeDtypeStruct]:
