@@ -13,6 +13,7 @@ import json
 import math
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,45 @@ MAX_HEADER_BYTES = 100_000_000
 WEIGHT_DTYPES = ("F32", "BF16", "F16", "F64")
 #: Tensors diffusers itself ignores on load.
 IGNORED = ("norm_added_q",)
+
+
+@dataclass(frozen=True)
+class TensorChecks:
+    """How one model's checkpoint tensors are judged (present, of the configured shape, floating
+    point) and what each refusal tells the user to pass instead."""
+
+    config: str  # the config a shape comes from, e.g. "the VAE config"
+    weights: str  # whose weights are floating point, e.g. "the VAE's weights"
+    own: str  # what a non-float tensor is not, e.g. "this VAE's weights"
+    library: str  # the library whose checkpoint is expected, e.g. "diffusers"
+    missing_fix: str  # what to pass when a tensor is missing
+    shape_fix: str  # what to pass when a tensor has another shape
+
+    def check(self, name: str, shape: tuple[int, ...] | None, dtype: str, floating: bool,
+              want: tuple[int, ...], where: str) -> None:
+        """CheckpointError unless tensor `name` is present (`shape` not None), of shape `want` and
+        floating point."""
+        if shape is None:
+            raise CheckpointError(f"{where} is missing tensor {name} (shape {want}); {self.missing_fix}")
+        if shape != want:
+            raise CheckpointError(f"tensor {name} in {where} has shape {shape}, {self.config} expects {want}; "
+                                  f"{self.shape_fix}")
+        if not floating:
+            raise CheckpointError(
+                f"tensor {name} in {where} is stored as {dtype}, but {self.weights} are floating point (a "
+                f"mislabelled header, or not {self.own}); pass the {self.library} checkpoint as published"
+            )
+
+
+def state_dict_array(value: Any) -> tuple[np.ndarray, str, bool]:
+    """A state dict entry (numpy array or torch tensor) as a numpy array, its dtype's name, and
+    whether it is floating point."""
+    if hasattr(value, "detach"):  # a torch tensor: bfloat16 has no numpy dtype, so floats are read as float32
+        floating = bool(value.is_floating_point())
+        t = value.detach().cpu()
+        return (t.float() if floating else t).numpy(), str(value.dtype), floating
+    arr = np.asarray(value)
+    return arr, str(arr.dtype), arr.dtype.kind == "f" or arr.dtype == ml_dtypes.bfloat16
 
 
 class SafetensorsFile:

@@ -9,14 +9,22 @@ is one `jax.lax.scan` (compact compiled programs, one sharding annotation per we
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from aoizora.models.wan.config import WanConfig
+
+
+class _HasPath(Protocol):
+    @property
+    def path(self) -> tuple[str, ...]: ...
+
+
+S = TypeVar("S", bound=_HasPath)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +113,17 @@ def _set(tree: dict, path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
+def tree_of(specs: Iterable[S], leaf: Callable[[S], Any]) -> dict:
+    """Nested dict with `leaf(spec)` at each spec's `path` (a parameter table of any model)."""
+    tree: dict = {}
+    for spec in specs:
+        _set(tree, spec.path, leaf(spec))
+    return tree
+
+
 def build_tree(config: WanConfig, leaf_fn) -> dict:
     """Nested dict with `leaf_fn(spec)` at every parameter."""
-    tree: dict = {}
-    for spec in param_table(config):
-        _set(tree, spec.path, leaf_fn(spec))
-    return tree
+    return tree_of(param_table(config), leaf_fn)
 
 
 def iter_specs(config: WanConfig) -> Iterator[ParamSpec]:

@@ -21,10 +21,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from aoizora.errors import CheckpointError, ShapeError
-from aoizora.models.wan.checkpoint import WEIGHT_DTYPES, SafetensorsFile, _files
-from aoizora.models.wan.params import _set
+from aoizora.models.wan.checkpoint import WEIGHT_DTYPES, SafetensorsFile, TensorChecks, _files, state_dict_array
+from aoizora.models.wan.params import tree_of
 from aoizora.models.wan.text_encoder_config import UMT5Config
-from aoizora.models.wan.vae_params import _host
+
+#: How the encoder's checkpoint tensors are judged, and what a refusal asks for.
+TEXT_TENSORS = TensorChecks(
+    config="the text encoder config", weights="the text encoder's weights", own="this encoder's weights",
+    library="transformers",
+    missing_fix="pass the transformers UMT5EncoderModel checkpoint of this text encoder (the pipeline's "
+                "`text_encoder` folder, all shards)",
+    shape_fix="pass the checkpoint of the configured encoder (its config.json must match)",
+)
 
 #: The token embedding's tensor. transformers' `UMT5EncoderModel` ties `encoder.embed_tokens.weight` to
 #: it and `save_pretrained` writes only `shared.weight`; a checkpoint with the tied name alone is read too.
@@ -76,16 +84,9 @@ def _sources(spec: TextParamSpec, config: UMT5Config) -> list[str]:
     return [spec.source.format(i=i) for i in range(config.num_layers)] if spec.stacked else [spec.source]
 
 
-def _build(config: UMT5Config, leaf: Callable[[TextParamSpec], Any]) -> dict:
-    tree: dict = {}
-    for spec in text_param_table(config):
-        _set(tree, spec.path, leaf(spec))
-    return tree
-
-
 def text_param_shapes(config: UMT5Config) -> dict:
     """Pytree of `jax.ShapeDtypeStruct` for every encoder parameter (to build the encode abstractly)."""
-    return _build(config, lambda s: jax.ShapeDtypeStruct(s.shape, config.dtype))
+    return tree_of(text_param_table(config), lambda s: jax.ShapeDtypeStruct(s.shape, config.dtype))
 
 
 def text_state_dict_shapes(config: UMT5Config) -> dict[str, tuple[int, ...]]:
@@ -107,27 +108,7 @@ def init_text_params(config: UMT5Config, seed: int = 0) -> dict:
             arr = rng.standard_normal(s.shape)
         return jnp.asarray(arr, dtype=config.dtype)
 
-    return _build(config, leaf)
-
-
-def _check(name: str, shape: tuple[int, ...] | None, dtype: str, floating: bool, want: tuple[int, ...],
-           where: str) -> None:
-    """CheckpointError unless tensor `name` is present, of shape `want` and floating point."""
-    if shape is None:
-        raise CheckpointError(
-            f"{where} is missing tensor {name} (shape {want}); pass the transformers UMT5EncoderModel checkpoint "
-            "of this text encoder (the pipeline's `text_encoder` folder, all shards)"
-        )
-    if shape != want:
-        raise CheckpointError(
-            f"tensor {name} in {where} has shape {shape}, the text encoder config expects {want}; pass the "
-            "checkpoint of the configured encoder (its config.json must match)"
-        )
-    if not floating:
-        raise CheckpointError(
-            f"tensor {name} in {where} is stored as {dtype}, but the text encoder's weights are floating point (a "
-            "mislabelled header, or not this encoder's weights); pass the transformers checkpoint as published"
-        )
+    return tree_of(text_param_table(config), leaf)
 
 
 def _resolve(names: Mapping[str, Any] | set[str], spec: TextParamSpec, src: str) -> str:
@@ -160,7 +141,7 @@ def _assemble(config: UMT5Config, read: Callable[[str], np.ndarray], names: set[
             host[i if s.stacked else ...] = (arr.T if s.kind == "linear" else arr).astype(np.float32)
         return jnp.asarray(host)
 
-    return _build(config, leaf)
+    return tree_of(text_param_table(config), leaf)
 
 
 def text_params_from_state_dict(state_dict: Mapping[str, Any], config: UMT5Config, strict: bool = True) -> dict:
@@ -172,12 +153,12 @@ def text_params_from_state_dict(state_dict: Mapping[str, Any], config: UMT5Confi
         for src in _sources(spec, config):
             name = _resolve(names, spec, src)
             if name not in state_dict:
-                _check(name, None, "", False, spec.source_shape, "the state dict")
-            arr, dtype, floating = _host(state_dict[name])
-            _check(name, tuple(arr.shape), dtype, floating, spec.source_shape, "the state dict")
+                TEXT_TENSORS.check(name, None, "", False, spec.source_shape, "the state dict")
+            arr, dtype, floating = state_dict_array(state_dict[name])
+            TEXT_TENSORS.check(name, tuple(arr.shape), dtype, floating, spec.source_shape, "the state dict")
     if strict:
         _unused(list(state_dict), config, "the state dict")
-    return _assemble(config, lambda n: _host(state_dict[n])[0], names)
+    return _assemble(config, lambda n: state_dict_array(state_dict[n])[0], names)
 
 
 def load_text_params(path: str | os.PathLike, config: UMT5Config, strict: bool = True) -> dict:
@@ -191,8 +172,8 @@ def load_text_params(path: str | os.PathLike, config: UMT5Config, strict: bool =
             name = _resolve(set(where), spec, src)
             f = where.get(name)
             dtype = "" if f is None else f.header[name]["dtype"]
-            _check(name, None if f is None else f.shape(name), dtype, dtype in WEIGHT_DTYPES, spec.source_shape,
-                   f"checkpoint {path}")
+            TEXT_TENSORS.check(name, None if f is None else f.shape(name), dtype, dtype in WEIGHT_DTYPES,
+                               spec.source_shape, f"checkpoint {path}")
     if strict:
         _unused(list(where), config, f"checkpoint {path}")
     return _assemble(config, lambda n: where[n].get(n), set(where))

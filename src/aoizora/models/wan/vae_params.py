@@ -12,19 +12,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 
 from aoizora.errors import CheckpointError, ShapeError
-from aoizora.models.wan.checkpoint import WEIGHT_DTYPES, SafetensorsFile, _files
-from aoizora.models.wan.params import _set
+from aoizora.models.wan.checkpoint import WEIGHT_DTYPES, SafetensorsFile, TensorChecks, _files, state_dict_array
+from aoizora.models.wan.params import tree_of
 from aoizora.models.wan.vae_config import WanVAEConfig
+
+#: How the decoder's checkpoint tensors are judged, and what a refusal asks for.
+VAE_TENSORS = TensorChecks(
+    config="the VAE config", weights="the VAE's weights", own="this VAE's weights", library="diffusers",
+    missing_fix="pass the diffusers AutoencoderKLWan checkpoint of this VAE (the pipeline's `vae` folder)",
+    shape_fix="pass the checkpoint of the configured VAE (Wan 2.1's and Wan 2.2's differ; its config.json must "
+              "match)",
+)
 
 #: Checkpoint tensors of the encoder side, which decoding leaves unread.
 ENCODER_PREFIXES = ("encoder.", "quant_conv.")
@@ -113,16 +120,9 @@ def _convert(arr: np.ndarray, spec: VaeParamSpec) -> np.ndarray:
     return arr
 
 
-def _build(config: WanVAEConfig, leaf: Callable[[VaeParamSpec], Any]) -> dict:
-    tree: dict = {}
-    for spec in vae_param_table(config):
-        _set(tree, spec.path, leaf(spec))
-    return tree
-
-
 def vae_param_shapes(config: WanVAEConfig) -> dict:
     """Pytree of `jax.ShapeDtypeStruct` for every decoder parameter (to build the decode abstractly)."""
-    return _build(config, lambda s: jax.ShapeDtypeStruct(s.shape, config.dtype))
+    return tree_of(vae_param_table(config), lambda s: jax.ShapeDtypeStruct(s.shape, config.dtype))
 
 
 def vae_state_dict_shapes(config: WanVAEConfig) -> dict[str, tuple[int, ...]]:
@@ -143,27 +143,7 @@ def init_vae_params(config: WanVAEConfig, seed: int = 0) -> dict:
             arr = rng.standard_normal(s.shape) / np.sqrt(np.prod(s.shape[:-1]))
         return jnp.asarray(arr, dtype=config.dtype)
 
-    return _build(config, leaf)
-
-
-def _check(name: str, shape: tuple[int, ...] | None, dtype: str, floating: bool, spec: VaeParamSpec,
-           where: str) -> None:
-    """CheckpointError unless tensor `name` is present, of the spec's shape and floating point."""
-    if shape is None:
-        raise CheckpointError(
-            f"{where} is missing tensor {name} (shape {spec.source_shape}); pass the diffusers AutoencoderKLWan "
-            "checkpoint of this VAE (the pipeline's `vae` folder)"
-        )
-    if shape != spec.source_shape:
-        raise CheckpointError(
-            f"tensor {name} in {where} has shape {shape}, the VAE config expects {spec.source_shape}; pass the "
-            "checkpoint of the configured VAE (Wan 2.1's and Wan 2.2's differ; its config.json must match)"
-        )
-    if not floating:
-        raise CheckpointError(
-            f"tensor {name} in {where} is stored as {dtype}, but the VAE's weights are floating point (a mislabelled "
-            "header, or not this VAE's weights); pass the diffusers checkpoint as published"
-        )
+    return tree_of(vae_param_table(config), leaf)
 
 
 def _unused(names: list[str], config: WanVAEConfig, where: str) -> None:
@@ -177,32 +157,22 @@ def _unused(names: list[str], config: WanVAEConfig, where: str) -> None:
         )
 
 
-def _host(value: Any) -> tuple[np.ndarray, str, bool]:
-    """A state dict entry as a numpy array, its dtype's name, and whether it is floating point."""
-    if hasattr(value, "detach"):  # a torch tensor: bfloat16 has no numpy dtype, so floats are read as float32
-        floating = bool(value.is_floating_point())
-        t = value.detach().cpu()
-        return (t.float() if floating else t).numpy(), str(value.dtype), floating
-    arr = np.asarray(value)
-    return arr, str(arr.dtype), arr.dtype.kind == "f" or arr.dtype == ml_dtypes.bfloat16
-
-
 def vae_params_from_state_dict(state_dict: Mapping[str, Any], config: WanVAEConfig, strict: bool = True) -> dict:
     """The decoder params of `config` from a diffusers `AutoencoderKLWan` state dict (name → numpy array
     or torch tensor). Every tensor is checked before any is converted; a missing, mis-shaped or
     non-float one raises CheckpointError naming it (with `strict`, so does an unused decoder tensor)."""
     for spec in vae_param_table(config):
         if spec.source not in state_dict:
-            _check(spec.source, None, "", False, spec, "the state dict")
-        arr, dtype, floating = _host(state_dict[spec.source])
-        _check(spec.source, tuple(arr.shape), dtype, floating, spec, "the state dict")
+            VAE_TENSORS.check(spec.source, None, "", False, spec.source_shape, "the state dict")
+        arr, dtype, floating = state_dict_array(state_dict[spec.source])
+        VAE_TENSORS.check(spec.source, tuple(arr.shape), dtype, floating, spec.source_shape, "the state dict")
     if strict:
         _unused(list(state_dict), config, "the state dict")
 
     def leaf(s: VaeParamSpec) -> jnp.ndarray:
-        return jnp.asarray(_convert(_host(state_dict[s.source])[0], s).astype(np.float32), config.dtype)
+        return jnp.asarray(_convert(state_dict_array(state_dict[s.source])[0], s).astype(np.float32), config.dtype)
 
-    return _build(config, leaf)
+    return tree_of(vae_param_table(config), leaf)
 
 
 def load_vae_params(path: str | os.PathLike, config: WanVAEConfig, strict: bool = True) -> dict:
@@ -214,15 +184,15 @@ def load_vae_params(path: str | os.PathLike, config: WanVAEConfig, strict: bool 
     for spec in vae_param_table(config):
         f = where.get(spec.source)
         dtype = "" if f is None else f.header[spec.source]["dtype"]
-        _check(spec.source, None if f is None else f.shape(spec.source), dtype, dtype in WEIGHT_DTYPES, spec,
-               f"checkpoint {path}")
+        VAE_TENSORS.check(spec.source, None if f is None else f.shape(spec.source), dtype, dtype in WEIGHT_DTYPES,
+                          spec.source_shape, f"checkpoint {path}")
     if strict:
         _unused(list(where), config, f"checkpoint {path}")
 
     def leaf(s: VaeParamSpec) -> jnp.ndarray:
         return jnp.asarray(_convert(where[s.source].get(s.source), s).astype(np.float32), config.dtype)
 
-    return _build(config, leaf)
+    return tree_of(vae_param_table(config), leaf)
 
 
 def load_vae_config(path: str | os.PathLike, dtype: Any = jnp.bfloat16) -> WanVAEConfig:
