@@ -50,10 +50,15 @@ def no_planning(monkeypatch):
     (["--slices", "v5e:2x4", "--prices", "{tmp}/bad.json"], "'read' is"),
     (["--slices", "v5e:2x4", "--out", "{tmp}/file"], "is a file"),
     (["--slices", "v5e:2x4", "--frames", "10"], "4n+1"),
+    (["--slices", "v5e:2x4", "--prices", "{tmp}/o/compare.json", "--out", "{tmp}/o"], "would overwrite --prices"),
 ])
 def test_bad_input_is_one_line_before_any_planning(tmp_path, no_planning, extra, fragment):
     (tmp_path / "bad.json").write_text(json.dumps({"currency": "USD", "read": "soon", "generations": {}}))
     (tmp_path / "file").write_text("")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "compare.json").write_text(json.dumps({"currency": "USD", "read": "2026-01-01",
+                                                             "generations": {"v5e": {"price_per_chip_hour": None,
+                                                                                     "absent": "x"}}}))
     refused([*COMPARE, *(a.replace("{tmp}", str(tmp_path)) for a in extra)], fragment)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from aoizora.cli.base import _Seconds, _workers_option, cli, print_json
-from aoizora.cli.paths import _check_output_dir
+from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import ArgumentError
 
@@ -51,7 +51,9 @@ def compare(model: str, slice_names: str, resolution: str | None, frames: int | 
     from aoizora.report.comparison import comparison_files, write_comparison
     from aoizora.stage2 import executor_from_spec
 
-    _check_output_dir(out_dir, "--out", comparison_files(out_dir) if out_dir else ())
+    written = comparison_files(out_dir) if out_dir else []
+    _check_output_dir(out_dir, "--out", written)
+    _check_outputs_apart([("--out", out_dir, written)], (("--prices", prices_path),) if prices_path else ())
     prices = load_prices(prices_path)  # a bad file is refused before any planning
     try:
         topologies = parse_slices(slice_names, "--slices")
