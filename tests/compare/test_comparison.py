@@ -79,3 +79,35 @@ def test_the_slice_list_is_checked_whole(given, error, fragment):
 def test_the_slice_list():
     assert [t.name for t in parse_slices(" v5e:2x4,v6e:2x2 ")] == ["v5e:2x4", "v6e:2x2"]
     assert [t.name for t in parse_slices(["v5e:2x4"])] == ["v5e:2x4"]
+
+
+def test_every_slice_compiles_on_one_executor_started_once(monkeypatch):
+    """Without an executor given, one pool of compile processes serves every slice (not one per slice)."""
+    import aoizora.plan
+    import aoizora.stage2
+    from aoizora.compare import compare_wan
+
+    started, used = [], []
+
+    class Pool:
+        def __init__(self, size):
+            started.append(size)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def plan_space(space, topology, **options):
+        used.append((topology.name, options["executor"]))
+        plan = V5E if topology.name == "v5e:2x4" else V6E
+        return type("Result", (), {"plan": type("P", (), {"data": plan}), "from_cache": True})
+
+    monkeypatch.setattr(aoizora.stage2, "CompileWorkers", Pool)
+    monkeypatch.setattr(aoizora.plan, "plan_space", plan_space)
+    comparison = compare_wan("wan2.1-t2v-14b", "v5e:2x4,v6e:2x4", "720p", 81, top_k=1)
+    assert len(started) == 1 and [n for n, _ in used] == ["v5e:2x4", "v6e:2x4"]
+    assert used[0][1] is used[1][1] and isinstance(used[0][1], Pool)
+    assert [r.from_cache for r in comparison.rows] == [True, True]
+    assert comparison.workload == {"model": "wan2.1-t2v-14b", "resolution": "720p", "frames": 81}

@@ -9,7 +9,8 @@ in the table with the reason instead of stopping the comparison.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -136,8 +137,9 @@ def compare_wan(model: str, slices: str | Sequence[str], resolution: str | None 
     `prices`: per-chip-hour prices (default: the packaged ones); `max_video_seconds`: the latency
     target the pick must meet; `on_slice(i, topology)` is called before planning each slice (e.g.
     to print progress). Other keywords go to `plan_space` (`top_k`, `verify_top`, `use_cache`,
-    `executor`, `libtpu_args`, ...). Raises TopologyError, ShapeError or ArgumentError on bad input.
-    """
+    `libtpu_args`, ...); every slice compiles on one `executor` (default: local compile processes,
+    `DEFAULT_COMPILE_WORKERS` of them, started once). Raises TopologyError, ShapeError or
+    ArgumentError on bad input."""
     from aoizora.api import wan_request, wan_request_space
 
     topologies = parse_slices(slices)
@@ -147,12 +149,27 @@ def compare_wan(model: str, slices: str | Sequence[str], resolution: str | None 
         request = wan_request(model, resolution, frames, kernel=None, from_maxdiffusion=None, topology=topo)
         spaces.append(wan_request_space(request, topo))
     rows = []
-    for i, (topo, space) in enumerate(zip(topologies, spaces, strict=True)):
-        if on_slice is not None:
-            on_slice(i, topo)
-        rows.append(_plan_row(space, topo, table.price(topo.generation), max_video_seconds, plan_options))
+    with _one_executor(plan_options) as options:
+        for i, (topo, space) in enumerate(zip(topologies, spaces, strict=True)):
+            if on_slice is not None:
+                on_slice(i, topo)
+            rows.append(_plan_row(space, topo, table.price(topo.generation), max_video_seconds, options))
     workload = {"model": model, "resolution": request["resolution"], "frames": request["frames"]}
     return Comparison(workload, tuple(rows), table, max_video_seconds, pick_of(rows, max_video_seconds))
+
+
+@contextlib.contextmanager
+def _one_executor(plan_options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """`plan_options` with an executor: the one given, or local compile processes started once for
+    every slice (rather than once per slice, as `plan_space` would) and closed on leaving."""
+    if plan_options.get("executor") is not None:
+        yield plan_options
+        return
+    from aoizora.defaults import DEFAULT_COMPILE_WORKERS
+    from aoizora.stage2 import CompileWorkers
+
+    with CompileWorkers(DEFAULT_COMPILE_WORKERS) as pool:
+        yield {**plan_options, "executor": pool}
 
 
 def _plan_row(space: StrategySpace, topo: Topology, price: ChipPrice, max_video_seconds: float | None,
