@@ -48,3 +48,11 @@ def test_the_folder_holds_the_page_the_picture_and_strict_json(tmp_path):
     text = page.read_text()
     assert "data:image/png;base64," in text and "tpu7x:2x2x1" in text and "no plan: no strategy fits" in text
     assert "Latency target: 400 s" in text and "no price (not listed)" in text
+
+
+def test_amounts_keep_two_significant_digits_when_small():
+    from aoizora.report.comparison import amount
+
+    assert amount(12.5, "USD") == "12.500 USD" and amount(1234.0) == "1,234.000"
+    assert amount(0.0032) == "0.0032" and amount(0.00123, "USD") == "0.0012 USD"
+    assert amount(None) == "-"

@@ -79,18 +79,13 @@ def compare(model: str, slice_names: str, resolution: str | None, frames: int | 
         _print_comparison(doc, out_dir)
 
 
-def _amount(value: float | None, unit: str = "") -> str:
-    """Three decimals, or two significant digits for amounts under 0.1 (a small model's cost per video)."""
-    if value is None:
-        return "-"
-    return (f"{value:,.3f}" if value >= 0.1 else f"{value:.2g}") + (f" {unit}" if unit else "")
-
-
 def _print_comparison(doc: dict[str, Any], out_dir: str | None) -> None:
     """The comparison as a table, then what the video time includes, the prices and the pick."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from aoizora.report.comparison import amount
 
     currency = doc["prices"]["currency"]
     target = doc["max_video_seconds"]
@@ -104,8 +99,8 @@ def _print_comparison(doc: dict[str, Any], out_dir: str | None) -> None:
             cells = [escape(f"no plan: {r['error']}"), "-", "-", "-", "-", "-"]
         else:
             cells = [escape(r["strategy"]), f"{r['video_seconds']:,.1f}", f"{r['videos_per_hour']:,.2f}",
-                     _amount(r["chip_hours_per_video"]), _amount(r["price"]["price_per_chip_hour"], currency),
-                     _amount(r["cost_per_video"], currency)]
+                     amount(r["chip_hours_per_video"]), amount(r["price"]["price_per_chip_hour"], currency),
+                     amount(r["cost_per_video"], currency)]
         meets = [{True: "yes", False: "no", None: "-"}[r["meets_target"]]] if target is not None else []
         table.add_row(r["topology"], str(r["chips"]), *cells, *meets)
     Console(width=None if sys.stdout.isatty() else 160).print(table)

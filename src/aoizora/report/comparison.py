@@ -82,6 +82,14 @@ def comparison_figure(doc: dict[str, Any]) -> Figure:
     return fig
 
 
+def amount(value: float | None, unit: str = "") -> str:
+    """A chip-hour or money amount: three decimals, or two significant digits under 0.1 (a small
+    model's cost per video); "-" for none."""
+    if value is None:
+        return "-"
+    return (f"{value:,.3f}" if value >= 0.1 else f"{value:.2g}") + (f" {unit}" if unit else "")
+
+
 def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -106,8 +114,8 @@ def write_comparison(doc: dict[str, Any], out_dir: str | Path) -> Path:
 def _page(doc: dict[str, Any], image: str) -> str:
     currency = doc["prices"]["currency"]
     rows = [[r["topology"], r["chips"], r["strategy"] or f"no plan: {r['error']}", _cell(r["video_seconds"], ".1f"),
-             _cell(r["videos_per_hour"], ".2f"), _cell(r["chip_hours_per_video"], ".3f"),
-             _cell(r["price"]["price_per_chip_hour"], ".2f"), _cell(r["cost_per_video"], ".3f"),
+             _cell(r["videos_per_hour"], ",.2f"), amount(r["chip_hours_per_video"]),
+             amount(r["price"]["price_per_chip_hour"]), amount(r["cost_per_video"]),
              {True: "yes", False: "no", None: "-"}[r["meets_target"]]] for r in doc["slices"]]
     table = _table(["slice", "chips", "strategy", "video s", "videos/hour", "chip-hours/video",
                     f"{currency}/chip-hour", f"{currency}/video", "meets target"], rows)
