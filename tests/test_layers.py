@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"plan"},
     {"report", "runtime", "export"},
     {"api"},  # the Python API's Wan entry point (reads MaxDiffusion commands)
+    {"compare"},  # `aoizora compare`: plans a Wan video on several slices (through `api`) and prices them
     {"evaluation"},  # `aoizora bench` and `aoizora validate`: the harness and the validation the CLI runs
     {"cli"},
 ]

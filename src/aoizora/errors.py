@@ -105,6 +105,10 @@ class ExportError(AoizoraError):
     """A plan another framework cannot run as planned, or its command that aoizora cannot read."""
 
 
+class PriceFileError(AoizoraError):
+    """A price file (`aoizora compare --prices`) that is missing, not JSON, or not of the price format."""
+
+
 class ArgumentError(AoizoraError, ValueError):
     """A Python API argument out of its range or not one of its choices; the message names it."""
 

@@ -1,4 +1,4 @@
-"""Command line: `aoizora plan`, `run`, `measure`, `explain`, `export`, `bench`, `demo`, and the
+"""Command line: `aoizora plan`, `compare`, `run`, `measure`, `explain`, `export`, `bench`, `demo`, and the
 inspection commands `topology`, `placements`, `hlo`, `rank`, `validate`.
 
 Library code raises `AoizoraError`s; here they become one line on stderr and exit code 2.
@@ -9,7 +9,7 @@ other module registers its commands on the group when imported.
 
 from __future__ import annotations
 
-from aoizora.cli import execution, inspection, planning  # noqa: F401 - registers the commands
+from aoizora.cli import execution, inspection, planning, slices  # noqa: F401 - registers the commands
 from aoizora.cli.base import cli, main, print_json
 from aoizora.cli.planning import plan
 

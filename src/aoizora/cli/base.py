@@ -92,8 +92,8 @@ class _Group(click.Group):
 
 # the commands that start jax's backends or libtpu (and so read XLA_FLAGS and LIBTPU_INIT_ARGS): every
 # one that builds a slice's topology; `hlo` only parses text and `export` only reads the plan
-_COMMANDS_THAT_START_JAX = frozenset({"plan", "run", "measure", "bench", "demo", "validate", "topology", "placements",
-                                      "rank", "explain"})
+_COMMANDS_THAT_START_JAX = frozenset({"plan", "compare", "run", "measure", "bench", "demo", "validate", "topology",
+                                      "placements", "rank", "explain"})
 
 
 def _check_environment() -> None:
