@@ -105,6 +105,11 @@ class ExportError(AoizoraError):
     """A plan another framework cannot run as planned, or its command that aoizora cannot read."""
 
 
+class MaxDiffusionUnavailable(AoizoraError):
+    """MaxDiffusion's own program was asked for (`--program maxdiffusion`) where MaxDiffusion cannot be
+    imported: neither installed in this Python nor named by `MAXDIFFUSION_DIR` with its requirements."""
+
+
 class ArgumentError(AoizoraError, ValueError):
     """A Python API argument out of its range or not one of its choices; the message names it."""
 
