@@ -14,7 +14,7 @@ exposed-collective parts, and the per-device HBM libtpu reports. Needs MaxDiffus
     MAXDIFFUSION_DIR=... python benchmarks/program_form.py [--topology v6e:2x4] [--model wan2.1-t2v-14b]
         [--resolution 720p] [--frames 81] [--variants allgather,ulysses,ring,ulysses_ring] [--json OUT]
 
-`--json` writes every record as it comes (`docs/data/program_form/` holds the committed runs).
+`--json` writes every record as it comes (`docs/data/program-form/` holds the committed runs).
 """
 
 from __future__ import annotations
