@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ArgumentError
+from aoizora.models.maxdiffusion import PROGRAMS
 
 if TYPE_CHECKING:
     from aoizora.plan import PlanResult
@@ -22,23 +23,27 @@ KERNEL_PROFILES = ("jax-splash", "tokamax-splash", "maxdiffusion-custom", "maxdi
 
 #: how `wan_request`'s messages name its arguments (the CLI passes its options' names)
 PYTHON_NAMES = {"model": "model", "resolution": "resolution", "frames": "frames", "kernel": "kernel",
-                "from_maxdiffusion": "from_maxdiffusion"}
+                "from_maxdiffusion": "from_maxdiffusion", "program": "program"}
 
 
 def wan_request(model: str | None, resolution: str | None, frames: int | None, *, kernel: str | None,
                 from_maxdiffusion: str | None, topology: Topology,
-                names: dict[str, str] | None = None) -> dict[str, Any]:
+                names: dict[str, str] | None = None, program: str = "aoizora") -> dict[str, Any]:
     """`wan_space`'s arguments: those given (defaults 720p, 81 frames, JAX's splash), or a MaxDiffusion
     command's, with its strategy as the user's deployment (given arguments that disagree refused with
-    ArgumentError). `names`: how messages name the arguments (default: as Python spells them)."""
+    ArgumentError). `names`: how messages name the arguments (default: as Python spells them).
+    `program`: the program Stage 2 compiles, aoizora's Wan step or MaxDiffusion's own ("maxdiffusion")."""
     names = {**PYTHON_NAMES, **(names or {})}
     if kernel is not None and kernel not in KERNEL_PROFILES:
         raise ArgumentError(f"{names['kernel']} must be one of {', '.join(map(repr, KERNEL_PROFILES))}, not {kernel!r}")
+    if program not in PROGRAMS:
+        raise ArgumentError(f"{names['program']} must be one of {', '.join(map(repr, PROGRAMS))}, not {program!r}")
     if from_maxdiffusion is None:
         if model is None:
             raise ArgumentError(f"give {names['model']} (or {names['from_maxdiffusion']})")
         return {"model": model, "resolution": "720p" if resolution is None else resolution,
-                "frames": 81 if frames is None else frames, "kernel_profile": kernel or "jax-splash"}
+                "frames": 81 if frames is None else frames, "kernel_profile": kernel or "jax-splash",
+                "program": program}
     from aoizora.export import read_command
     from aoizora.models.registry import model_config, parse_resolution, video_shape
     from aoizora.models.wan.experts import USER_DEPLOYMENT
@@ -67,7 +72,8 @@ def wan_request(model: str | None, resolution: str | None, frames: int | None, *
                                              f"costed as {strategy.kernel_profile})",
                                   notes=tuple(cmd.notes()))
     return {"model": cmd.model, "resolution": f"{width}x{height}", "frames": cmd_frames, "batch": batch,
-            "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
+            "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile,
+            "program": program}
 
 
 def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both") -> StrategySpace:
@@ -81,7 +87,7 @@ def wan_request_space(request: dict[str, Any], topology: Topology, expert_reside
 
 def plan_wan(model: str | None, topology: Topology | str, resolution: str | None = None, frames: int | None = None,
              *, expert_residency: str = "both", kernel: str | None = None, from_maxdiffusion: str | None = None,
-             **options: Any) -> PlanResult:
+             program: str = "aoizora", **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan` does.
 
     `model`: a name `aoizora plan --help` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology`
@@ -91,16 +97,19 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     `aoizora plan --kernel` (default "jax-splash"). `from_maxdiffusion`: a user's MaxDiffusion command
     (as `--from-maxdiffusion`): its model, shape, batch, steps and kernel are planned, and its own
     strategy joins as a candidate; `model`, `resolution`, `frames` and `kernel` may then be None, and
-    any given must agree with it. Other keywords go to `plan_space` (`top_k`, `verify_top`,
-    `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
-    shape), TopologyError, ArgumentError (bad argument) or PlanningError.
+    any given must agree with it. `program`: the program Stage 2 compiles and costs for each candidate,
+    aoizora's Wan step ("aoizora") or MaxDiffusion's own ("maxdiffusion", as `aoizora plan --program`;
+    MaxDiffusionUnavailable when MaxDiffusion cannot be imported). Other keywords go to `plan_space`
+    (`top_k`, `verify_top`, `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
+    shape), TopologyError, ArgumentError (bad argument), MaxDiffusionUnavailable (program="maxdiffusion"
+    where MaxDiffusion cannot be imported) or PlanningError.
     """
     from aoizora.plan import arguments, planner
     from aoizora.topology import get_topology
 
     arguments.check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options,
-                             from_maxdiffusion=from_maxdiffusion, kernel=kernel)
+                             from_maxdiffusion=from_maxdiffusion, kernel=kernel, program=program)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
-                          topology=topo)
+                          topology=topo, program=program)
     return planner.plan_space(wan_request_space(request, topo, expert_residency), topo, **options)

@@ -109,6 +109,11 @@ class PriceFileError(AoizoraError):
     """A price file (`aoizora compare --prices`) that is missing, not JSON, or not of the price format."""
 
 
+class MaxDiffusionUnavailable(AoizoraError):
+    """MaxDiffusion's own program was asked for (`--program maxdiffusion`) where MaxDiffusion cannot be
+    imported: neither installed in this Python nor named by `MAXDIFFUSION_DIR` with its requirements."""
+
+
 class ArgumentError(AoizoraError, ValueError):
     """A Python API argument out of its range or not one of its choices; the message names it."""
 

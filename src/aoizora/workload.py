@@ -125,6 +125,12 @@ class StrategySpace(abc.ABC, Generic[S]):
     def lowering_inputs(self, strategy: S, mesh: Mesh) -> LoweringInputs:
         """The function and abstract (ShapeDtypeStruct) arguments to lower on `mesh`."""
 
+    def compile_inputs(self, strategy: S, mesh: Mesh) -> Any:
+        """What Stage 2 compiles for `strategy` on `mesh`: an object whose `lower()` gives the lowered
+        program. By default the program Stage 1 lowers (`lowering_inputs`); a space may compile
+        another program of the same strategy (the one a deployment runs, e.g. MaxDiffusion's own)."""
+        return self.lowering_inputs(strategy, mesh)
+
     def kernel_cost(self, strategy: S, call: KernelCall) -> OpaqueCost | None:
         """Cost of one opaque kernel call (per device); None when unknown."""
         return None

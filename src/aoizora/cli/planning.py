@@ -39,7 +39,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
     # `aoizora plan` itself defaults to the Top-K the recall study chose.
     ctx.invoke(
         plan, model="wan2.1-t2v-14b", topology_name="v5e:2x4", resolution="720p", frames=81, maxdiffusion_command=None,
-        kernel_profile=None,
+        kernel_profile=None, program="aoizora",
         export_to=("maxdiffusion", os.path.join(out_dir, "maxdiffusion")), top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
@@ -64,6 +64,11 @@ def demo(ctx: click.Context, out_dir: str) -> None:
               "(programs compile with JAX's splash): JAX's splash, tokamax's, or MaxDiffusion's own kernels (plain or "
               "fixed-m softmax). Documented deployments of that kernel are compared.  [default: jax-splash, or the "
               "kernel of --from-maxdiffusion]")
+@click.option("--program", type=click.Choice(["aoizora", "maxdiffusion"]), default="aoizora", show_default=True,
+              help="The program Stage 2 compiles and costs for each candidate: aoizora's Wan step, or MaxDiffusion's "
+                   "own Wan 2.1 transformer step built through its classes with the overrides the export writes "
+                   "(needs MaxDiffusion importable, or MAXDIFFUSION_DIR naming its checkout). Stage 1 ranks on "
+                   "aoizora's program either way.")
 @click.option("--export", "export_to", type=(click.Choice(["maxdiffusion"]), click.Path(file_okay=False)),
               default=None, metavar="FRAMEWORK DIR", help="Also export the plan to run with FRAMEWORK into DIR "
               "(as `aoizora export`).")
@@ -90,8 +95,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
                    "copied in from host memory at the boundary.")
 @_ring_options
 def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
-         maxdiffusion_command: str | None, kernel_profile: str | None, export_to: tuple[str, str] | None, top_k: int,
-         out_path: str | None,
+         maxdiffusion_command: str | None, kernel_profile: str | None, program: str,
+         export_to: tuple[str, str] | None, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
          verify_top: int, time_budget: float | None, workers: int, executor: str, ray_cpus_per_compile: float | None,
          libtpu_args: str | None, expert_residency: str, ring_order: str, ring_direction: str) -> None:
@@ -123,7 +128,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
                           ("--report", report_dir, report_files(report_dir) if report_dir else []),
                           ("--export", export_dir, exported_files(export_dir) if export_dir else [])])
     topo = get_topology(topology_name)
-    request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo)
+    request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo, program)
     if export_to:
         from aoizora.export import maxdiffusion_config
         from aoizora.models.registry import model_key
@@ -189,7 +194,7 @@ def _user_deployment_line(plan: dict) -> None:
 
 
 def _plan_request(model: str | None, resolution: str | None, frames: int | None, command: str | None,
-                  kernel_profile: str | None, topo: Any) -> dict[str, Any]:
+                  kernel_profile: str | None, topo: Any, program: str = "aoizora") -> dict[str, Any]:
     """wan_space's arguments: the options', or a MaxDiffusion command's (options that disagree refused)."""
     from aoizora.api import wan_request
 
@@ -197,14 +202,14 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
         raise click.UsageError("Missing option '--model' (or give --from-maxdiffusion)")
     try:
         return wan_request(model, resolution, frames, kernel=kernel_profile, from_maxdiffusion=command, topology=topo,
-                           names=_OPTION_NAMES)
+                           names=_OPTION_NAMES, program=program)
     except ArgumentError as exc:  # options that disagree with the command: a usage error, as click's own
         raise click.UsageError(str(exc)) from None
 
 
 #: how `wan_request` names its arguments here
 _OPTION_NAMES = {"model": "--model", "resolution": "--resolution", "frames": "--frames", "kernel": "--kernel",
-                 "from_maxdiffusion": "--from-maxdiffusion"}
+                 "from_maxdiffusion": "--from-maxdiffusion", "program": "--program"}
 
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.errors import CompilerFlagError, ExportError
-from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _clip, _cut, _effective, facts
+from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _clip, _cut, facts
+from aoizora.models.maxdiffusion.overrides import effective_axes
 from aoizora.models.wan.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 
@@ -133,7 +134,7 @@ class MaxDiffusionCommand:
 
     def _weights(self, sizes: dict[str, int]) -> str:
         rules = {name: axes for name, axes in _axis_rules(self.value("logical_axis_rules"))}
-        sharded = {name: _effective(rules.get(name), sizes) for name in WEIGHT_NAMES}
+        sharded = {name: effective_axes(rules.get(name), sizes) for name in WEIGHT_NAMES}
         if bool(sharded["heads"]) != bool(sharded["mlp"]):
             raise ExportError("logical_axis_rules: heads and mlp are sharded differently; aoizora's weight modes "
                               "shard both over tensor or neither")

@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from aoizora.errors import ArgumentError, ArgumentTypeError
+from aoizora.models.maxdiffusion import PROGRAMS
 
 #: `expert_residency` values, as `aoizora plan --expert-residency` takes them
 EXPERT_RESIDENCIES = ("both", "swap")
@@ -33,7 +34,8 @@ def whole_number(name: str, value: Any, minimum: int) -> None:
 
 
 def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames: Any, expert_residency: Any,
-                             options: dict[str, Any], *, from_maxdiffusion: Any = None, kernel: Any = None) -> None:
+                             options: dict[str, Any], *, from_maxdiffusion: Any = None, kernel: Any = None,
+                             program: Any = "aoizora") -> None:
     """`plan_wan`'s own arguments, and the keywords it passes on to `plan_space`. With a MaxDiffusion
     command, `model`, `resolution`, `frames` and `kernel` may be None (the command says them)."""
     if from_maxdiffusion is not None and not isinstance(from_maxdiffusion, str):
@@ -50,6 +52,8 @@ def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames:
     if not (kernel is None or isinstance(kernel, str)):
         raise ArgumentTypeError(f"kernel must be a kernel profile (str) such as 'jax-splash' or None, not "
                                 f"{_type_name(kernel)}")
+    if program not in PROGRAMS:
+        raise ArgumentError(f"program must be one of {', '.join(map(repr, PROGRAMS))}, not {_type_name(program)}")
     if expert_residency not in EXPERT_RESIDENCIES:
         raise ArgumentError(f"expert_residency must be one of {', '.join(map(repr, EXPERT_RESIDENCIES))}, "
                             f"not {_type_name(expert_residency)}")

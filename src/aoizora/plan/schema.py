@@ -106,6 +106,11 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "pipeline": _about("object", "the generation around the transformer (two-expert switch, "
                                  "guidance, …) for models that define one",
                                  serving="`aoizora run` and the export run the pipeline so"),
+                "program": _about("object", "the program Stage 2 compiled and costed when not aoizora's own Wan "
+                                  "step (`aoizora plan --program maxdiffusion`): `name` (`maxdiffusion`), "
+                                  "`repository`, `commit` (the checkout's, null when it has no git metadata) "
+                                  "and `facts_commit` (where aoizora's MaxDiffusion facts were read); absent: "
+                                  "aoizora's program"),
             },
         }, "what was planned"),
         "topology": _doc({

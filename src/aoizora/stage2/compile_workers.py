@@ -392,7 +392,7 @@ def _run(job: CompileJob, spaces: dict[bytes, Any]) -> tuple[Any, ...]:
         return ("workload", f"the workload cannot be loaded in a child process ({type(exc).__name__}: {exc})")
     try:
         topology = get_topology(job.topology_name)
-        inputs = space.lowering_inputs(strategy, job.placement.jax_mesh(topology))
+        inputs = space.compile_inputs(strategy, job.placement.jax_mesh(topology))
         lowered = inputs.lower()
         if lowered_digest(lowered.as_text()) != job.lowered_sha256:
             return ("workload", "the child process lowered another program than the planner")

@@ -81,7 +81,7 @@ def compile_strategy(
 
     mesh = placement.jax_mesh(topology)
     with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
-        inputs = space.lowering_inputs(strategy, mesh)
+        inputs = space.compile_inputs(strategy, mesh)
         lowered = inputs.lower()
         text = lowered.as_text()
         entry = None

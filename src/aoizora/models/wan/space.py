@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
+from aoizora.models.maxdiffusion import program as program_source
 from aoizora.models.wan import space_costs, space_enumeration, space_lowering, space_plan_file, space_tiles
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
@@ -48,7 +49,7 @@ class WanSpace(StrategySpace[Strategy]):
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment[Strategy] | None = None,
-                 kernel_profile: str = DEFAULT_KERNEL_PROFILE):
+                 kernel_profile: str = DEFAULT_KERNEL_PROFILE, program: str = "aoizora"):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
@@ -72,6 +73,11 @@ class WanSpace(StrategySpace[Strategy]):
             raise StrategyError(
                 f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
         self.kernel_profile = kernel_profile
+        # the program Stage 2 compiles and costs: aoizora's Wan step, or MaxDiffusion's own
+        # (`aoizora.models.maxdiffusion.program`; refused here when MaxDiffusion cannot be imported)
+        program_source.check_program(program, self)
+        self.program = program
+        self.program_source = program_source.maxdiffusion_source() if program == "maxdiffusion" else None
         # per process: the mesh each strategy was lowered on, and its kernels' records (`space_costs`)
         self._meshes: dict[Strategy, Mesh] = {}
         self._kernel_costs: dict[Strategy, list[KernelCost]] = {}
@@ -108,6 +114,11 @@ class WanSpace(StrategySpace[Strategy]):
     def lowering_inputs(self, strategy: Strategy, mesh: Mesh) -> LoweringInputs:
         return space_lowering.lowering_inputs(self, strategy, mesh)
 
+    def compile_inputs(self, strategy: Strategy, mesh: Mesh) -> Any:
+        if self.program == "maxdiffusion":
+            return program_source.MaxDiffusionStep(self, strategy, mesh)
+        return self.lowering_inputs(strategy, mesh)
+
     def analysis_stand_in(self, strategy: Strategy) -> Strategy | None:
         return space_lowering.analysis_stand_in(strategy)
 
@@ -119,6 +130,8 @@ class WanSpace(StrategySpace[Strategy]):
         return space_costs.kernel_cost(strategy, call)
 
     def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+        if self.program == "maxdiffusion":
+            return program_source.kernel_cost(strategy, op)
         return space_costs.compiled_kernel_cost(self, strategy, op)
 
     # the plan file (`space_plan_file`; the text forms are `Strategy`'s)

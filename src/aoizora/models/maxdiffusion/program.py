@@ -1,0 +1,286 @@
+"""MaxDiffusion's own Wan transformer step, lowered for a strategy through MaxDiffusion's classes.
+
+`aoizora plan --program maxdiffusion` makes Stage 2 compile this program instead of aoizora's Wan
+step: the step MaxDiffusion's Wan 2.1 pipeline runs each denoising step (its
+`transformer_forward_pass_full_cfg`, the CFG pair in one batch), built abstractly (no weights: the
+model from `nnx.eval_shape`, its parameters as shaped, sharded stand-ins), configured by
+MaxDiffusion's own `pyconfig` from the config that ships the model and the overrides the export
+writes for the strategy (`aoizora.models.maxdiffusion.overrides`), on the strategy's mesh with
+MaxDiffusion's axis names. Nothing of MaxDiffusion is copied: its modules are imported from the
+installed package or from the checkout `MAXDIFFUSION_DIR` names (its requirements installed in this
+Python), and the facts this module relies on are recorded in `data/maxdiffusion.json` with their
+commit. Where MaxDiffusion's source was read (at the commit the facts record):
+
+* `src/maxdiffusion/pipelines/wan/wan_pipeline.py` — `create_sharded_logical_transformer` (the
+  model's keyword arguments from the config, the weights' shardings from `logical_axis_rules`),
+  `_final_param_dtype` (which weights stay float32), `transformer_forward_pass_full_cfg`;
+* `src/maxdiffusion/pipelines/wan/wan_pipeline_2_1.py` — `run_inference_2_1` (the step's
+  arguments: float32 latents and prompt embeddings replicated, int32 timesteps, the rotary
+  embedding computed once outside the step);
+* the model's dimensions are the diffusers config's (`WanConfig`), which MaxDiffusion reads from
+  the checkpoint (`WanModel.load_config`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aoizora.errors import MaxDiffusionUnavailable
+from aoizora.hlo.program import OpaqueCost, OpaqueOp
+from aoizora.models.maxdiffusion import PROGRAMS
+from aoizora.models.maxdiffusion.overrides import facts, maxdiffusion_config, strategy_overrides
+from aoizora.models.wan.custom_tiles import KernelTile, custom_kernel_tile
+from aoizora.models.wan.strategy import Strategy
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+    from aoizora.models.wan.space import WanSpace
+
+#: the environment variable naming a MaxDiffusion checkout (its `src` is imported)
+CHECKOUT_VARIABLE = "MAXDIFFUSION_DIR"
+#: the modules the step is built from (importing them checks MaxDiffusion's requirements too)
+MODULES = ("maxdiffusion.pyconfig", "maxdiffusion.max_utils", "maxdiffusion.pipelines.wan.wan_pipeline",
+           "maxdiffusion.models.wan.transformers.transformer_wan")
+#: the guidance scale of the step (a static argument; Wan's default, as aoizora's step uses)
+GUIDANCE_SCALE = 5.0
+#: how to make MaxDiffusion importable (the refusal's advice)
+INSTALL_HINT = (f"install MaxDiffusion ({facts()['repository']} at {facts()['commit'][:8]}: clone it, pip install "
+                f"its requirements into this Python) and set {CHECKOUT_VARIABLE} to the checkout; see CONTRIBUTING.md")
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxDiffusionSource:
+    """Where MaxDiffusion was imported from, and its commit when the checkout says (None otherwise)."""
+
+    root: Path  # the directory holding `src/maxdiffusion/configs`
+    commit: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan's record of the program: MaxDiffusion's repository, the commit compiled (as its
+        checkout reports it) and the commit its facts were read at."""
+        return {"name": "maxdiffusion", "repository": facts()["repository"], "commit": self.commit,
+                "facts_commit": facts()["commit"]}
+
+
+#: the models whose step this module builds: MaxDiffusion's Wan 2.1 text-to-video transformer (an
+#: image-to-video step takes image embeddings, a Wan 2.2 one two experts: not built here)
+MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b")
+
+
+def check_program(program: str, space: WanSpace) -> None:
+    """Raise ArgumentError unless `program` is one of `PROGRAMS` and, for MaxDiffusion's, the
+    space plans a model whose MaxDiffusion step this module builds (`MODELS`)."""
+    from aoizora.errors import ArgumentError
+
+    if program not in PROGRAMS:
+        raise ArgumentError(f"program must be one of {', '.join(map(repr, PROGRAMS))}, not {program!r}")
+    if program == "maxdiffusion" and (space.name not in MODELS or type(space).__name__ != "WanSpace"):
+        raise ArgumentError(f"program 'maxdiffusion' compiles MaxDiffusion's Wan 2.1 text-to-video step "
+                            f"({', '.join(MODELS)}), not {space.name!r}'s; plan it with program 'aoizora'")
+
+
+def maxdiffusion_source() -> MaxDiffusionSource:
+    """MaxDiffusion as this Python imports it (the checkout `MAXDIFFUSION_DIR` names put on `sys.path`
+    first); MaxDiffusionUnavailable, in one line that says how to install it, when it cannot."""
+    checkout = os.environ.get(CHECKOUT_VARIABLE)
+    if checkout:
+        src = str(Path(checkout) / "src")
+        if not (Path(src) / "maxdiffusion").is_dir():
+            raise MaxDiffusionUnavailable(f"{CHECKOUT_VARIABLE}={checkout} is not a MaxDiffusion checkout "
+                                          f"(no src/maxdiffusion); {INSTALL_HINT}")
+        if src not in sys.path:
+            sys.path.insert(0, src)
+    try:
+        for name in MODULES:
+            importlib.import_module(name)
+    except Exception as exc:  # a missing package or requirement: the same refusal
+        raise MaxDiffusionUnavailable(f"--program maxdiffusion needs MaxDiffusion, which this Python cannot "
+                                      f"import ({type(exc).__name__}: {exc}); {INSTALL_HINT}") from None
+    package = Path(importlib.import_module("maxdiffusion").__file__ or "").parent
+    return MaxDiffusionSource(package.parents[1], _commit(package))
+
+
+def _commit(package: Path) -> str | None:
+    """The git commit of the checkout holding `package` (None outside a git checkout)."""
+    try:
+        out = subprocess.run(["git", "-C", str(package), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def step_overrides(space: WanSpace, strategy: Strategy) -> tuple[str, list[tuple[str, str]]]:
+    """The config that ships the space's model and the overrides that run `strategy` on it: the
+    export's (mesh, attention, blocks, axis rules) and the video's shape."""
+    config = maxdiffusion_config(space.name, field="model")
+    tile: KernelTile | None = custom_kernel_tile(strategy, space.video.tokens(space.config), space.generation)
+    overrides = strategy_overrides(config, strategy, tile, [])
+    overrides += [("per_device_batch_size", repr(space.videos / strategy.num_devices)),
+                  ("height", str(space.video.height)), ("width", str(space.video.width)),
+                  ("num_frames", str(space.video.frames)), ("skip_jax_distributed_system", "true")]
+    return config, overrides
+
+
+def maxdiffusion_devices(strategy: Strategy, mesh: Mesh) -> Any:
+    """`mesh`'s devices arranged on MaxDiffusion's mesh axes: 2D context's ring and Ulysses axes merged
+    into `context` in the order MaxDiffusion splits it (outer first), each device where the plan put it."""
+    import numpy as np
+
+    names = list(mesh.axis_names)
+    split = ["context_" + s for s in facts()["context_split"]["outer_first"]]
+    axes = ("data", "fsdp", "context", "tensor")
+    groups = [split if (a == "context" and strategy.two_d_context) else [a] for a in axes]
+    arranged = np.transpose(mesh.devices, [names.index(n) for g in groups for n in g])
+    return arranged.reshape([int(np.prod([mesh.shape[n] for n in g])) for g in groups])
+
+
+class MaxDiffusionStep:
+    """MaxDiffusion's Wan step for one strategy on one mesh; `lower()` lowers it (no compile)."""
+
+    def __init__(self, space: WanSpace, strategy: Strategy, mesh: Mesh) -> None:
+        self.space, self.strategy, self.mesh = space, strategy, mesh
+
+    def lower(self) -> Any:
+        """Configure MaxDiffusion (`pyconfig.initialize`, process-wide: lowerings take turns under
+        `LOWERING_LOCK`), build the model abstractly and lower the step on MaxDiffusion's mesh."""
+        import warnings
+
+        source = maxdiffusion_source()  # before the imports: it puts MAXDIFFUSION_DIR's src on the path
+        from flax.linen import partitioning as nn_partitioning
+        from jax.sharding import Mesh
+        from maxdiffusion import pyconfig
+        from maxdiffusion.pipelines.wan import wan_pipeline
+
+        config_path, overrides = step_overrides(self.space, self.strategy)
+        # MaxDiffusion prints every config key and axis rule: kept off this process's output
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            # `with mesh`, as MaxDiffusion's pipeline enters it (JAX says it is deprecated, on every call)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pyconfig.initialize(["aoizora", str(source.root / config_path), *(f"{k}={v}" for k, v in overrides)])
+            config = pyconfig.config
+            mesh = Mesh(maxdiffusion_devices(self.strategy, self.mesh), tuple(config.mesh_axes))
+            with mesh, nn_partitioning.axis_rules(config.logical_axis_rules):
+                graphdef, state, rest, rope = _abstract_model(self.space, config, mesh)
+                latents, timestep, prompt = _abstract_inputs(self.space, mesh)
+                return wan_pipeline.transformer_forward_pass_full_cfg.jitted.lower(
+                    graphdef, state, rest, latents, timestep, prompt, guidance_scale=GUIDANCE_SCALE,
+                    rotary_emb=rope)
+
+
+def _model_arguments(space: WanSpace, config: Any, mesh: Mesh) -> dict[str, Any]:
+    """WanModel's keyword arguments: the diffusers config's dimensions, then what
+    `create_sharded_logical_transformer` takes from the MaxDiffusion config."""
+    from maxdiffusion.max_utils import get_flash_block_sizes, get_precision
+
+    c = space.config
+    return {
+        "patch_size": tuple(c.patch_size), "num_attention_heads": c.num_attention_heads,
+        "attention_head_dim": c.attention_head_dim, "in_channels": c.in_channels, "out_channels": c.out_channels,
+        "text_dim": c.text_dim, "freq_dim": c.freq_dim, "ffn_dim": c.ffn_dim, "num_layers": c.num_layers,
+        "cross_attn_norm": c.cross_attn_norm, "qk_norm": "rms_norm_across_heads", "eps": c.eps,
+        "image_dim": c.image_dim, "added_kv_proj_dim": c.added_kv_proj_dim, "rope_max_seq_len": c.rope_max_seq_len,
+        "mesh": mesh, "dtype": config.activations_dtype, "weights_dtype": config.weights_dtype,
+        "attention": config.attention, "precision": get_precision(config),
+        "flash_block_sizes": get_flash_block_sizes(config), "remat_policy": config.remat_policy,
+        "names_which_can_be_saved": config.names_which_can_be_saved,
+        "names_which_can_be_offloaded": config.names_which_can_be_offloaded,
+        "flash_min_seq_length": config.flash_min_seq_length, "dropout": config.dropout,
+        "mask_padding_tokens": config.mask_padding_tokens, "scan_layers": config.scan_layers,
+        "enable_jax_named_scopes": config.enable_jax_named_scopes,
+        "attention_config": {"use_base2_exp": config.use_base2_exp,
+                             "use_experimental_scheduler": config.use_experimental_scheduler,
+                             "ulysses_shards": getattr(config, "ulysses_shards", -1),
+                             "ulysses_attention_chunks": getattr(config, "ulysses_attention_chunks", 1)},
+    }
+
+
+def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any, Any, Any]:
+    """(graphdef, parameters, the rest of the state, the rotary embedding), all abstract: each
+    parameter a shaped stand-in in the dtype MaxDiffusion loads it in, sharded by its logical axes."""
+    import jax
+    from flax import linen as nn
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+    from maxdiffusion.models.wan.transformers.transformer_wan import WanModel
+    from maxdiffusion.pipelines.wan.wan_pipeline import _final_param_dtype
+
+    kwargs = _model_arguments(space, config, mesh)
+    model = nnx.eval_shape(lambda rngs: WanModel(**kwargs, rngs=rngs), rngs=nnx.Rngs(0))
+    graphdef, state, rest = nnx.split(model, nnx.Param, ...)
+    shardings = nn.logical_to_mesh_sharding(nnx.get_partition_spec(state), mesh, config.logical_axis_rules)
+
+    def stand_in(path: Any, leaf: Any, sharding: Any) -> Any:
+        key = tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+        return jax.ShapeDtypeStruct(leaf.shape, _final_param_dtype(key, config.weights_dtype), sharding=sharding)
+
+    params = jax.tree_util.tree_map_with_path(stand_in, state, shardings)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    channels, t, h, w = space.video.latent_shape(space.config)
+    dummy = jax.ShapeDtypeStruct((space.batch, t, h, w, channels), "float32")
+    rope = jax.tree.map(lambda r: jax.ShapeDtypeStruct(r.shape, r.dtype, sharding=replicated),
+                        jax.eval_shape(model.rope, dummy))
+    return graphdef, params, rest, rope
+
+
+def _abstract_inputs(space: WanSpace, mesh: Mesh) -> tuple[Any, Any, Any]:
+    """The step's latents (the CFG pair doubled), timesteps and prompt embeddings, replicated as
+    `_prepare_model_inputs` puts them."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    c = space.config
+    latents = jax.ShapeDtypeStruct((space.batch, *space.video.latent_shape(c)), "float32", sharding=replicated)
+    timestep = jax.ShapeDtypeStruct((space.batch,), "int32", sharding=replicated)
+    prompt = jax.ShapeDtypeStruct((space.batch, c.text_len, c.text_dim), "float32", sharding=replicated)
+    return latents, timestep, prompt
+
+
+def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+    """A splash call of MaxDiffusion's program costed from the compiled call itself: q and k are its
+    first two floating operands of rank >= 3 ([batch x heads, length, head_dim]), the blocks the
+    kernel's metadata records, the cost the kernel profile the space plans with gives (as aoizora's
+    own program's calls are costed). None for another custom call (costed from its I/O)."""
+    from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+    from aoizora.models.wan.space_costs import splash_opaque_cost
+
+    name = op.kernel_name or op.name
+    if "splash" not in name and "flash" not in name:
+        return None
+    floats = [s.dims for s in op.operand_shapes if s.dtype in ("bf16", "f16", "f32") and len(s.dims) >= 3]
+    if len(floats) < 2:
+        return None
+    q, k = floats[0], floats[1]
+    heads = 1
+    for d in q[:-2]:
+        heads *= int(d)
+    lq, lk, d = int(q[-2]), int(k[-2]), int(q[-1])
+    blocks = _metadata_blocks(op.frontend_attributes)
+    residuals = "no_residuals" not in name
+    flops, hbm = splash_cost(heads, lq, lk, d, 2, residuals, blocks.get("block_q"))
+    steps = splash_grid_steps(heads, lq, lk, blocks.get("block_q"), blocks.get("block_kv"))
+    return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile)
+
+
+def _metadata_blocks(attributes: str | None) -> dict[str, int]:
+    """The block sizes a Pallas call's `xprof_metadata` records ({} when it records none)."""
+    if not attributes or "xprof_metadata" not in attributes:
+        return {}
+    text = attributes.split("xprof_metadata", 1)[1]
+    start, end = text.find("{"), text.find("}")
+    try:
+        found = json.loads(text[start:end + 1].replace('\\"', '"'))
+    except ValueError:
+        return {}
+    return {k: int(v) for k, v in found.items() if k in ("block_q", "block_kv") and isinstance(v, int)}
