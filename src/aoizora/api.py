@@ -70,18 +70,22 @@ def wan_request(model: str | None, resolution: str | None, frames: int | None, *
             "steps": cmd.steps(), "user_deployment": deployment, "kernel_profile": strategy.kernel_profile}
 
 
-def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both") -> StrategySpace:
-    """The strategy space of a `wan_request` on `topology`'s generation."""
+def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both",
+                      vae_decode: bool = True) -> StrategySpace:
+    """The strategy space of a `wan_request` on `topology`'s generation; with `vae_decode`, its plans
+    compile and cost the model's VAE decode for the video time (else they say it was not costed)."""
     from aoizora.models import registry
 
     rest = dict(request)
+    if not vae_decode:
+        rest["vae"] = None
     return registry.wan_space(rest.pop("model"), rest.pop("resolution"), rest.pop("frames"),
                               expert_residency=expert_residency, generation=topology.generation, **rest)
 
 
 def plan_wan(model: str | None, topology: Topology | str, resolution: str | None = None, frames: int | None = None,
              *, expert_residency: str = "both", kernel: str | None = None, from_maxdiffusion: str | None = None,
-             **options: Any) -> PlanResult:
+             vae_decode: bool = True, **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan` does.
 
     `model`: a name `aoizora plan --help` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology`
@@ -91,7 +95,8 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     `aoizora plan --kernel` (default "jax-splash"). `from_maxdiffusion`: a user's MaxDiffusion command
     (as `--from-maxdiffusion`): its model, shape, batch, steps and kernel are planned, and its own
     strategy joins as a candidate; `model`, `resolution`, `frames` and `kernel` may then be None, and
-    any given must agree with it. Other keywords go to `plan_space` (`top_k`, `verify_top`,
+    any given must agree with it. `vae_decode`: compile and cost the VAE decode for the plan's
+    `video_time` (as `aoizora plan --vae-decode`). Other keywords go to `plan_space` (`top_k`, `verify_top`,
     `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
     shape), TopologyError, ArgumentError (bad argument) or PlanningError.
     """
@@ -103,4 +108,5 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
                           topology=topo)
-    return planner.plan_space(wan_request_space(request, topo, expert_residency), topo, **options)
+    return planner.plan_space(wan_request_space(request, topo, expert_residency, vae_decode is not False), topo,
+                              **options)

@@ -22,14 +22,30 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
-from aoizora.models.wan import space_costs, space_enumeration, space_lowering, space_plan_file, space_tiles
+from aoizora.models.wan import (
+    space_costs,
+    space_enumeration,
+    space_lowering,
+    space_plan_file,
+    space_tiles,
+    video_parts,
+)
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.strategy import ATTENTION_VARIANTS, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy
+from aoizora.models.wan.vae_config import WanVAEConfig
 from aoizora.placement import MeshSpec
 from aoizora.toolchain import CompilerFlags
-from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, PlanDisagreement, StrategySpace
+from aoizora.workload import (
+    Candidate,
+    CompanionProgram,
+    ExpertDeployment,
+    KernelCall,
+    LoweringInputs,
+    PlanDisagreement,
+    StrategySpace,
+)
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -48,7 +64,7 @@ class WanSpace(StrategySpace[Strategy]):
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment[Strategy] | None = None,
-                 kernel_profile: str = DEFAULT_KERNEL_PROFILE):
+                 kernel_profile: str = DEFAULT_KERNEL_PROFILE, vae: WanVAEConfig | None = None):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
@@ -72,6 +88,8 @@ class WanSpace(StrategySpace[Strategy]):
             raise StrategyError(
                 f"unknown kernel profile {kernel_profile!r}; choose one of {', '.join(KERNEL_PROFILES)}")
         self.kernel_profile = kernel_profile
+        # the VAE whose decode a plan costs beside the step (`video_time`); None costs no decode
+        self.vae = vae
         # per process: the mesh each strategy was lowered on, and its kernels' records (`space_costs`)
         self._meshes: dict[Strategy, Mesh] = {}
         self._kernel_costs: dict[Strategy, list[KernelCost]] = {}
@@ -137,3 +155,16 @@ class WanSpace(StrategySpace[Strategy]):
 
     def workload(self) -> dict[str, Any]:
         return space_plan_file.workload(self)
+
+    def companion_programs(self, topology: Topology) -> list[CompanionProgram]:
+        """The VAE decode of the space's videos (none without a VAE)."""
+        return video_parts.companion_programs(self, topology)
+
+    def expert_swap(self, strategy: Strategy, topology: Topology) -> tuple[float | None, str]:
+        """(seconds per video, basis) of copying experts in from host memory: none with one transformer."""
+        return 0.0, "one transformer: nothing to swap"
+
+    def plan_totals(self, strategy: Strategy, topology: Topology, step_seconds: float,
+                    companions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The plan's `video_time`: one generation end to end (`aoizora.models.wan.video_time`)."""
+        return {"video_time": video_parts.video_time_json(self, strategy, topology, step_seconds, companions)}
