@@ -102,3 +102,20 @@ def test_a_companion_the_compiler_refuses_says_why(monkeypatch):
         c.start()
         dropped = c.costs()["extra"]["dropped"]
     assert "RESOURCE_EXHAUSTED" in dropped or "HBM" in dropped
+
+
+def test_the_plan_waits_for_a_companion_no_longer_than_the_budget(monkeypatch):
+    """A companion compile that waited for a free compile process may outlast the budget: the plan
+    lists it as stopped at the budget's end and does not wait for it."""
+    import time
+
+    monkeypatch.setattr(companions, "compile_companion", lambda *args: time.sleep(3))
+    topo = get_topology("v5e:2x2")
+    budget = TimeBudget(0.5)
+    t0 = time.perf_counter()
+    with CompileWorkers(1) as pool, CompanionCompiles([_program(topo)], topo, 900, budget, None, None, pool) as c:
+        c.start()
+        assert c.waiting() == ["extra program"]
+        costs = c.costs()
+    assert time.perf_counter() - t0 < 2.5
+    assert costs["extra"]["dropped"] == STOPPED and budget.record.stopped == ["extra program"]

@@ -168,6 +168,8 @@ def plan_space(
                               budget=budget)
         stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
         t_wait = time.perf_counter()
+        if progress and companions.waiting():
+            _say_waiting(console, companions.waiting())
         companion_costs = companions.costs()
         companion_wait = time.perf_counter() - t_wait
     outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
@@ -194,6 +196,13 @@ def plan_space(
 #: `plan_space`'s keyword arguments (what `plan_wan` passes on)
 PLAN_SPACE_OPTIONS: tuple[str, ...] = tuple(
     name for name, p in inspect.signature(plan_space).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _say_waiting(console: Any, labels: list[str]) -> None:
+    """One line while the plan waits for companion compiles after Stage 2 (they may take minutes)."""
+    from rich.console import Console
+
+    (console or Console(stderr=True)).print(f"waiting for {', '.join(labels)} (compiling since planning started)")
 
 
 def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any]) -> Topology:

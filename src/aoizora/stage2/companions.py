@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from aoizora.cost import CostModel
@@ -81,6 +82,7 @@ class CompanionCompiles:
         self.budget, self.cache, self.flags, self.executor = budget, cache, flags, executor
         self.futures: dict[str, Future[Compiled]] = {}
         self._threads: ThreadPoolExecutor | None = None
+        self._abandoned = False  # a compile the budget's end left running
 
     def start(self) -> None:
         if not self.programs:
@@ -102,12 +104,26 @@ class CompanionCompiles:
                 raise _Cut(STOPPED) from None
             raise
 
+    def waiting(self) -> list[str]:
+        """The labels of the companion compiles still running."""
+        return [p.label for p in self.programs if p.name in self.futures and not self.futures[p.name].done()]
+
     def costs(self, simulated: bool = True) -> dict[str, dict[str, Any]]:
-        """name -> the program's `ProgramCost` JSON (with its `label`), or {"label", "dropped": reason}."""
+        """name -> the program's `ProgramCost` JSON (with its `label`), or {"label", "dropped": reason}.
+        Under a time budget it waits no longer than the budget lasts: a compile still running then
+        (one that waited for a free compile process) is listed as stopped and left to the executor's
+        closing."""
         out: dict[str, dict[str, Any]] = {}
         for p in self.programs:
+            wait = None if self.budget is None else max(self.budget.remaining(), 0.0)
             try:
-                compiled = self.futures[p.name].result()
+                compiled = self.futures[p.name].result(timeout=wait)
+            except FutureTimeout:
+                assert self.budget is not None
+                self.budget.record.stopped.append(p.label)
+                self._abandoned = True
+                out[p.name] = {"label": p.label, "dropped": STOPPED}
+                continue
             except _Cut as exc:
                 out[p.name] = {"label": p.label, "dropped": str(exc)}
                 continue
@@ -122,7 +138,7 @@ class CompanionCompiles:
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._threads is not None:
-            self._threads.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
+            self._threads.shutdown(wait=exc_type is None and not self._abandoned, cancel_futures=exc_type is not None)
 
 
 class _Cut(Exception):
