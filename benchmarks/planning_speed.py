@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-TIMINGS = ("stage1", "compile_wall", "verify", "total")
+TIMINGS = ("stage1", "compile_wall", "verify", "companions", "total")  # companions: absent before 57
 
 
 def plan_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -50,6 +50,7 @@ def plan_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
         "placement": plan["placement"]["name"],
         "libtpu_args": plan["compiler"]["libtpu_args"],
         "step_seconds": plan["prediction"]["step_seconds"],
+        "video_time": plan.get("video_time"),
         "compiles": plan["stage2"]["compiles"],
         "verify_recompiles": plan["stage2"].get("verify_recompiles", []),
         "load_average": os.getloadavg()[0],

@@ -6,7 +6,7 @@ weights), compiled by libtpu for each slice and costed by Q2 (`aoizora.stage2.va
         [--videos 720p,480p] [--frames 81] [--batch 1] [--no-cache] [--json OUT]
 
 Per (slice, video) it prints Q2's decode time, the simulator's, its compute and exposed-collective parts, the
-per-device HBM libtpu reports, and the lowering and compile wall seconds (on a compile-cache hit,
+per-device HBM libtpu reports, and the compile wall seconds (on a compile-cache hit,
 marked "cached", the seconds the cached compile took).
 `--json` writes every record as it comes (`docs/data/video/vae_decode.json` holds the committed run).
 """
@@ -42,7 +42,7 @@ def line(rec: dict[str, Any]) -> str:
     return (f"{rec['topology']:<13}{rec['resolution']:<6}{rec['frames']:>4}  decode {rec['seconds']:8.3f} s  "
             f"sim {rec.get('sim_seconds') or float('nan'):8.3f} s  compute {rec['compute_seconds']:8.3f} s  "
             f"exposed comm {rec['exposed_comm_seconds']:7.3f} s  "
-            f"HBM {mem:6.2f} GiB  lower {rec['lower_seconds']:6.1f} s  compile {rec['compile_seconds']:7.1f} s"
+            f"HBM {mem:6.2f} GiB  compile {rec['compile_seconds']:7.1f} s"
             + ("  (cached)" if rec["cached"] else ""))
 
 

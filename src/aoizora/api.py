@@ -76,18 +76,22 @@ def wan_request(model: str | None, resolution: str | None, frames: int | None, *
             "program": program}
 
 
-def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both") -> StrategySpace:
-    """The strategy space of a `wan_request` on `topology`'s generation."""
+def wan_request_space(request: dict[str, Any], topology: Topology, expert_residency: str = "both",
+                      vae_decode: bool = True) -> StrategySpace:
+    """The strategy space of a `wan_request` on `topology`'s generation; with `vae_decode`, its plans
+    compile and cost the model's VAE decode for the video time (else they say it was not costed)."""
     from aoizora.models import registry
 
     rest = dict(request)
+    if not vae_decode:
+        rest["vae"] = None
     return registry.wan_space(rest.pop("model"), rest.pop("resolution"), rest.pop("frames"),
                               expert_residency=expert_residency, generation=topology.generation, **rest)
 
 
 def plan_wan(model: str | None, topology: Topology | str, resolution: str | None = None, frames: int | None = None,
              *, expert_residency: str = "both", kernel: str | None = None, from_maxdiffusion: str | None = None,
-             program: str = "aoizora", **options: Any) -> PlanResult:
+             program: str = "aoizora", vae_decode: bool = True, **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan` does.
 
     `model`: a name `aoizora plan --help` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology`
@@ -98,9 +102,10 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     (as `--from-maxdiffusion`): its model, shape, batch, steps and kernel are planned, and its own
     strategy joins as a candidate; `model`, `resolution`, `frames` and `kernel` may then be None, and
     any given must agree with it. `program`: the program Stage 2 compiles and costs for each candidate,
-    aoizora's Wan step ("aoizora") or MaxDiffusion's own ("maxdiffusion", as `aoizora plan --program`;
-    MaxDiffusionUnavailable when MaxDiffusion cannot be imported). Other keywords go to `plan_space`
-    (`top_k`, `verify_top`, `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
+    aoizora's Wan step ("aoizora") or MaxDiffusion's own ("maxdiffusion", as `aoizora plan --program`).
+    `vae_decode`: compile and cost the VAE decode for the plan's `video_time` (False: as
+    `aoizora plan --no-vae-decode`). Other keywords go to `plan_space` (`top_k`, `verify_top`,
+    `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
     shape), TopologyError, ArgumentError (bad argument), MaxDiffusionUnavailable (program="maxdiffusion"
     where MaxDiffusion cannot be imported) or PlanningError.
     """
@@ -112,4 +117,5 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
                           topology=topo, program=program)
-    return planner.plan_space(wan_request_space(request, topo, expert_residency), topo, **options)
+    return planner.plan_space(wan_request_space(request, topo, expert_residency, vae_decode is not False), topo,
+                              **options)

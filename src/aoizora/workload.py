@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from aoizora.errors import StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
-from aoizora.placement import MeshSpec
+from aoizora.placement import MeshSpec, Placement
 from aoizora.toolchain import CompilerFlags
 
 if TYPE_CHECKING:  # Stage 1's IR types; the interface names them without depending on Stage 1
@@ -98,6 +98,21 @@ class LoweringInputs:
 #: workload, so within one process Stage 1's lowerings and Stage 2's (early compiles run beside
 #: Stage 1) take turns. Reentrant: a lowering may call another workload's.
 LOWERING_LOCK = threading.RLock()
+
+
+@dataclass(frozen=True)
+class CompanionProgram:
+    """A program of the workload's pipeline besides the step (e.g. a video's VAE decode), costed for
+    every plan whatever strategy wins. It depends on the slice and its own inputs only, never on the
+    strategy, so a plan compiles it once, over `placement`'s device order, beside Stage 2's compiles
+    and through the same compile cache. `space.lowering_inputs(strategy, mesh)` lowers it (the space
+    and strategy go to a compile process as a step's do); `name` keys its cost in `plan_totals`."""
+
+    name: str
+    label: str  # what a progress line, a note or the time budget's record calls it
+    space: StrategySpace[Any]
+    strategy: Any
+    placement: Placement
 
 
 @dataclass(frozen=True)
@@ -200,6 +215,17 @@ class StrategySpace(abc.ABC, Generic[S]):
     def plan_details(self, strategy: S, topology: Topology) -> dict[str, Any]:
         """Extra top-level sections of the plan for the chosen strategy on the slice (e.g. the
         experts a pipeline holds); none by default."""
+        return {}
+
+    def companion_programs(self, topology: Topology) -> list[CompanionProgram]:
+        """The pipeline's programs besides the step that a plan on `topology` costs (none by default)."""
+        return []
+
+    def plan_totals(self, strategy: S, topology: Topology, step_seconds: float,
+                    companions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Extra top-level sections of the plan from the chosen step's time and the companion
+        programs' costs (`companions`: name -> the cost's JSON, or {"dropped": reason} for one not
+        costed); none by default."""
         return {}
 
     def key_of(self, strategy: S) -> str:

@@ -44,7 +44,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
         time_budget=None, workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None,
-        libtpu_args=None, expert_residency="both", ring_order="reordering-map", ring_direction="auto",
+        libtpu_args=None, expert_residency="both", vae_decode=True, ring_order="reordering-map",
+        ring_direction="auto",
     )
 
 
@@ -93,13 +94,18 @@ def demo(ctx: click.Context, out_dir: str) -> None:
 @click.option("--expert-residency", type=click.Choice(["both", "swap"]), default="both", show_default=True,
               help="Two-expert models (Wan 2.2 A14B): both experts in HBM, or one with the other "
                    "copied in from host memory at the boundary.")
+@click.option("--vae-decode/--no-vae-decode", default=True, show_default=True,
+              help="Compile the model's VAE decode for the slice and cost it, for the plan's video time (one "
+                   "compile per slice and video shape, beside Stage 2's, kept in the compile cache); without it "
+                   "the video time says the decode was not costed.")
 @_ring_options
 def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
          maxdiffusion_command: str | None, kernel_profile: str | None, program: str,
          export_to: tuple[str, str] | None, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
          verify_top: int, time_budget: float | None, workers: int, executor: str, ray_cpus_per_compile: float | None,
-         libtpu_args: str | None, expert_residency: str, ring_order: str, ring_direction: str) -> None:
+         libtpu_args: str | None, expert_residency: str, vae_decode: bool, ring_order: str,
+         ring_direction: str) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     # Over 60 lines (this docstring is the command's --help, so the reason lives here): the checks of
     # the options against each other, then the dispatch to Stage 1 only, a MaxDiffusion deployment,
@@ -134,7 +140,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         from aoizora.models.registry import model_key
 
         maxdiffusion_config(model_key(request["model"]), field="--model")  # refused before any long work
-    space = wan_request_space(request, topo, expert_residency)
+    space = wan_request_space(request, topo, expert_residency, vae_decode)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 150)
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work

@@ -29,6 +29,25 @@ __all__ = ["MaxDiffusionCommand", "MaxDiffusionRun", "export_plan", "exported_fi
 COMMAND_SCRIPT = "command.sh"
 
 
+def generation_time_comment(plan: dict[str, Any]) -> list[str]:
+    """What the plan predicts generate_wan.py prints as `generation_time`, and what that leaves out
+    (none for a plan without a `video_time`)."""
+    vt = plan.get("video_time")
+    if vt is None:
+        return []
+    sec = lambda s: "unknown" if s is None else f"{float(s):.1f} s"  # noqa: E731
+    d, text = vt["denoise"], vt["text_encode"]
+    out = [f"Predicted generation_time (printed by generate_wan.py): {sec(vt['maxdiffusion_generation_seconds'])} "
+           f"= {int(d['steps'])} steps x {float(d['step_seconds']) * 1e3:.1f} ms + expert swap "
+           f"{sec(vt['expert_swap']['seconds'])} + VAE decode {sec(vt['vae_decode']['seconds'])}."]
+    if not text.get("in_generation_time", True):
+        out.append(f"It leaves out the text encoding (about {sec(text['seconds'])} on the host CPU for a new "
+                   "prompt): the warmup encodes the same prompts and the timed run reads them from its cache.")
+    out.append(f"End to end for a new prompt: {sec(vt['total_seconds'])}. Not predicted: the decoded video's copy "
+               "to the host, which generation_time also counts.")
+    return out
+
+
 def exported_files(out_dir: str | Path) -> list[Path]:
     """The files `write_maxdiffusion_export` writes into `out_dir`."""
     return [Path(out_dir, name) for name in (LAUNCHER, DEVICES_MODULE, SPEC_FILE, COMMAND_SCRIPT)]
@@ -43,7 +62,8 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
     # every value below is checked (`shell_safe`) and shell-quoted where it is code, not a comment
     lines = ["#!/bin/sh", f"# {run.plan_summary['strategy']} on {run.slice['name']}",
              f"# MaxDiffusion {maxdiffusion_source()}: run this from its checkout.",
-             *(f"# differs: {note}" for note in run.differences), "#",
+             *(f"# differs: {note}" for note in run.differences),
+             *(f"# {line}" for line in generation_time_comment(plan.data)), "#",
              "# Without the plan's device order (MaxDiffusion builds its own mesh):",
              "# " + run.generate_wan_line(), "", "# With it:",
              run.launcher_line('"$(dirname "$0")"') + ' "$@"', ""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ShapeError
 from aoizora.models.wan.config import VideoShape, WanConfig
@@ -18,6 +18,9 @@ from aoizora.models.wan.pipeline import (
     WanPipelineConfig,
 )
 from aoizora.workload import StrategySpace, register_plan_reader
+
+if TYPE_CHECKING:
+    from aoizora.models.wan.vae_config import WanVAEConfig
 
 PIPELINES: dict[str, WanPipelineConfig] = {
     "wan2.1-t2v-1.3b": WAN21_T2V_1_3B_PIPELINE,
@@ -85,6 +88,15 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
     return video
 
 
+def model_vae(key: str) -> WanVAEConfig:
+    """The VAE a Wan model decodes with, in MaxDiffusion's compute dtype (float32): Wan 2.2's for
+    TI2V-5B, Wan 2.1's for the others (the models' `vae/config.json` on the Hugging Face Hub)."""
+    from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE
+    from aoizora.models.wan.vae_sharding import COMPUTE_DTYPE
+
+    return (WAN22_VAE if key == "wan2.2-ti2v-5b" else WAN21_VAE).replace(dtype=COMPUTE_DTYPE)
+
+
 def wan_space(model: str, resolution: str, frames: int, *, generation: str | None, expert_residency: str = "both",
               rope_partner: str | None = None, ulysses_exchange: str | None = None, steps: int | None = None,
               **kwargs):
@@ -108,6 +120,7 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
             pipeline, transformer=pipeline.transformer.replace(**forms),
             transformer_2=pipeline.transformer_2 and pipeline.transformer_2.replace(**forms))
     video = video_shape(pipeline.transformer, resolution, frames)
+    kwargs.setdefault("vae", model_vae(key))
     if key.startswith("wan2.1-"):
         space = WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)
     else:

@@ -21,7 +21,7 @@ from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
-from aoizora.stage2 import TimeBudget, compile_timeout
+from aoizora.stage2 import CompanionCompiles, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
@@ -126,6 +126,9 @@ def plan_space(
     flags = planning_flags(libtpu_args, topology.name)
     request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
                        include_experts=include_experts)
+    programs = space.companion_programs(topology)
+    if programs:  # a plan that costs them is not the plan of a request that did not
+        request["companions"] = [p.label for p in programs]
     use_cache = use_cache and cache.caches_usable()
     if use_cache:
         hit = cache.lookup(request)
@@ -140,9 +143,12 @@ def plan_space(
     # the experts are compiled whatever Stage 1 ranks: they compile while it lowers
     with _own_executor(executor) as executor, \
             EarlyCompiles(space, topology, compile_timeout(budget, compile_timeout_s), compile_cache,
-                          executor) as early:
+                          executor) as early, \
+            CompanionCompiles(programs, topology, compile_timeout_s, budget, compile_cache, flags,
+                              executor) as companions:
         for ex in experts:
             early.start(ex.key, ex.deployment.strategy, ex.flags)
+        companions.start()  # strategy-independent (a video's VAE decode): compiled once, beside the steps
         if stage1 is None:
             stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console,
                                 cache=default_stage1_cache() if use_cache else None)
@@ -161,14 +167,23 @@ def plan_space(
                               backfill_for=[e.key for e in stage1.kept], compile_placement=placements,
                               budget=budget)
         stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
+        t_wait = time.perf_counter()
+        if progress and companions.waiting():
+            _say_waiting(console, companions.waiting())
+        companion_costs = companions.costs()
+        companion_wait = time.perf_counter() - t_wait
     outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
     notes = extra_notes + notes + _compile_order_notes(outcomes, topology) + _budget_notes(budget)
     best = _best_pair(outcomes, len(kept), topology, budget)
     baselines = _baselines(outcomes, best, experts, topology, options)
+    if programs:  # what waiting for the companion programs (and costing them) added after Stage 2
+        timings["companions"] = companion_wait
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
+    chosen = next(o for o in outcomes if o.key == best.key)
+    doc.update(space.plan_totals(chosen.strategy, topology, best.q2.step_seconds, companion_costs))
     doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
     if budget is not None:
         doc["stage2"]["time_budget"] = budget.record.to_json()
@@ -181,6 +196,13 @@ def plan_space(
 #: `plan_space`'s keyword arguments (what `plan_wan` passes on)
 PLAN_SPACE_OPTIONS: tuple[str, ...] = tuple(
     name for name, p in inspect.signature(plan_space).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _say_waiting(console: Any, labels: list[str]) -> None:
+    """One line while the plan waits for companion compiles after Stage 2 (they may take minutes)."""
+    from rich.console import Console
+
+    (console or Console(stderr=True)).print(f"waiting for {', '.join(labels)} (compiling since planning started)")
 
 
 def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any]) -> Topology:

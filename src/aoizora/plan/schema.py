@@ -74,6 +74,51 @@ _BLOCKS = _doc({
 }, "the splash-attention kernel's block sizes", serving="the attention kernel's blocks (MaxDiffusion's "
    "`flash_block_sizes` in the export)")
 
+_SECONDS_OR_NONE = {"type": ["number", "null"], "minimum": 0}
+
+
+def _part(text: str) -> dict[str, Any]:
+    """A part of the video time: its seconds (null when unknown) and how they were obtained."""
+    return _doc({"type": "object", "required": ["seconds", "basis"], "properties": {
+        "seconds": _doc(_SECONDS_OR_NONE, "the part's time (null: unknown, the basis says why)", "s"),
+        "basis": _doc({"type": "string"}, "how the time was obtained (compiled and costed, estimated, or why not)"),
+    }}, text)
+
+
+_VIDEO_TIME = _doc({
+    "type": "object",
+    "required": ["videos", "total_seconds", "maxdiffusion_generation_seconds", "text_encode", "denoise",
+                 "expert_swap", "vae_decode"],
+    "properties": {
+        "videos": _doc({"type": "integer", "minimum": 1}, "videos one generation makes (the CFG pair is one video)"),
+        "total_seconds": _doc(_SECONDS_OR_NONE, "one generation end to end: text encoding + denoising + expert "
+                              "swap + VAE decode (null when a part is unknown)", "s"),
+        "seconds_per_video": _about("number", "`total_seconds` per video", "s"),
+        "maxdiffusion_generation_seconds": _doc(
+            _SECONDS_OR_NONE, "the same generation as MaxDiffusion's printed `generation_time` times it: without "
+            "the text encoding, which its timed run reads from the cache its warmup filled "
+            "(data/maxdiffusion_pipeline.json)", "s"),
+        "text_encode": _doc({"type": "object", "required": ["seconds", "basis", "device"], "properties": {
+            "seconds": _seconds("the prompts' encoding (UMT5-XXL)"),
+            "basis": _doc({"type": "string"}, "how it is estimated, with its source"),
+            "device": _doc({"type": "string"}, "where MaxDiffusion runs it (the host CPU, not the slice)"),
+            "framework": _about("string", "what runs it there (PyTorch)"),
+            "prompts": _about("integer", "prompts per call"),
+            "calls": _about("integer", "encoder calls per generation (prompts, negative prompts)"),
+            "in_generation_time": _about("boolean", "whether MaxDiffusion's `generation_time` includes it"),
+        }}, "the text encoding: where it runs and its estimated time"),
+        "denoise": _doc({"type": "object", "required": ["steps", "step_seconds", "seconds"], "properties": {
+            "steps": _doc({"type": "integer", "minimum": 1}, "the sampler's steps"),
+            "step_seconds": _seconds("the chosen pair's step (`prediction.step_seconds`; both CFG halves)"),
+            "seconds": _seconds("steps × step"),
+        }}, "the denoising steps"),
+        "expert_swap": _part("copying a two-expert model's experts in from host memory (0 when both stay in "
+                             "HBM or there is one transformer)"),
+        "vae_decode": _part("the VAE decode, compiled for the slice (MaxDiffusion's VAE mesh) and costed by Q2; "
+                            "`cost` holds its Q2 parts, simulator time, HBM and compile time"),
+    },
+}, "one generation's predicted time end to end, part by part (a Wan plan)")
+
 PLAN_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "aoizora plan",
@@ -235,6 +280,7 @@ PLAN_SCHEMA: dict[str, Any] = {
         "experts": _about("object", "a two-expert model (Wan 2.2 A14B): whether both experts stay "
                         "resident, their bytes per device, and the swap time per video if not",
                         serving="whether to keep both experts resident or swap them"),
+        "video_time": _VIDEO_TIME,
         "notes": _doc({"type": "array", "items": {"type": "string"}}, "sentences about the choice, for the reader"),
         "request": _doc({"type": "object", "properties": {
             "workload": _about("object", "the workload asked for (the plan's `workload`)"),

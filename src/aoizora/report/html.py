@@ -41,6 +41,16 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return f"<table>{thead}<tbody>{body}</tbody></table>"
 
 
+def _video_section(d: dict[str, Any]) -> str:
+    """The plan's `video_time` as a table of its parts (none for a plan without one)."""
+    from aoizora.report.tables import video_time_rows
+
+    vt = d.get("video_time")
+    if vt is None:
+        return ""
+    return "<h2>One generation, end to end</h2>" + _table(["part", "seconds", "basis"], video_time_rows(vt))
+
+
 def mesh_summary(names: Sequence[str], sizes: Sequence[int]) -> str:
     """The mesh as the strategy key names it (axes longer than 1), and the axes of size 1 it also has."""
     used = ",".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True) if s > 1) or "one device"
@@ -193,7 +203,7 @@ table{{border-collapse:collapse;margin:0.5em 0 1.5em}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}th{{background:#f0f3f7}}\
 img{{max-width:100%}}</style></head><body>
 <h1>{heading}</h1>
-{_table(["", ""], summary)}
+{_table(["", ""], summary)}{_video_section(d)}
 <h2>Link loads of one step</h2><p>Each box is a chip at the coordinates its column (x) and row (y) give; inside it, the
 mesh position of the device placed on it, over the mesh axes the panel's title names. Each arrow is one direction of a
 link, coloured by how long it is busy in one step.</p><img src="{heat_src}" alt="link heatmaps">

@@ -111,6 +111,39 @@ def print_validation(report: Any, title: str, console: Console | None = None) ->
     )
 
 
+def video_time_line(vt: dict[str, Any]) -> str:
+    """One line for a plan's `video_time`: the total beside its parts, and MaxDiffusion's figure."""
+    sec = lambda s: "unknown" if s is None else f"{s:,.1f} s"  # noqa: E731
+    d = vt["denoise"]
+    videos = f" ({vt['videos']} videos)" if vt["videos"] > 1 else ""
+    text = vt["text_encode"]
+    return (f"video{videos}: {sec(vt['total_seconds'])} end to end = text encode {sec(text['seconds'])} "
+            f"({text['device']}, estimated) + {d['steps']} steps x {d['step_seconds'] * 1e3:,.1f} ms "
+            f"{sec(d['seconds'])} + expert swap {sec(vt['expert_swap']['seconds'])} + VAE decode "
+            f"{sec(vt['vae_decode']['seconds'])}; MaxDiffusion's generation_time "
+            f"{sec(vt['maxdiffusion_generation_seconds'])}"
+            + "".join(f" ({name} {vt[key]['basis']})" for key, name in (("expert_swap", "expert swap"),
+                                                                        ("vae_decode", "VAE decode"))
+                      if vt[key]["seconds"] is None))
+
+
+def video_time_rows(vt: dict[str, Any]) -> list[list[str]]:
+    """(part, seconds, basis) of a plan's `video_time`, the totals last."""
+    sec = lambda s: "unknown" if s is None else f"{s:,.2f}"  # noqa: E731
+    d, text = vt["denoise"], vt["text_encode"]
+    return [
+        ["text encode", sec(text["seconds"]), text["basis"]],
+        ["denoising", sec(d["seconds"]), f"{d['steps']} steps x {d['step_seconds'] * 1e3:,.2f} ms (the plan's "
+                                        "step, both CFG halves)"],
+        ["expert swap", sec(vt["expert_swap"]["seconds"]), vt["expert_swap"]["basis"]],
+        ["VAE decode", sec(vt["vae_decode"]["seconds"]), vt["vae_decode"]["basis"]],
+        ["total", sec(vt["total_seconds"]), f"{vt['videos']} video(s), a new prompt"],
+        ["MaxDiffusion's generation_time", sec(vt["maxdiffusion_generation_seconds"]),
+         "the total without the text encoding, which its timed run reads from its warmup's cache"
+         if not text.get("in_generation_time", True) else "the total"],
+    ]
+
+
 def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = None, report_dir: str | None = None,
                console: Console | None = None) -> None:
     """Strategies x best placement, the choice, and its speedups over the baselines."""
@@ -143,6 +176,8 @@ def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = No
         f"{ms(pred['step_seconds'])} ms (compute {ms(pred['compute_seconds'])} ms, exposed communication "
         f"{ms(pred['exposed_comm_seconds'])} ms)" + (" [from cache]" if from_cache else "")
     )
+    if "video_time" in d:
+        console.print(f"  {escape(video_time_line(d['video_time']))}")
     for name, label in (("same_strategy_jax_default", "same strategy on jax-default"), ("expert", "expert deployment")):
         base = d.get("baselines", {}).get(name)
         if base and "speedup_of_plan" in base:

@@ -14,6 +14,8 @@ Public API:
   Ctrl-C) or a Ray cluster's actors (`aoizora.stage2.ray_executor`); `executor_from_spec` makes one
   from a `--executor` value;
 - `EarlyCompiles`: compiles started before Stage 2 (the experts, while Stage 1 lowers);
+- `CompanionCompiles`, `ProgramCost`, `program_cost` (`companions.py`): the programs a plan costs
+  besides the step (a video's VAE decode), compiled once beside Stage 2 and costed by Q2;
 - `CompilePlacements` (`aoizora.stage2.compile_order`): the device order each strategy is compiled
   over, predicted best from Stage 1's collectives where the compiled program depends on it;
 - `Stage2Summary`: what Stage 2 compiled, and what Q1 pruned;
@@ -21,6 +23,7 @@ Public API:
 """
 
 from aoizora.stage2.budget import BudgetRecord, TimeBudget, compile_timeout
+from aoizora.stage2.companions import CompanionCompiles, ProgramCost, program_cost
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
@@ -44,10 +47,10 @@ from aoizora.stage2.verify import recompile_cannot_change_q2
 
 __all__ = [
     "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
-    "CachedCompileError", "CompileCache", "CompileExecutor",
+    "CachedCompileError", "CompanionCompiles", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
+    "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
     "default_compile_cache", "drop_reason",
-    "executor_from_spec", "memory_kind", "predicted_compile_placement", "recompile_cannot_change_q2",
+    "executor_from_spec", "memory_kind", "predicted_compile_placement", "program_cost", "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

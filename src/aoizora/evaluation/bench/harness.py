@@ -97,7 +97,8 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
 
     topo = get_topology(cell.topology)
     if space is None:
-        space = wan_space(cell.model, cell.resolution, cell.frames, generation=topo.generation)
+        # the bench judges the step's choice: no VAE decode compile (the plan's video time is not scored)
+        space = wan_space(cell.model, cell.resolution, cell.frames, generation=topo.generation, vae=None)
     options = opts.options or Q2Options()
     t_cell = time.perf_counter()
 

@@ -138,6 +138,9 @@ class WanPipelineSpace(WanSpace):
         }
         return out
 
+    def expert_swap(self, strategy: Strategy, topology: Any) -> tuple[float | None, str]:
+        return expert_swap(self, strategy, topology)
+
     def plan_details(self, strategy: Strategy, topology: Any) -> dict[str, Any]:
         """Both experts and their HBM on the chosen strategy; the swap's transfer time."""
         p = self.pipeline
@@ -161,6 +164,22 @@ class WanPipelineSpace(WanSpace):
             "swap_seconds_per_video": (SWAPS_PER_VIDEO * swap_s if swap_s is not None else None)
             if self.residency == "swap" else 0.0,
         }}
+
+
+def expert_swap(space: WanPipelineSpace, strategy: Strategy, topology: Any) -> tuple[float | None, str]:
+    """(seconds per video, basis) of the expert swap under `strategy` (`plan_details`' numbers)."""
+    if len(space.pipeline.experts) == 1:
+        return 0.0, "one transformer: nothing to swap"
+    if space.residency == "both":
+        return 0.0, "both experts stay in HBM (as MaxDiffusion keeps them): nothing to swap"
+    experts = space.plan_details(strategy, topology)["experts"]
+    seconds = experts["swap_seconds_per_video"]
+    gib = experts["expert_bytes_per_device"] / 2**30
+    if seconds is None:
+        return None, f"{SWAPS_PER_VIDEO} copies of {gib:.2f} GiB per chip; transfer time unknown " \
+                     f"({experts['host_to_device_source']})"
+    return seconds, (f"{SWAPS_PER_VIDEO} copies of {gib:.2f} GiB per chip from host memory at "
+                     f"{experts['host_to_device_Bps'] / 1e9:.0f} GB/s ({experts['host_to_device_source']})")
 
 
 def swap_estimate(space: WanPipelineSpace, topology: Any) -> str:

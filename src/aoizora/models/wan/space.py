@@ -23,14 +23,30 @@ from typing import TYPE_CHECKING, Any
 from aoizora.errors import ShapeError, StrategyError
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.maxdiffusion import program as program_source
-from aoizora.models.wan import space_costs, space_enumeration, space_lowering, space_plan_file, space_tiles
+from aoizora.models.wan import (
+    space_costs,
+    space_enumeration,
+    space_lowering,
+    space_plan_file,
+    space_tiles,
+    video_parts,
+)
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.schedulers import UniPCScheduler
 from aoizora.models.wan.strategy import ATTENTION_VARIANTS, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy
+from aoizora.models.wan.vae_config import WanVAEConfig
 from aoizora.placement import MeshSpec
 from aoizora.toolchain import CompilerFlags
-from aoizora.workload import Candidate, ExpertDeployment, KernelCall, LoweringInputs, PlanDisagreement, StrategySpace
+from aoizora.workload import (
+    Candidate,
+    CompanionProgram,
+    ExpertDeployment,
+    KernelCall,
+    LoweringInputs,
+    PlanDisagreement,
+    StrategySpace,
+)
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -49,7 +65,8 @@ class WanSpace(StrategySpace[Strategy]):
                  kernel: str = "auto", *, model_name: str = "wan", scheduler: Any = None, guidance_scale: float = 5.0,
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment[Strategy] | None = None,
-                 kernel_profile: str = DEFAULT_KERNEL_PROFILE, program: str = "aoizora"):
+                 kernel_profile: str = DEFAULT_KERNEL_PROFILE, program: str = "aoizora",
+                 vae: WanVAEConfig | None = None):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
@@ -78,6 +95,8 @@ class WanSpace(StrategySpace[Strategy]):
         program_source.check_program(program, self)
         self.program = program
         self.program_source = program_source.maxdiffusion_source() if program == "maxdiffusion" else None
+        # the VAE whose decode a plan costs beside the step (`video_time`); None costs no decode
+        self.vae = vae
         # per process: the mesh each strategy was lowered on, and its kernels' records (`space_costs`)
         self._meshes: dict[Strategy, Mesh] = {}
         self._kernel_costs: dict[Strategy, list[KernelCost]] = {}
@@ -150,3 +169,16 @@ class WanSpace(StrategySpace[Strategy]):
 
     def workload(self) -> dict[str, Any]:
         return space_plan_file.workload(self)
+
+    def companion_programs(self, topology: Topology) -> list[CompanionProgram]:
+        """The VAE decode of the space's videos (none without a VAE)."""
+        return video_parts.companion_programs(self, topology)
+
+    def expert_swap(self, strategy: Strategy, topology: Topology) -> tuple[float | None, str]:
+        """(seconds per video, basis) of copying experts in from host memory: none with one transformer."""
+        return 0.0, "one transformer: nothing to swap"
+
+    def plan_totals(self, strategy: Strategy, topology: Topology, step_seconds: float,
+                    companions: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The plan's `video_time`: one generation end to end (`aoizora.models.wan.video_time`)."""
+        return {"video_time": video_parts.video_time_json(self, strategy, topology, step_seconds, companions)}
