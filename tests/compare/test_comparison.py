@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from aoizora.compare import VIDEO_TIME_INCLUDES, parse_slices, slice_row, video_seconds
+from aoizora.compare import parse_slices, slice_row, video_seconds, video_time_includes
 from aoizora.compare.comparison import Comparison, failed_row, pick_of
 from aoizora.compare.prices import ChipPrice, default_prices
+from aoizora.compare.video import DENOISING_ONLY, END_TO_END, MIXED
 from aoizora.errors import ArgumentError, PlanFormatError, TopologyError
 from aoizora.topology import get_topology
 from tests.plan.test_plan_consistency import PLANS
@@ -19,10 +20,39 @@ V6E = json.loads((PLANS / "v6e-2x4_wan2.1-t2v-14b_720p_81f.json").read_text())
 PRICE = ChipPrice("v6e", 2.0, source="test")
 
 
-def test_the_video_time_is_the_steps_times_the_predicted_step_and_says_so():
+def test_a_plan_without_a_video_time_is_read_as_its_steps_and_says_so():
+    assert "video_time" not in V6E
     assert video_seconds(V6E) == pytest.approx(V6E["workload"]["scheduler"]["steps"]
                                                * V6E["prediction"]["step_seconds"])
-    assert VIDEO_TIME_INCLUDES.startswith("denoising only")
+    assert video_time_includes(V6E) == DENOISING_ONLY
+
+
+def _with_video_time(plan, total):
+    plan = copy.deepcopy(plan)
+    plan["video_time"] = {"videos": 1, "total_seconds": total}
+    return plan
+
+
+def test_a_plan_with_an_end_to_end_video_time_is_read_as_it():
+    plan = _with_video_time(V6E, 512.5)
+    assert video_seconds(plan) == 512.5 and video_time_includes(plan) == END_TO_END
+    unknown = _with_video_time(V6E, None)  # e.g. its decode was cut by a time budget
+    assert video_seconds(unknown) == pytest.approx(video_seconds(V6E))
+    assert video_time_includes(unknown) == DENOISING_ONLY
+    with pytest.raises(PlanFormatError, match="video_time.total_seconds"):
+        video_seconds(_with_video_time(V6E, "fast"))
+
+
+def test_a_comparison_says_when_its_slices_video_times_include_different_parts():
+    prices = default_prices()
+    both = (slice_row(_with_video_time(V5E, 600.0), 8, prices.price("v5e"), None),
+            slice_row(_with_video_time(V6E, 300.0), 8, prices.price("v6e"), None))
+    mixed = (both[0], slice_row(V6E, 8, prices.price("v6e"), None))
+    workload = {"model": "wan2.1-t2v-14b", "resolution": "1280x720", "frames": 81}
+    assert Comparison(workload, both, prices, None, pick_of(both, None)).to_json()["video_time_includes"] == END_TO_END
+    doc = Comparison(workload, mixed, prices, None, pick_of(mixed, None)).to_json()
+    assert doc["video_time_includes"] == MIXED
+    assert [r["video_time_includes"] for r in doc["slices"]] == [END_TO_END, DENOISING_ONLY]
 
 
 def test_a_plan_without_its_steps_is_refused():
@@ -63,7 +93,7 @@ def test_the_comparison_is_strict_json_and_picks_among_the_planned():
     assert doc["slices"][2]["error"] == "no strategy fits" and doc["slices"][2]["video_seconds"] is None
     # v5e:2x4 takes 524 s, v6e:2x4 275 s: both meet 600 s, and v5e's chip-hours are the cheaper at these prices
     assert doc["pick"]["topology"] == "v5e:2x4"
-    assert doc["video_time_includes"] == VIDEO_TIME_INCLUDES
+    assert doc["video_time_includes"] == DENOISING_ONLY
 
 
 @pytest.mark.parametrize("given, error, fragment", [

@@ -9,6 +9,7 @@ import click
 
 from aoizora.cli.base import _Seconds, _workers_option, cli, print_json
 from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
+from aoizora.compare.video import MIXED
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import ArgumentError
 
@@ -36,12 +37,14 @@ from aoizora.errors import ArgumentError
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing, on each slice.")
 @click.option("--no-cache", is_flag=True, help="Plan every slice again (plan, Stage 1 and compile caches unused).")
+@click.option("--no-vae-decode", is_flag=True,
+              help="Skip the VAE decode's compile: each video time is then the denoising steps alone, and says so.")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="Seconds per TPU compile.")
 @_workers_option
 def compare(model: str, slice_names: str, resolution: str | None, frames: int | None, prices_path: str | None,
             max_video_seconds: float | None, out_dir: str | None, as_json: bool, top_k: int, verify_top: int,
-            no_cache: bool, compile_timeout: float, workers: int, executor: str,
+            no_cache: bool, no_vae_decode: bool, compile_timeout: float, workers: int, executor: str,
             ray_cpus_per_compile: float | None) -> None:
     """Plan a Wan video on each slice and compare them: per slice the chosen strategy, the video time,
     videos per hour, chip-hours and cost per video; the cheapest slice within --max-video-seconds."""
@@ -68,6 +71,7 @@ def compare(model: str, slice_names: str, resolution: str | None, frames: int | 
     with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
         result = compare_wan(model, [t.name for t in topologies], resolution, frames, prices=prices,
                              max_video_seconds=max_video_seconds, on_slice=announce, top_k=top_k,
+                             vae_decode=not no_vae_decode,
                              verify_top=verify_top, use_cache=not no_cache, compile_timeout_s=compile_timeout,
                              progress=not as_json, console=console, executor=pool)
     doc = result.to_json()
@@ -105,6 +109,10 @@ def _print_comparison(doc: dict[str, Any], out_dir: str | None) -> None:
         table.add_row(r["topology"], str(r["chips"]), *cells, *meets)
     Console(width=None if sys.stdout.isatty() else 160).print(table)
     click.echo(f"video time: {doc['video_time_includes']}")
+    if doc["video_time_includes"] == MIXED:
+        for r in doc["slices"]:
+            if r["video_time_includes"] is not None:
+                click.echo(f"  {r['topology']}: {r['video_time_includes']}")
     prices = doc["prices"]
     missing = sorted({r["topology"] for r in doc["slices"] if r["price"]["price_per_chip_hour"] is None})
     click.echo(f"prices: {prices['origin']}, read {prices['read']}, {currency} per chip-hour"

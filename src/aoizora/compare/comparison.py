@@ -24,7 +24,7 @@ from aoizora.compare.costs import (
     videos_per_hour,
 )
 from aoizora.compare.prices import ChipPrice, PriceTable, default_prices
-from aoizora.compare.video import VIDEO_TIME_INCLUDES, denoising_steps, video_seconds, videos_per_run
+from aoizora.compare.video import common_basis, denoising_steps, video_seconds, video_time_includes, videos_per_run
 from aoizora.errors import ArgumentError, PlanningError
 from aoizora.store import one_line
 
@@ -58,6 +58,7 @@ class SliceRow:
     meets_target: bool | None
     from_cache: bool = False
     error: str | None = None
+    video_time_includes: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -76,7 +77,7 @@ def slice_row(plan: dict[str, Any], chips: int, price: ChipPrice, max_video_seco
                     float(plan["prediction"]["step_seconds"]), denoising_steps(plan), per_run, seconds,
                     videos_per_hour(seconds, per_run), chip_hours, price,
                     cost_per_video(chip_hours, price.per_chip_hour), meets_target(seconds, max_video_seconds),
-                    from_cache)
+                    from_cache, video_time_includes=video_time_includes(plan))
 
 
 def failed_row(topology: Topology, price: ChipPrice, error: str) -> SliceRow:
@@ -95,9 +96,14 @@ class Comparison:
     max_video_seconds: float | None
     pick: Pick
 
+    @property
+    def video_time_includes(self) -> str:
+        """What the slices' video times include (`compare.video`): one basis, or that they differ."""
+        return common_basis([r.video_time_includes for r in self.rows if r.video_time_includes is not None])
+
     def to_json(self) -> dict[str, Any]:
         """The comparison as strict JSON (`aoizora compare --json` and `--out DIR/compare.json`)."""
-        return {"workload": self.workload, "video_time_includes": VIDEO_TIME_INCLUDES,
+        return {"workload": self.workload, "video_time_includes": self.video_time_includes,
                 "max_video_seconds": self.max_video_seconds, "prices": self.prices.to_json(),
                 "slices": [r.to_json() for r in self.rows],
                 "pick": {"topology": self.pick.name, "reason": self.pick.reason}}
@@ -130,16 +136,18 @@ def parse_slices(slices: str | Sequence[str], option: str = "slices") -> list[To
 
 def compare_wan(model: str, slices: str | Sequence[str], resolution: str | None = None, frames: int | None = None,
                 *, prices: PriceTable | None = None, max_video_seconds: float | None = None,
-                on_slice: Callable[[int, Topology], None] | None = None, **plan_options: Any) -> Comparison:
+                on_slice: Callable[[int, Topology], None] | None = None, vae_decode: bool = True,
+                **plan_options: Any) -> Comparison:
     """Plan a Wan video (model, resolution, frames as `aoizora plan` takes them) on each slice and
     compare them. The slices and the video shape are checked for every slice before any planning.
 
     `prices`: per-chip-hour prices (default: the packaged ones); `max_video_seconds`: the latency
     target the pick must meet; `on_slice(i, topology)` is called before planning each slice (e.g.
-    to print progress). Other keywords go to `plan_space` (`top_k`, `verify_top`, `use_cache`,
-    `libtpu_args`, ...); every slice compiles on one `executor` (default: local compile processes,
-    `DEFAULT_COMPILE_WORKERS` of them, started once). Raises TopologyError, ShapeError or
-    ArgumentError on bad input."""
+    to print progress); `vae_decode`: cost each slice's VAE decode for its end-to-end video time
+    (False: the denoising steps alone, as `--no-vae-decode`). Other keywords go to `plan_space`
+    (`top_k`, `verify_top`, `use_cache`, `libtpu_args`, ...); every slice compiles on one `executor`
+    (default: local compile processes, `DEFAULT_COMPILE_WORKERS` of them, started once). Raises
+    TopologyError, ShapeError or ArgumentError on bad input."""
     from aoizora.api import wan_request, wan_request_space
 
     topologies = parse_slices(slices)
@@ -147,7 +155,7 @@ def compare_wan(model: str, slices: str | Sequence[str], resolution: str | None 
     spaces = []
     for topo in topologies:
         request = wan_request(model, resolution, frames, kernel=None, from_maxdiffusion=None, topology=topo)
-        spaces.append(wan_request_space(request, topo))
+        spaces.append(wan_request_space(request, topo, vae_decode=vae_decode))
     rows = []
     with _one_executor(plan_options) as options:
         for i, (topo, space) in enumerate(zip(topologies, spaces, strict=True)):

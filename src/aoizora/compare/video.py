@@ -1,9 +1,10 @@
 """A plan's video time, as the comparison reads it: the one place that says what a video's time is.
 
-Today it is the denoising steps times the plan's predicted step, the part of a video the planner
-predicts; the text encoder, an expert swap and the VAE decode are not in it, and the label says so.
-When plans carry the end-to-end video time this function reads that instead, and every number of
-`aoizora compare` (videos per hour, chip-hours and cost per video, the latency target) follows.
+A plan's `video_time` (`aoizora.models.wan.video_time`) holds one generation end to end: the text
+encoding, the denoising steps, an expert swap and the VAE decode. Where its total is known the
+comparison reads it. A plan without one (written before plans carried it, or whose decode was not
+costed: `--no-vae-decode`, a time budget) is read as its denoising steps alone, and every number
+drawn from it says so (`video_time_includes`): a comparison never mixes the two bases unseen.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any
 
 from aoizora.errors import PlanFormatError
 
-#: What `video_seconds` includes, shown beside every video time the comparison prints or writes.
-VIDEO_TIME_INCLUDES = "denoising only: steps x predicted step (no text encoder, expert swap or VAE decode)"
+END_TO_END = "end to end: text encoding, denoising steps, expert swap and VAE decode (the plan's video_time)"
+DENOISING_ONLY = "denoising only: steps x predicted step (no text encoder, expert swap or VAE decode)"
+#: What a comparison's video time includes when its slices differ in what their plans cost.
+MIXED = "differs by slice (see each slice's video_time_includes)"
 
 
 def denoising_steps(plan: dict[str, Any]) -> int:
@@ -25,8 +28,28 @@ def denoising_steps(plan: dict[str, Any]) -> int:
     return steps
 
 
+def _end_to_end_seconds(plan: dict[str, Any]) -> float | None:
+    """The plan's `video_time.total_seconds`, None where the plan has no known total."""
+    total = (plan.get("video_time") or {}).get("total_seconds")
+    if total is None:
+        return None
+    if isinstance(total, bool) or not isinstance(total, int | float) or not total > 0:
+        raise PlanFormatError(f"plan video_time.total_seconds is {total!r}, not a positive number of seconds; "
+                              "re-run `aoizora plan`")
+    return float(total)
+
+
+def video_time_includes(plan: dict[str, Any]) -> str:
+    """What `video_seconds(plan)` includes: END_TO_END or DENOISING_ONLY."""
+    return END_TO_END if _end_to_end_seconds(plan) is not None else DENOISING_ONLY
+
+
 def video_seconds(plan: dict[str, Any]) -> float:
-    """The seconds one generation takes on the plan's slice (what it includes: `VIDEO_TIME_INCLUDES`)."""
+    """The seconds one generation takes on the plan's slice: the plan's end-to-end video time where
+    it has one, else its denoising steps times its step (`video_time_includes` says which)."""
+    total = _end_to_end_seconds(plan)
+    if total is not None:
+        return total
     return denoising_steps(plan) * float(plan["prediction"]["step_seconds"])
 
 
@@ -37,3 +60,11 @@ def videos_per_run(plan: dict[str, Any]) -> int:
         raise PlanFormatError(f"plan workload.shapes.cfg_batch is {cfg_batch!r}, not a CFG batch of 2 per video; "
                               "re-run `aoizora plan`")
     return cfg_batch // 2
+
+
+def common_basis(bases: list[str]) -> str:
+    """What a comparison's video times include: their one basis, or MIXED (none planned: END_TO_END)."""
+    distinct = set(bases)
+    if len(distinct) > 1:
+        return MIXED
+    return distinct.pop() if distinct else END_TO_END
