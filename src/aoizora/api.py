@@ -83,8 +83,8 @@ def wan_request_space(request: dict[str, Any], topology: Topology, expert_reside
     from aoizora.models import registry
 
     rest = dict(request)
-    if not vae_decode:
-        rest["vae"] = None
+    if vae_decode:
+        rest["vae"] = registry.model_vae(registry.model_key(rest["model"]))
     return registry.wan_space(rest.pop("model"), rest.pop("resolution"), rest.pop("frames"),
                               expert_residency=expert_residency, generation=topology.generation, **rest)
 

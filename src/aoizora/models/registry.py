@@ -108,7 +108,9 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
     kernel's own pick (a space `aoizora plan` does not search, hence no default). `rope_partner`
     replaces every transformer's `WanConfig.rope_partner` (None: the model's own form), and
     `ulysses_exchange` its `WanConfig.ulysses_exchange`. `steps` replaces the sampler's step count (None:
-    the model's default sampler). Other keywords go to the space (`WanSpace`)."""
+    the model's default sampler). Other keywords go to the space (`WanSpace`), among them `vae`: the VAE
+    whose decode the space's plans compile and cost for their video time (`model_vae(model)`, as
+    `aoizora plan` and `plan_wan` pass it); without it a plan says its decode was not costed."""
     from aoizora.models.wan.pipeline_space import WanPipelineSpace
     from aoizora.models.wan.space import WanSpace
 
@@ -120,7 +122,6 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
             pipeline, transformer=pipeline.transformer.replace(**forms),
             transformer_2=pipeline.transformer_2 and pipeline.transformer_2.replace(**forms))
     video = video_shape(pipeline.transformer, resolution, frames)
-    kwargs.setdefault("vae", model_vae(key))
     if key.startswith("wan2.1-"):
         space = WanSpace(pipeline.transformer, video, model_name=key, generation=generation, **kwargs)
     else:

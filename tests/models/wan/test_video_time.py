@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from aoizora.api import wan_request, wan_request_space
 from aoizora.errors import ShapeError
-from aoizora.models.registry import wan_space
+from aoizora.models.registry import model_vae, wan_space
 from aoizora.models.wan.config import VideoShape
 from aoizora.models.wan.space import WanSpace
 from aoizora.models.wan.text_encode_cost import pipeline_facts, text_encode_cost
@@ -78,16 +79,27 @@ def test_the_wan_space_assembles_its_video_time_from_the_step_and_the_decode():
 
 
 def test_the_decode_program_depends_on_the_video_and_the_slice_only():
-    space = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e")
+    vae = model_vae("wan2.1-t2v-14b")
+    space = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e", vae=vae)
     (program,) = space.companion_programs(get_topology("v5e:2x4"))
     assert program.name == VAE_DECODE and program.strategy.latent == (1, 16, 21, 90, 160)
     assert program.placement.mesh.shape == (1, 8)
-    other = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e", batch=4)
+    other = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e", batch=4, vae=vae)
     assert other.companion_programs(get_topology("v5e:2x4"))[0].strategy.latent == (2, 16, 21, 90, 160)
-    assert wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e", vae=None).companion_programs(
-        get_topology("v5e:2x4")) == []
-    (five_b,) = wan_space("wan2.2-ti2v-5b", "720p", 81, generation="v5e").companion_programs(get_topology("v5e:2x4"))
+    assert wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e").companion_programs(
+        get_topology("v5e:2x4")) == []  # a space given no VAE costs no decode
+    (five_b,) = wan_space("wan2.2-ti2v-5b", "720p", 81, generation="v5e",
+                          vae=model_vae("wan2.2-ti2v-5b")).companion_programs(get_topology("v5e:2x4"))
     assert five_b.strategy.latent[1] == 48  # Wan 2.2's VAE
+
+
+@pytest.mark.parametrize("vae_decode", [True, False])
+def test_a_plan_request_costs_its_models_decode_unless_told_not_to(vae_decode):
+    topo = get_topology("v5e:2x4")
+    request = wan_request("wan2.2-ti2v-5b", "720p", 81, kernel=None, from_maxdiffusion=None, topology=topo)
+    space = wan_request_space(request, topo, vae_decode=vae_decode)
+    assert space.vae == (model_vae("wan2.2-ti2v-5b") if vae_decode else None)
+    assert len(space.companion_programs(topo)) == (1 if vae_decode else 0)
 
 
 @pytest.mark.parametrize("residency", ["both", "swap"])
