@@ -109,11 +109,13 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     shape), TopologyError, ArgumentError (bad argument), MaxDiffusionUnavailable (program="maxdiffusion"
     where MaxDiffusion cannot be imported) or PlanningError.
     """
+    from aoizora.models.maxdiffusion import PROGRAMS
     from aoizora.plan import arguments, planner
     from aoizora.topology import get_topology
 
     arguments.check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options,
-                             from_maxdiffusion=from_maxdiffusion, kernel=kernel, program=program)
+                                       from_maxdiffusion=from_maxdiffusion, kernel=kernel, program=program,
+                                       programs=PROGRAMS)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
                           topology=topo, program=program)

@@ -9,7 +9,7 @@ import click
 
 from aoizora.cli.base import _Seconds, _workers_option, cli, print_json
 from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
-from aoizora.compare.video import MIXED
+from aoizora.compare import MIXED
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOP_K, DEFAULT_VERIFY_TOP
 from aoizora.errors import ArgumentError
 

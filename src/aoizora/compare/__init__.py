@@ -8,9 +8,10 @@ time, `comparison` the planning of each slice. Importing the package loads no ja
 from aoizora.compare.comparison import Comparison, SliceRow, compare_wan, parse_slices, slice_row
 from aoizora.compare.costs import Pick, SliceCandidate, pick_cheapest
 from aoizora.compare.prices import ChipPrice, PriceTable, default_prices, load_prices
-from aoizora.compare.video import video_seconds, video_time_includes
+from aoizora.compare.video import MIXED, video_seconds, video_time_includes
 
 __all__ = [
-    "ChipPrice", "Comparison", "Pick", "PriceTable", "SliceCandidate", "SliceRow", "compare_wan", "default_prices",
-    "load_prices", "parse_slices", "pick_cheapest", "slice_row", "video_seconds", "video_time_includes",
+    "MIXED", "ChipPrice", "Comparison", "Pick", "PriceTable", "SliceCandidate", "SliceRow", "compare_wan",
+    "default_prices", "load_prices", "parse_slices", "pick_cheapest", "slice_row", "video_seconds",
+    "video_time_includes",
 ]

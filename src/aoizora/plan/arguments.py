@@ -14,7 +14,6 @@ import math
 from typing import Any
 
 from aoizora.errors import ArgumentError, ArgumentTypeError
-from aoizora.models.maxdiffusion import PROGRAMS
 
 #: `expert_residency` values, as `aoizora plan --expert-residency` takes them
 EXPERT_RESIDENCIES = ("both", "swap")
@@ -35,9 +34,10 @@ def whole_number(name: str, value: Any, minimum: int) -> None:
 
 def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames: Any, expert_residency: Any,
                              options: dict[str, Any], *, from_maxdiffusion: Any = None, kernel: Any = None,
-                             program: Any = "aoizora") -> None:
+                             program: Any = "aoizora", programs: tuple[str, ...] = ("aoizora",)) -> None:
     """`plan_wan`'s own arguments, and the keywords it passes on to `plan_space`. With a MaxDiffusion
-    command, `model`, `resolution`, `frames` and `kernel` may be None (the command says them)."""
+    command, `model`, `resolution`, `frames` and `kernel` may be None (the command says them).
+    `programs`: the programs Stage 2 can compile (the models' own list; this module imports no model)."""
     if from_maxdiffusion is not None and not isinstance(from_maxdiffusion, str):
         raise ArgumentTypeError(f"from_maxdiffusion must be a MaxDiffusion command (str) or None, not "
                                 f"{_type_name(from_maxdiffusion)}")
@@ -52,8 +52,9 @@ def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames:
     if not (kernel is None or isinstance(kernel, str)):
         raise ArgumentTypeError(f"kernel must be a kernel profile (str) such as 'jax-splash' or None, not "
                                 f"{_type_name(kernel)}")
-    if program not in PROGRAMS:
-        raise ArgumentError(f"program must be one of {', '.join(map(repr, PROGRAMS))}, not {_type_name(program)}")
+    if not isinstance(program, str) or program not in programs:
+        shown = repr(program) if isinstance(program, str) else _type_name(program)
+        raise ArgumentError(f"program must be one of {', '.join(map(repr, programs))}, not {shown}")
     if expert_residency not in EXPERT_RESIDENCIES:
         raise ArgumentError(f"expert_residency must be one of {', '.join(map(repr, EXPERT_RESIDENCIES))}, "
                             f"not {_type_name(expert_residency)}")
