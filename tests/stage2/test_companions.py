@@ -73,7 +73,8 @@ def test_a_companion_the_budget_leaves_no_time_for_is_listed_and_not_compiled(tm
         c.start()
         costs = c.costs()
     assert costs == {"extra": {"label": "extra program", "dropped": NOT_COMPILED}}
-    assert called == [] and budget.record.not_compiled == ["extra program"] and budget.record.cut
+    assert called == [] and budget.record.companions_not_costed == ["extra program"] and budget.record.cut
+    assert budget.record.not_compiled == []  # a companion is not a strategy
     assert not list(tmp_path.iterdir())  # nothing cached
 
 
@@ -89,7 +90,7 @@ def test_a_companion_compile_the_budget_stops_is_listed_as_stopped(monkeypatch):
     with CompileWorkers(1) as pool, CompanionCompiles([_program(topo)], topo, 900, budget, None, None, pool) as c:
         c.start()
         costs = c.costs()
-    assert costs["extra"]["dropped"] == STOPPED and budget.record.stopped == ["extra program"]
+    assert costs["extra"]["dropped"] == STOPPED and budget.record.companions_not_costed == ["extra program"]
 
 
 def test_a_companion_the_compiler_refuses_says_why(monkeypatch):
@@ -118,4 +119,13 @@ def test_the_plan_waits_for_a_companion_no_longer_than_the_budget(monkeypatch):
         assert c.waiting() == ["extra program"]
         costs = c.costs()
     assert time.perf_counter() - t0 < 2.5
-    assert costs["extra"]["dropped"] == STOPPED and budget.record.stopped == ["extra program"]
+    assert costs["extra"]["dropped"] == STOPPED and budget.record.companions_not_costed == ["extra program"]
+
+
+def test_the_budget_note_counts_a_companion_apart_from_the_strategies():
+    from aoizora.plan.planner import _budget_notes
+
+    budget = TimeBudget(30)
+    budget.record.companions_not_costed.append("extra program")
+    (note,) = _budget_notes(budget)
+    assert "0 strategies not compiled, 0 compiles stopped" in note and "not costed: extra program" in note

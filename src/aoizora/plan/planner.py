@@ -251,9 +251,12 @@ def _budget_notes(budget: TimeBudget | None) -> list[str]:
     if budget is None or not budget.record.cut:
         return []
     r = budget.record
-    return [f"the time budget of {budget.seconds:g} s cut Stage 2 short: {len(r.not_compiled)} strategies not "
-            f"compiled, {len(r.stopped)} compiles stopped, {len(r.not_verified)} leading pairs not verified "
-            "(stage2.time_budget); plan without --time-budget for the full plan"]
+    parts = [f"{len(r.not_compiled)} strategies not compiled", f"{len(r.stopped)} compiles stopped",
+             f"{len(r.not_verified)} leading pairs not verified"]
+    if r.companions_not_costed:
+        parts.append(f"not costed: {', '.join(r.companions_not_costed)}")
+    return [f"the time budget of {budget.seconds:g} s cut Stage 2 short: {', '.join(parts)} (stage2.time_budget); "
+            "plan without --time-budget for the full plan"]
 
 
 def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]

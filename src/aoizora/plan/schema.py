@@ -272,7 +272,8 @@ PLAN_SCHEMA: dict[str, Any] = {
                                           "collectives' reordering maps were read)"),
                 "time_budget": _doc({"type": "object", "required": ["seconds", "cut"]},
                                     "with --time-budget: the budget, whether it cut Stage 2 short, and the "
-                                    "strategies not compiled, compiles stopped and leading pairs not verified"),
+                                    "strategies not compiled, compiles stopped, leading pairs not verified and "
+                                    "programs besides the step (the VAE decode) not costed"),
             },
         }, "what Stage 2 compiled, pruned and recompiled"),
         "timings": _doc({"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},

@@ -26,20 +26,23 @@ class OutOfBudget(Exception):
 
 @dataclass
 class BudgetRecord:
-    """What a budget cut: strategies never started, compiles stopped, leading pairs not verified."""
+    """What a budget cut: strategies never started, compiles stopped, leading pairs not verified, and
+    the programs besides the step (a video's VAE decode) not costed, never started or stopped."""
 
     seconds: float
     not_compiled: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     not_verified: list[dict[str, str]] = field(default_factory=list)
+    companions_not_costed: list[str] = field(default_factory=list)
 
     @property
     def cut(self) -> bool:
-        return bool(self.not_compiled or self.stopped or self.not_verified)
+        return bool(self.not_compiled or self.stopped or self.not_verified or self.companions_not_costed)
 
     def to_json(self) -> dict[str, Any]:
         return {"seconds": self.seconds, "cut": self.cut, "not_compiled": list(self.not_compiled),
-                "stopped": list(self.stopped), "not_verified": list(self.not_verified)}
+                "stopped": list(self.stopped), "not_verified": list(self.not_verified),
+                "companions_not_costed": list(self.companions_not_costed)}
 
 
 class TimeBudget:

@@ -4,8 +4,9 @@ while Stage 1 lowers and Stage 2 compiles, and costed by Q2 and the simulator as
 Each depends on the slice and its own inputs, never on the strategy: one compile per program,
 through the compile cache (so a re-plan reads it back), in the executor Stage 2 uses (so the
 compiles running at once stay bounded by its size). Under a time budget a companion compile is
-stopped, or never started, like a step's: the budget's record lists it, the plan is then not
-cached, and the compile cache keeps only finished compiles.
+stopped, or never started, like a step's: the budget's record lists it apart from the strategies
+(`companions_not_costed`), the plan is then not cached, and the compile cache keeps only finished
+compiles.
 """
 
 from __future__ import annotations
@@ -94,13 +95,13 @@ class CompanionCompiles:
     def _compile(self, program: CompanionProgram) -> Compiled:
         timeout = compile_timeout(self.budget, self.compile_timeout_s)
         if self.budget is not None and timeout is not None and timeout <= 0:
-            self.budget.record.not_compiled.append(program.label)
+            self.budget.record.companions_not_costed.append(program.label)
             raise _Cut(NOT_COMPILED)
         try:
             return compile_companion(program, self.topology, timeout, self.cache, self.flags, self.executor)
         except CompileTimeout:
             if self.budget is not None and timeout is not None and self.budget.binds(self.compile_timeout_s, timeout):
-                self.budget.record.stopped.append(program.label)
+                self.budget.record.companions_not_costed.append(program.label)
                 raise _Cut(STOPPED) from None
             raise
 
@@ -120,7 +121,7 @@ class CompanionCompiles:
                 compiled = self.futures[p.name].result(timeout=wait)
             except FutureTimeout:
                 assert self.budget is not None
-                self.budget.record.stopped.append(p.label)
+                self.budget.record.companions_not_costed.append(p.label)
                 self._abandoned = True
                 out[p.name] = {"label": p.label, "dropped": STOPPED}
                 continue
