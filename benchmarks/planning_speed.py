@@ -1,7 +1,8 @@
 """Cold planning time of two source trees side by side, and whether they plan the same.
 
     .venv/bin/python benchmarks/planning_speed.py --tree before=PATH --tree after=PATH [--runs 1]
-        [--topology v5e:2x4] [--top-k 3] [--json OUT]
+        [--model M] [--topology v5e:2x4] [--resolution R] [--frames F] [--top-k 3]
+        [--tree-args NAME="--no-vae-decode"] [--json OUT]
 
 Each tree is a checkout of aoizora (e.g. `git worktree add --detach /tmp/before cdef60c`), run
 with this interpreter and `PYTHONPATH=TREE/src`. The trees plan in turn (A B A B ...), each run
@@ -9,7 +10,9 @@ with an empty `AOIZORA_CACHE_DIR`, the request the demo makes (Wan 2.1 14B 720p/
 v5e:2x4 by default). Per run it records the wall seconds of the whole command and the plan's own
 timings (Stage 1, compile wall, verify, total), and of the plan: the chosen strategy, placement,
 compiler flags and predicted step. It prints the medians per tree and, per run, whether the plan
-is the first tree's (same strategy, tile, limit and placement; step within 1 %).
+is the first tree's (same strategy, tile, limit and placement; step within 1 %). `--tree-args`
+adds options to one tree's `aoizora plan` (an option older trees do not know, such as
+`--no-vae-decode` where only the step's plan is compared).
 `docs/data/planning/planning_speed.json` holds the committed run.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,14 +33,14 @@ from typing import Any
 TIMINGS = ("stage1", "compile_wall", "verify", "companions", "total")  # companions: absent before 57
 
 
-def plan_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+def plan_once(tree: Path, args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """One cold plan with the tree's code: its wall time, the plan's timings and its choice."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "plan.json"
         env = dict(os.environ, PYTHONPATH=str(tree / "src"), AOIZORA_CACHE_DIR=str(Path(tmp) / "cache"))
         cmd = [sys.executable, "-m", "aoizora.cli", "plan", "--model", args.model, "--topology", args.topology,
                "--resolution", args.resolution, "--frames", str(args.frames), "--top-k", str(args.top_k),
-               "--out", str(out)]
+               "--out", str(out), *extra]
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -85,13 +89,17 @@ def main() -> None:
     ap.add_argument("--resolution", default="720p")
     ap.add_argument("--frames", type=int, default=81)
     ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--tree-args", action="append", default=[], help='NAME="OPTIONS" for one tree\'s plan')
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
+    extra = {name: shlex.split(opts) for name, opts in (t.split("=", 1) for t in args.tree_args)}
+    if set(extra) - set(trees):
+        ap.error(f"--tree-args names no --tree: {sorted(set(extra) - set(trees))}")
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for _ in range(args.runs):
         for name, path in trees.items():
-            rec = plan_once(Path(path).resolve(), args)
+            rec = plan_once(Path(path).resolve(), args, extra.get(name, []))
             runs[name].append(rec)
             print(name, json.dumps(rec), file=sys.stderr, flush=True)
     first = next(iter(trees))
@@ -110,6 +118,7 @@ def main() -> None:
         args.json.write_text(json.dumps({"request": {k: getattr(args, k) for k in
                                                      ("model", "topology", "resolution", "frames", "top_k")},
                                          "trees": {name: tree_commit(Path(path)) for name, path in trees.items()},
+                                         "tree_args": {name: " ".join(opts) for name, opts in extra.items()},
                                          "runs": runs}, indent=1) + "\n")
 
 
