@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/planning_speed.py --tree before=PATH --tree after=PATH [--runs 1]
         [--model M] [--topology v5e:2x4] [--resolution R] [--frames F] [--top-k 3]
-        [--tree-args NAME="--no-vae-decode"] [--json OUT]
+        [--tree-args NAME="--no-vae-decode"] [--warm-top-k K] [--json OUT]
 
 Each tree is a checkout of aoizora (e.g. `git worktree add --detach /tmp/before cdef60c`), run
 with this interpreter and `PYTHONPATH=TREE/src`. The trees plan in turn (A B A B ...), each run
@@ -12,7 +12,9 @@ timings (Stage 1, compile wall, verify, total), and of the plan: the chosen stra
 compiler flags and predicted step. It prints the medians per tree and, per run, whether the plan
 is the first tree's (same strategy, tile, limit and placement; step within 1 %). `--tree-args`
 adds options to one tree's `aoizora plan` (an option older trees do not know, such as
-`--no-vae-decode` where only the step's plan is compared).
+`--no-vae-decode` where only the step's plan is compared). `--warm-top-k K` times, after each
+cold plan, a re-plan with Top-K `K` in the same cache (`warm_replan_s`): what a user pays to
+change only what Stage 1 keeps.
 `docs/data/planning/planning_speed.json` holds the committed run.
 """
 
@@ -47,6 +49,12 @@ def plan_once(tree: Path, args: argparse.Namespace, extra: list[str]) -> dict[st
         if p.returncode:
             return {"wall_s": wall, "error": p.stderr.strip().splitlines()[-1:]}
         plan = json.loads(out.read_text())
+        warm = None
+        if args.warm_top_k is not None:
+            again = [*cmd[:cmd.index("--top-k") + 1], str(args.warm_top_k), *cmd[cmd.index("--top-k") + 2:]]
+            t1 = time.perf_counter()
+            w = subprocess.run(again, env=env, capture_output=True, text=True)
+            warm = time.perf_counter() - t1 if w.returncode == 0 else None
     return {
         "wall_s": wall,
         "timings": {k: plan["timings"].get(k) for k in TIMINGS},
@@ -58,6 +66,7 @@ def plan_once(tree: Path, args: argparse.Namespace, extra: list[str]) -> dict[st
         "compiles": plan["stage2"]["compiles"],
         "verify_recompiles": plan["stage2"].get("verify_recompiles", []),
         "load_average": os.getloadavg()[0],
+        **({"warm_replan_s": warm, "warm_top_k": args.warm_top_k} if args.warm_top_k is not None else {}),
     }
 
 
@@ -89,6 +98,8 @@ def main() -> None:
     ap.add_argument("--resolution", default="720p")
     ap.add_argument("--frames", type=int, default=81)
     ap.add_argument("--top-k", type=int, default=3)
+    ap.add_argument("--warm-top-k", type=int, default=None, help="after each cold plan, time a re-plan "
+                    "with this Top-K in the same cache")
     ap.add_argument("--tree-args", action="append", default=[], help='NAME="OPTIONS" for one tree\'s plan')
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
