@@ -10,6 +10,7 @@ from aoizora.plan import cache, plan_space
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import NOT_COMPILED, STOPPED, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import CompileTimeout
 from aoizora.stage2.search import Stage2Config, run_stage2
 from aoizora.stage2.sweep import BoundedSweep
@@ -30,17 +31,16 @@ class _Clock:
         return self.now
 
 
-def test_a_budget_gives_each_compile_what_is_left_of_it():
+def test_a_budget_gives_each_compile_what_is_left_of_it_on_the_clock_beside_its_own_cpu_limit():
     clock = _Clock()
     budget = TimeBudget(60, clock=clock)
     assert budget.remaining() == 60 and not budget.expired()
-    assert budget.timeout(900) == 60 and budget.binds(900, 60)
-    assert budget.timeout(30) == 30 and not budget.binds(30, 30)
+    assert compile_timeout(budget, 900) == CompileLimit(cpu_s=900, wall_s=60)
     clock.now += 45
-    assert budget.timeout(None) == 15 and budget.binds(None, 15)
+    assert compile_timeout(budget, None) == CompileLimit(cpu_s=None, wall_s=15)
     clock.now += 20
-    assert budget.expired() and budget.timeout(900) == 0
-    assert compile_timeout(None, 900) == 900
+    assert budget.expired() and compile_timeout(budget, 900).spent
+    assert compile_timeout(None, 900) == CompileLimit(cpu_s=900) and not compile_timeout(None, 900).spent
     assert not budget.record.cut
 
 
@@ -119,14 +119,14 @@ def test_a_compile_the_budget_stops_is_dropped_as_stopped(small, monkeypatch):
     given = []
 
     def stopped(*args, **kwargs):
-        given.append(args[5])  # the timeout it was given
-        raise CompileTimeout("compile did not finish within 5 s")
+        given.append(args[5])  # the limits it was given
+        raise CompileTimeout("compile did not finish within 5 s", wall_clock=True)
 
     monkeypatch.setattr(compiling, "compile_strategy", stopped)
     result = run_stage2(space, kept[:1], topo, Stage2Config(verify_top=0, budget=budget, compile_timeout_s=900))
     assert [o.dropped for o in result.outcomes] == [STOPPED]
     assert budget.record.stopped == [kept[0][0]]
-    assert 0 < given[0] <= 5
+    assert given[0].cpu_s == 900 and 0 < given[0].wall_s <= 5
 
 
 def test_a_compile_stopped_by_its_own_timeout_is_not_charged_to_the_budget(small, monkeypatch):
@@ -168,7 +168,7 @@ def test_no_strategy_within_the_budget_is_a_planning_error(small, monkeypatch, t
     monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path / "cache"))
 
     def stopped(*args, **kwargs):
-        raise CompileTimeout("compile did not finish")
+        raise CompileTimeout("compile did not finish", wall_clock=True)
 
     monkeypatch.setattr(compiling, "compile_strategy", stopped)
     with pytest.raises(PlanningError, match="within the time budget of 1 s"):

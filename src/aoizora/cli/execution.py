@@ -98,7 +98,7 @@ def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: boo
                    "--quick), whatever their oracle sweep and K; cells computed by another version of aoizora are "
                    "marked as such.")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
-              help="Seconds per TPU compile.")
+              help="CPU seconds per TPU compile (its process's, so a busy host changes no plan; on Ray: seconds).")
 @_workers_option
 @_libtpu_args_option
 def bench(quick: bool, grid_name: str, cells: tuple[str, ...], out_dir: str, top_k: int | None, no_oracle: bool,

@@ -83,7 +83,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
 @click.option("--no-cache", is_flag=True,
               help="Plan again even if an identical request is cached (plan, Stage 1 and compile caches unused).")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
-              help="Seconds per TPU compile.")
+              help="CPU seconds per TPU compile (its process's, so a busy host changes no plan; on Ray: seconds).")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
 @click.option("--time-budget", type=_Seconds(), default=None,

@@ -40,7 +40,7 @@ from aoizora.errors import ArgumentError
 @click.option("--no-vae-decode", is_flag=True,
               help="Skip the VAE decode's compile: each video time is then the denoising steps alone, and says so.")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
-              help="Seconds per TPU compile.")
+              help="CPU seconds per TPU compile (its process's, so a busy host changes no plan; on Ray: seconds).")
 @_workers_option
 def compare(model: str, slice_names: str, resolution: str | None, frames: int | None, prices_path: str | None,
             max_video_seconds: float | None, out_dir: str | None, as_json: bool, top_k: int, verify_top: int,

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aoizora.stage2.compile_limits import CompileLimit
+
 #: the drop reason of a strategy the budget kept from compiling, or stopped compiling
 NOT_COMPILED = "not compiled: the time budget ran out"
 STOPPED = "compile stopped: the time budget ran out"
@@ -62,16 +64,9 @@ class TimeBudget:
     def expired(self) -> bool:
         return self.remaining() <= 0
 
-    def timeout(self, compile_timeout_s: float | None) -> float:
-        """The timeout of a compile started now: the compile's own, or what is left of the budget."""
-        left = max(self.remaining(), 0.0)
-        return left if compile_timeout_s is None else min(compile_timeout_s, left)
-
-    def binds(self, compile_timeout_s: float | None, timeout_s: float) -> bool:
-        """Whether a compile given `timeout_s` was limited by the budget rather than its own timeout."""
-        return compile_timeout_s is None or timeout_s < compile_timeout_s
 
 
-def compile_timeout(budget: TimeBudget | None, compile_timeout_s: float | None) -> float | None:
-    """A compile's timeout under `budget` (None: no budget, its own timeout)."""
-    return compile_timeout_s if budget is None else budget.timeout(compile_timeout_s)
+def compile_timeout(budget: TimeBudget | None, compile_timeout_s: float | None) -> CompileLimit:
+    """The limits of a compile started now: its own (`compile_timeout_s`, CPU seconds) and, under
+    `budget`, what is left of the budget (wall seconds)."""
+    return CompileLimit(cpu_s=compile_timeout_s, wall_s=None if budget is None else max(budget.remaining(), 0.0))

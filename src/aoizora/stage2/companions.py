@@ -21,6 +21,7 @@ from aoizora.placement import Placement
 from aoizora.sim import simulate
 from aoizora.stage2.budget import NOT_COMPILED, STOPPED, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.stage2.outcomes import Compiled, drop_reason
@@ -63,7 +64,7 @@ def program_cost(compiled: Compiled, topology: Topology, placement: Placement, s
         cached=compiled.from_cache)
 
 
-def compile_companion(program: CompanionProgram, topology: Topology, timeout_s: float | None,
+def compile_companion(program: CompanionProgram, topology: Topology, timeout_s: CompileLimit | float | None,
                       cache: CompileCache | None, flags: CompilerFlags | None,
                       executor: CompileExecutor | None) -> Compiled:
     """Compile (or read from `cache`) one companion program over its placement's device order."""
@@ -94,13 +95,13 @@ class CompanionCompiles:
 
     def _compile(self, program: CompanionProgram) -> Compiled:
         timeout = compile_timeout(self.budget, self.compile_timeout_s)
-        if self.budget is not None and timeout is not None and timeout <= 0:
+        if self.budget is not None and timeout.spent:
             self.budget.record.companions_not_costed.append(program.label)
             raise _Cut(NOT_COMPILED)
         try:
             return compile_companion(program, self.topology, timeout, self.cache, self.flags, self.executor)
-        except CompileTimeout:
-            if self.budget is not None and timeout is not None and self.budget.binds(self.compile_timeout_s, timeout):
+        except CompileTimeout as exc:
+            if self.budget is not None and exc.wall_clock:
                 self.budget.record.companions_not_costed.append(program.label)
                 raise _Cut(STOPPED) from None
             raise

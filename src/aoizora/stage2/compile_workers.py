@@ -40,16 +40,24 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from aoizora.placement import Placement
+from aoizora.stage2.compile_limits import CompileLimit, LimitWatch
 from aoizora.toolchain import CompilerFlags
 
 #: Seconds a new child may take to import jax and libtpu before it is considered broken.
 CHILD_START_TIMEOUT_S = 600.0
 #: How often a child checks that its parent is still there (see `_exit_when_orphaned`).
 ORPHAN_POLL_S = 0.2
+#: How often the parent reads a compiling child's CPU time (`compile_limits.LimitWatch`).
+LIMIT_POLL_S = 1.0
 
 
 class CompileTimeout(Exception):
-    """A compile did not finish within its timeout (its child process was killed)."""
+    """A compile did not finish within its limit (its child process was killed). `wall_clock`: the
+    caller's wall-clock limit (the time budget) ran out, not the compile's own limit."""
+
+    def __init__(self, message: str, wall_clock: bool = False) -> None:
+        super().__init__(message)
+        self.wall_clock = wall_clock
 
 
 class WorkloadNotTransferable(Exception):
@@ -136,7 +144,7 @@ class CompileChild:
             self.killed = True
             self._end()
 
-    def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+    def run(self, job: CompileJob, limit: CompileLimit) -> ChildResult:
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -186,11 +194,14 @@ class _Child(CompileChild):
             raise ChildDied(f"the compile process {self.process.pid} ended without an answer "
                             f"(exit code {self.process.poll()})") from exc
 
-    def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+    def run(self, job: CompileJob, limit: CompileLimit) -> ChildResult:
+        watch = LimitWatch(self.pid, limit)
         self.send_conn.send(job)
-        if not self.recv_conn.poll(timeout_s):
-            self.kill()
-            raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+        while not self.recv_conn.poll(watch.wait_seconds(LIMIT_POLL_S)):
+            reason = watch.check()
+            if reason is not None:
+                self.kill()
+                raise CompileTimeout(reason, wall_clock=watch.wall_limit_expired())
         return result_of(self._receive())
 
     def _end(self) -> None:
@@ -223,8 +234,9 @@ class CompileExecutor(Protocol):
             lowered_text: str) -> CompileJob | None:
         """The job for one compile, or None when the space or strategy cannot be sent."""
 
-    def compile(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
-        """Run `job`; CompileTimeout (its process killed) after `timeout_s` seconds."""
+    def compile(self, job: CompileJob, timeout_s: CompileLimit | float | None) -> ChildResult:
+        """Run `job`; CompileTimeout (its process killed) past its limit (`CompileLimit`; seconds: the
+        compile's own, in CPU seconds where the executor can measure them)."""
 
     def refuse(self, space: Any) -> None:
         """Remember that `space` cannot be loaded where the compiles run."""
@@ -274,8 +286,8 @@ class CompileWorkers:
         with self._lock:
             self._blobs[id(space)] = (space, None)
 
-    def compile(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
-        """Run `job` in a child; CompileTimeout (the child killed) after `timeout_s` seconds."""
+    def compile(self, job: CompileJob, timeout_s: CompileLimit | float | None) -> ChildResult:
+        """Run `job` in a child; CompileTimeout (the child killed) past its limit (`CompileLimit.of`)."""
         with self._slots:
             child = self._take()
             try:
@@ -284,7 +296,7 @@ class CompileWorkers:
                     child.wait_ready()
                     with self._lock:
                         self.start_seconds.append(time.perf_counter() - t0)
-                result = child.run(job, timeout_s)
+                result = child.run(job, CompileLimit.of(timeout_s))
             except (ChildCompileError, WorkloadNotTransferable):
                 self._give(child)  # the child answered: it is still good
                 raise

@@ -15,6 +15,7 @@ from aoizora.hlo.builder import build_program
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.placement import Placement, enumerate_placements
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord
+from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import (
     ChildResult,
     CompileExecutor,
@@ -32,12 +33,16 @@ from aoizora.workload import LOWERING_LOCK, StrategySpace
 log = logging.getLogger("aoizora.stage2")
 
 
-def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerFlags | None = None) -> Any:
-    """`lowered.compile()` with `flags` in a thread of this process; CompileTimeout after `timeout_s`.
+def compile_with_timeout(lowered: Any, timeout_s: CompileLimit | float | None,
+                         flags: CompilerFlags | None = None) -> Any:
+    """`lowered.compile()` with `flags` in a thread of this process; CompileTimeout past its limit.
 
     The fallback for workloads that cannot go to a child process: the compile cannot be stopped,
-    so on timeout the thread is abandoned and runs to its end.
+    so on timeout the thread is abandoned and runs to its end. A thread's CPU time among this
+    process's others cannot be read, so the limit applies to the wall clock (`compile_limits`).
     """
+    limit = CompileLimit.of(timeout_s)
+    wall = limit.as_wall_seconds()
     box: dict[str, Any] = {}
 
     def work() -> None:
@@ -48,9 +53,9 @@ def compile_with_timeout(lowered: Any, timeout_s: float | None, flags: CompilerF
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    worker.join(timeout_s)
+    worker.join(wall)
     if worker.is_alive():
-        raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+        raise CompileTimeout(f"compile did not finish within {wall:.0f} s", wall_clock=limit.wall_binds())
     if "error" in box:
         raise box["error"]
     return box["compiled"]
@@ -63,7 +68,8 @@ def shared_compile_placement(space: StrategySpace, topology: Topology, strategy:
 
 
 def compile_strategy(
-    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement, timeout_s: float | None,
+    space: StrategySpace, strategy: Any, key: str, topology: Topology, placement: Placement,
+    timeout_s: CompileLimit | float | None,
     cache: CompileCache | None = None,
     flags: CompilerFlags | None = None,
     executor: CompileExecutor | None = None,
@@ -72,7 +78,8 @@ def compile_strategy(
 
     The program is lowered here and looked up in `cache` first; a miss is compiled by `executor`
     (default: a child process started for this compile), in a process killed when the compile exceeds
-    `timeout_s` or the caller is interrupted; only a finished compile is stored in `cache`. A
+    `timeout_s` (a `CompileLimit`; seconds: the compile's own limit, in CPU seconds of its process)
+    or the caller is interrupted; only a finished compile is stored in `cache`. A
     space that cannot go to a child process (see `aoizora.stage2.compile_workers`) is compiled in
     this process, where a timeout abandons the compile instead of stopping it.
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
@@ -118,7 +125,7 @@ def compile_strategy(
 
 
 def _compile_miss(space: StrategySpace, strategy: Any, topology: Topology, placement: Placement, lowered: Any,
-                  text: str, timeout_s: float | None, flags: CompilerFlags | None,
+                  text: str, timeout_s: CompileLimit | float | None, flags: CompilerFlags | None,
                   executor: CompileExecutor | None) -> ChildResult:
     """Compile a program the cache did not have: by `executor` when the workload can go there."""
     if executor is None:
@@ -153,7 +160,7 @@ class EarlyCompiles:
     Stage 2 no early compile is running: Stage 2 waited for each).
     """
 
-    def __init__(self, space: StrategySpace, topology: Topology, timeout_s: float | None,
+    def __init__(self, space: StrategySpace, topology: Topology, timeout_s: CompileLimit | float | None,
                  cache: CompileCache | None, executor: CompileExecutor) -> None:
         self.space, self.topology, self.timeout_s, self.cache = space, topology, timeout_s, cache
         self.executor = executor

@@ -34,6 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from aoizora.defaults import DEFAULT_RAY_CPUS_PER_COMPILE
 from aoizora.errors import ExecutorError
+from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import (
     CHILD_START_TIMEOUT_S,
     ChildDied,
@@ -117,12 +118,15 @@ class _RayChild(CompileChild):
         self.pid = reported["pid"]
         check_environment(self.expected, reported)
 
-    def run(self, job: CompileJob, timeout_s: float | None) -> ChildResult:
+    def run(self, job: CompileJob, limit: CompileLimit) -> ChildResult:
+        # an actor's process may be on another node, where its CPU time cannot be read: its
+        # compile's own limit applies to the wall clock (`compile_limits`)
+        wall = limit.as_wall_seconds()
         ref = self.actor.run.remote(job)
-        done, _ = ray.wait([ref], timeout=timeout_s)
+        done, _ = ray.wait([ref], timeout=wall)
         if not done:
             self.kill()
-            raise CompileTimeout(f"compile did not finish within {timeout_s:.0f} s")
+            raise CompileTimeout(f"compile did not finish within {wall:.0f} s", wall_clock=limit.wall_binds())
         try:
             answer = ray.get(ref)
         except ray.exceptions.RayError as exc:  # the actor died: killed from outside, or crashed

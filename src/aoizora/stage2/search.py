@@ -168,14 +168,14 @@ class _Stage2Run:
         placement = (self.compile_placement(key, strategy) if self.compile_placement is not None
                      else shared_compile_placement(self.space, self.topology, strategy))
         timeout = compile_timeout(self.budget, self.compile_timeout_s)
-        if self.budget is not None and timeout is not None and timeout <= 0:
+        if self.budget is not None and timeout.spent:
             self.budget.record.not_compiled.append(key)
             raise OutOfBudget(NOT_COMPILED)
         try:
             return compiling.compile_strategy(self.space, strategy, key, self.topology, placement, timeout,
                                               self.compile_cache, self.flags_of(key), executor=self.pool)
-        except CompileTimeout:
-            if self.budget is not None and timeout is not None and self.budget.binds(self.compile_timeout_s, timeout):
+        except CompileTimeout as exc:
+            if self.budget is not None and exc.wall_clock:
                 self.budget.record.stopped.append(key)
                 raise OutOfBudget(STOPPED) from None
             raise

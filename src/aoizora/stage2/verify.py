@@ -23,6 +23,7 @@ from aoizora.placement import Placement
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
+from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout
 from aoizora.stage2.outcomes import Scored, StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
@@ -83,7 +84,7 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
             continue
         outcome = by_key[s.key]
         timeout = compile_timeout(budget, timeout_s)
-        if budget is not None and timeout is not None and timeout <= 0:
+        if budget is not None and timeout.spent:
             _not_verified(budget, s.key, s.placement.name, notes)
             continue
         try:
@@ -94,8 +95,7 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
         except ExecutorError:
             raise
         except Exception as exc:
-            if (isinstance(exc, CompileTimeout) and budget is not None and timeout is not None
-                    and budget.binds(timeout_s, timeout)):
+            if isinstance(exc, CompileTimeout) and budget is not None and exc.wall_clock:
                 _not_verified(budget, s.key, s.placement.name, notes)
                 continue
             notes.append(f"recompile of {s.key} / {s.placement.name} failed ({drop_reason(exc)}); "
@@ -125,7 +125,7 @@ def generation_order_is_maps_only(topology: Topology) -> bool:
 
 
 def _verified_by_probe(space: StrategySpace, strategy: object, pair: Scored, model: CostModel,
-                       timeout_s: float | None, cache: CompileCache | None, flags: CompilerFlags | None,
+                       timeout_s: CompileLimit, cache: CompileCache | None, flags: CompilerFlags | None,
                        pool: CompileExecutor, notes: list[str]) -> bool:
     """Verify `pair` through its strategy's order probe, where it has one and the order changes only
     reordering maps on this generation: compile the probe over the pair's order and graft its maps
