@@ -183,6 +183,15 @@ def test_batch_scaling_and_torchax_misses():
     assert torchax == sorted([int(first), int(second)])
 
 
+def test_the_collectives_range_is_every_timed_collective_of_the_hardware_suite():
+    low, high = _said(r"collectives on v5e, v5p, v6e and TPU7x at ([\d.]+)–([\d.]+)× the measured time per call")
+    timed = [e for e in json.loads((DATA / "hardware" / "after.json").read_text())["entries"]
+             if e["kind"] == "timed"]
+    assert {e["topology"].split(":")[0] for e in timed} == {"v5e", "v5p", "v6e", "tpu7x"}
+    ratios = [e["q2_over_measured"] for e in timed]
+    assert (float(low), float(high)) == (round(min(ratios), 2), round(max(ratios), 2))
+
+
 MUTATIONS = [  # (what the README says, a count or range the data does not give, the check that reads it)
     ("17 of its 18 cells", "17 of its 19 cells", test_tuning_grid_cells_and_the_cells_each_geomean_is_over),
     ("geomean over the 16 cells", "geomean over the 17 cells",
@@ -193,6 +202,7 @@ MUTATIONS = [  # (what the README says, a count or range the data does not give,
     ("within 6 %", "within 20 %", test_v7x_8_denoise_steps_are_within_the_stated_percent),
     ("[22 published", "[21 published", test_the_number_of_published_wan_figures),
     ("1.062–1.382×", "1.062–1.114×", test_todays_maxdiffusion_range_is_the_other_rows_of_the_kernel),
+    ("at 0.75–1.27×", "at 0.75–1.10×", test_the_collectives_range_is_every_timed_collective_of_the_hardware_suite),
 ]
 
 
