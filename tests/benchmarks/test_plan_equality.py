@@ -1,0 +1,86 @@
+"""The plans of today's planner are the plans of `cdef60c`, the commit before the planning-speed
+changes (the order probe in place of the verifying recompile, the time budget, the companion
+compiles): on the demo's request and three held-out cells, the same strategy (tile and scoped-VMEM
+limit are in its key), placement and compiler flags, and a step within 1 %.
+
+Each file is one `benchmarks/planning_speed.py` run of a request, planned cold by each tree in turn
+(`docs/data/planning/planning_speed.json`: the demo; `docs/data/planning/plan_equality/`: held-out
+cells); the tests re-read them with the benchmark's own check. A file's trees are named by the
+commit they were checked out at (`trees`); regenerate it with the benchmark and checkouts of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANNING = ROOT / "docs" / "data" / "planning"
+FILES = [PLANNING / "planning_speed.json", *sorted((PLANNING / "plan_equality").glob("*.json"))]
+REFERENCE = "cdef60c"
+#: commits timed beside the others but planned before the tile search: their plans differ by design
+TIMED_ONLY = ("f589b5c",)
+DEMO = {"model": "wan2.1-t2v-14b", "topology": "v5e:2x4", "resolution": "720p", "frames": 81}
+
+
+def _benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location("planning_speed", ROOT / "benchmarks" / "planning_speed.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+same_plan = _benchmark().same_plan
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def test_the_demo_and_three_held_out_cells_are_pinned():
+    cells = [{k: _load(p)["request"][k] for k in DEMO} for p in FILES]
+    assert DEMO in cells
+    assert len({tuple(sorted(c.items())) for c in cells if c != DEMO}) >= 3
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_every_later_tree_plans_what_the_reference_planned(path):
+    data = _load(path)
+    (ref_name,) = [name for name, commit in data["trees"].items() if commit.startswith(REFERENCE)]
+    reference = data["runs"][ref_name]
+    assert reference and all("error" not in r for r in reference)
+    compared = [name for name, commit in data["trees"].items()
+                if name != ref_name and not commit.startswith(TIMED_ONLY)]
+    assert compared, "no tree to compare with the reference"
+    for name in compared:
+        for run, ref in zip(data["runs"][name], reference, strict=True):
+            assert same_plan(run, ref), (name, run.get("strategy"), run.get("placement"), run.get("step_seconds"))
+
+
+def test_the_check_refuses_another_strategy_placement_flag_or_step():
+    ref = next(iter(_load(FILES[0])["runs"].values()))[0]
+    assert same_plan(dict(ref, step_seconds=ref["step_seconds"] * 1.009), ref)
+    assert not same_plan(dict(ref, step_seconds=ref["step_seconds"] * 1.011), ref)
+    assert not same_plan(dict(ref, strategy=ref["strategy"] + " | vmem=1"), ref)
+    assert not same_plan(dict(ref, placement="another"), ref)
+    assert not same_plan(dict(ref, libtpu_args=ref["libtpu_args"] + " --xla_tpu_scoped_vmem_limit_kib=1"), ref)
+    assert not same_plan({"error": ["failed"]}, ref)
+
+
+def test_the_compared_trees_are_this_project_history():
+    """Every tree a file compares is a commit this checkout descends from (not a local edit)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in FILES:
+        for name, commit in _load(path)["trees"].items():
+            assert "+" not in commit, (path.name, name, commit)
+            ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
+                                      capture_output=True)
+            assert ancestor.returncode == 0, (path.name, name, commit)
