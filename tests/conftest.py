@@ -12,9 +12,11 @@ if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 # Plans and compiled programs are cached on disk; tests must neither reuse nor fill the user's cache.
-# Each test process (each pytest-xdist worker too: they inherit the controller's environment) gets
-# a fresh one of its own, unless the user named one.
-if os.environ.get("AOIZORA_CACHE_DIR") in (None, os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")):
+# A test session gets a fresh one, unless the user named one. Its pytest-xdist workers (which inherit
+# the controller's environment) share it: entries are written atomically, and several test files plan
+# or compile the same small programs, which one worker then compiles for both.
+_shared = os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")
+if os.environ.get("AOIZORA_CACHE_DIR") in (None, os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")) and not _shared:
     import atexit
     import shutil
     import tempfile

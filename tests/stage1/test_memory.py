@@ -2,6 +2,7 @@
 
 import probes  # tests/stage1, on the path by conftest
 import pytest
+from assignment_dump import buffer_assignment_of  # tests/stage1 too
 
 from aoizora.stage1 import estimate_memory, predict, read_module
 from aoizora.topology import get_topology
@@ -207,26 +208,21 @@ def test_an_all_to_all_takes_a_scratch_buffer_of_its_payload_outside_the_assignm
     assert pred.peak_temp_bytes == pytest.approx(3 * payload, rel=1e-3)  # an operand written out, a result, the scratch
 
 
-@pytest.mark.slow
-def test_keys_padded_for_the_splash_kernel_are_written_out_and_free_the_gathered_keys(tmp_path):
-    """All-gather attention as Wan runs it: K and V projected, gathered over the context axis
-    (17,408 keys) and padded to a multiple of the splash kernel's `block_kv` (2,048) by aoizora's
-    splash wrapper. The Pallas kernel reads only buffers, so libtpu writes the padded K and V out
-    (`pad_bitcast_fusion`s, 144 MiB each), and each gathered buffer dies as its padded copy is
-    written. Stage 1's buffer-assignment temp is within 10 % of libtpu's (560 MiB); treating the
-    pad as fused into the kernel, as it once did, is 27 % under."""
+_PADDED_KEYS_SHAPE = (4352, 32, 128)  # local keys, heads, head dim: 17,408 gathered keys, padded to 18,432
+
+
+def _padded_keys_program():
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from aoizora.hlo.buffer_dump import read_buffer_assignment
     from aoizora.models.wan.attention import splash_attention
 
     topo = get_topology("v5e:2x2")
     mesh = Mesh(np.array(topo.devices).reshape(4), ("c",))
-    local, heads, head_dim = 4352, 32, 128  # 17,408 gathered keys, padded to 18,432
+    local, heads, head_dim = _PADDED_KEYS_SHAPE
 
     def attend(x, wq, wk, wv):
         q, k, v = ((x @ w).reshape(1, local, heads, head_dim) for w in (wq, wk, wv))
@@ -238,10 +234,22 @@ def test_keys_padded_for_the_splash_kernel_are_written_out_and_free_the_gathered
                                 out_specs=P(None, "c"), check_vma=False))
     x = jax.ShapeDtypeStruct((1, 4 * local, heads * head_dim), jnp.bfloat16, sharding=NamedSharding(mesh, P(None, "c")))
     w = jax.ShapeDtypeStruct((heads * head_dim,) * 2, jnp.bfloat16, sharding=NamedSharding(mesh, P()))
-    lowered = run.lower(x, w, w, w)
+    return run.lower(x, w, w, w)
+
+
+@pytest.mark.slow
+def test_keys_padded_for_the_splash_kernel_are_written_out_and_free_the_gathered_keys(tmp_path):
+    """All-gather attention as Wan runs it: K and V projected, gathered over the context axis
+    (17,408 keys) and padded to a multiple of the splash kernel's `block_kv` (2,048) by aoizora's
+    splash wrapper. The Pallas kernel reads only buffers, so libtpu writes the padded K and V out
+    (`pad_bitcast_fusion`s, 144 MiB each), and each gathered buffer dies as its padded copy is
+    written. Stage 1's buffer-assignment temp is within 10 % of libtpu's (560 MiB); treating the
+    pad as fused into the kernel is 27 % under. The compile stops once libtpu has written the
+    assignment."""
+    lowered = _padded_keys_program()
     pred = predict(read_module(lowered))
-    lowered.compile(compiler_options={"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
-    libtpu = read_buffer_assignment(tmp_path, with_buffers=True)
+    libtpu = buffer_assignment_of(_padded_keys_program, tmp_path)
+    _, heads, head_dim = _PADDED_KEYS_SHAPE
     padded = 18432 * heads * head_dim * 2
     pads = [b for b in libtpu.temp_buffers if any(v.startswith("pad_bitcast_fusion") for v in b.values)]
     assert [b.size for b in pads] == [padded, padded]
