@@ -223,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     for e in doc["entries"]:
         for c in e.get("configs", []):
             p = c["predicted_total_seconds"]
-            print(f"{e['key']:<44}{c['config']:<20} measured {c['measured_total_seconds']:7.1f} s  "
+            print(f"{e['key']:<46}{c['config']:<20} measured {c['measured_total_seconds']:7.1f} s  "
                   + (f"predicted {p:7.1f} s  {100 * c['error']:+6.1f} %" if p is not None else c["reason"]))
         if "configs" not in e:
-            print(f"{e['key']:<44}{e.get('reason', '')}")
+            print(f"{e['key']:<46}{e.get('reason', '')}")
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
