@@ -66,6 +66,8 @@ _GENERATION_TIME = (
     "the host copy and post-processing are inside the figure and not predicted",
     f"{MD} src/maxdiffusion/pipelines/wan/wan_pipeline.py @ {{c}}: _create_common_components builds the VAE mesh "
     "(devices / vae_spatial, vae_spatial); vae_spatial <= 0 means (2 x devices) // data parallelism",
+    f"{MD} src/maxdiffusion/models/wan/autoencoder_kl_wan.py @ {{c}}: _decode is one nnx.jit program, the first "
+    "latent frame outside a lax.scan over the others one at a time, the form the committed decode compiles",
 )
 _A14B = (f"{MD} src/maxdiffusion/pipelines/wan/wan_pipeline_2_2.py @ {{c}}: _load_and_init loads the low- and "
          "high-noise transformers onto the mesh; both stay in HBM, no swap")
