@@ -106,10 +106,12 @@ TIMED: dict[str, Timed] = {
     "maxdiffusion/wan22-v7x-8-readme": Timed(True, _at(_C2E, *_GENERATION_TIME, _A14B) + _README_2E + (
         f"{MD} src/maxdiffusion/configs/base_wan_27b.yml @ {_C2E}: vae_spatial: 1 (replicated)",),
         vae_spatial=1, experts=2),
-    "maxdiffusion/wan21-v7x-16-readme": Timed(True, _README_2E, reason=(
-        "not predicted: the decode on v7x-16's VAE mesh (1 x 16, base_wan_14b.yml's vae_spatial -1) not compiled")),
-    "maxdiffusion/wan22-v7x-16-readme": Timed(True, _README_2E, reason=(
-        "not predicted: the decode on v7x-16's VAE mesh (16 x 1, base_wan_27b.yml's vae_spatial 1) not compiled")),
+    "maxdiffusion/wan21-v7x-16-readme": Timed(True, _at(_C2E, *_GENERATION_TIME) + _README_2E + (
+        f"{MD} src/maxdiffusion/configs/base_wan_14b.yml @ {_C2E}: vae_spatial: -1, so (2 x 16) // 2 = 16 on "
+        "v7x-16 with DP 2",), vae_spatial=16),
+    "maxdiffusion/wan22-v7x-16-readme": Timed(True, _at(_C2E, *_GENERATION_TIME, _A14B) + _README_2E + (
+        f"{MD} src/maxdiffusion/configs/base_wan_27b.yml @ {_C2E}: vae_spatial: 1 (replicated)",),
+        vae_spatial=1, experts=2),
     "maxdiffusion/wan22-v7-8-batch-scaling": Timed(True, _at(_C9D, *_GENERATION_TIME, _A14B, _PROFILER) + (
         f"{MD} benchmark_batch_sweep.sh and benchmark_dp2_cp4.sh @ {_C9D}: base_wan_27b.yml with vae_spatial=1 "
         "and enable_profiler True",), vae_spatial=1, profiler=True, experts=2),
