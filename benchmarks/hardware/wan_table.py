@@ -1,13 +1,16 @@
 """The "Wan on TPU: predicted vs published" table: every Wan entry of the hardware suite, one row per figure.
 
-    PYTHONPATH=src python benchmarks/hardware/wan_table.py SUITE.json [SUITE.json ...]
+    PYTHONPATH=src python benchmarks/hardware/wan_table.py SUITE.json [SUITE.json ...] [--totals TOTALS.json]
 
 reads the runner's JSON (`run.py --json`; later files replace earlier entries of the same key)
 and prints a Markdown table: for each comparison of configurations the measured and predicted
 ratio of step times (slower over faster; a pipeline's measured ratio is taken with Q2's step of
 its fastest configuration, see `run.run_pipeline`), for each per-step figure the measured and
 predicted seconds; the kernel profile that costed the attention calls; and whether the figure
-was used to fit anything (in-sample) or not (held out). The table in docs/results.md is this
+was used to fit anything (in-sample) or not (held out). With `--totals` (`wan_totals.py --json`),
+every configuration with a published end-to-end total gets a "total" row, its measured total and,
+in the column "predicted total (Q2)", the predicted total and its error, or why it is not predicted;
+an entry that publishes no total says so in that column. The table in docs/results.md is this
 script's output on the committed data, checked by tests/benchmarks/test_hardware_suite.py.
 """
 
@@ -20,8 +23,13 @@ from pathlib import Path
 from typing import Any
 
 WAN_SOURCES = ("maxdiffusion/", "gpu-tpu-pedia/")
-HEADER = ("| entry | figure | measured | Q2 | sim | Q2 error | kernel profile | basis |\n"
-          "|---|---|---:|---:|---:|---:|---|---|")
+HEADER = ("| entry | figure | measured | Q2 | sim | Q2 error | kernel profile | basis | predicted total (Q2) |\n"
+          "|---|---|---:|---:|---:|---:|---|---|---|")
+
+
+def load_totals(path: Path) -> dict[str, dict[str, Any]]:
+    """`wan_totals.py --json`'s entries by key."""
+    return {e["key"]: e for e in json.loads(path.read_text())["entries"]}
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -48,7 +56,35 @@ def _seconds_row(key: str, figure: str, measured: float, q2: float, sim: float, 
             f"| {kernel} | {basis} |")
 
 
-def rows(entry: dict[str, Any]) -> list[str]:
+def _total_cell(config: dict[str, Any]) -> str:
+    predicted = config["predicted_total_seconds"]
+    if predicted is None:
+        return config["reason"]
+    return f"{predicted:.1f} s ({100 * config['error']:+.1f} %)"
+
+
+def total_rows(entry: dict[str, Any], total: dict[str, Any]) -> list[str]:
+    """One row per configuration with a published total: the measured total, the predicted one or the reason."""
+    key, basis = entry["key"], entry.get("basis", "held out")
+    profiles = {c["name"]: c.get("kernel_profile") or "jax-splash" for c in entry.get("configs", [])}
+    if "configs" in total:
+        return [f"| `{key}` | total, {c['config']} | {c['measured_total_seconds']:.1f} s | | | "
+                f"| {profiles[c['config']]} | {basis} | {_total_cell(c)} |" for c in total["configs"]]
+    return [f"| `{key}` | total, {c['name']} | {c['measured_total_seconds']:.1f} s | | | | {profiles[c['name']]} "
+            f"| {basis} | {total['reason']} |" for c in entry.get("configs", []) if "measured_total_seconds" in c]
+
+
+def rows(entry: dict[str, Any], total: dict[str, Any] | None = None) -> list[str]:
+    """The entry's rows; with `total` (its `wan_totals.py` entry), its total rows too, and where it publishes
+    no total, the reason in every row's last column."""
+    cell = total.get("reason", "") if total is not None and not total["total_published"] else ""
+    out = [f"{r} {cell} |" if cell else f"{r} |" for r in _step_rows(entry)]
+    if total is not None and total["total_published"]:
+        out += total_rows(entry, total)
+    return out
+
+
+def _step_rows(entry: dict[str, Any]) -> list[str]:
     key, basis = entry["key"], entry.get("basis", "held out")
     if not entry["runnable"]:
         return [f"| `{key}` | not runnable: {entry['reason']} | | | | | | {basis} |"]
@@ -72,15 +108,17 @@ def rows(entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def table(entries: list[dict[str, Any]]) -> str:
-    return "\n".join([HEADER, *(r for e in entries for r in rows(e))])
+def table(entries: list[dict[str, Any]], totals: dict[str, dict[str, Any]] | None = None) -> str:
+    """The Markdown table of `entries`, with each entry's totals from `totals` (by key) where given."""
+    return "\n".join([HEADER, *(r for e in entries for r in rows(e, (totals or {}).get(e["key"])))])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suites", nargs="+", type=Path, help="JSON written by run.py --json")
+    parser.add_argument("--totals", type=Path, default=None, help="JSON written by wan_totals.py --json")
     args = parser.parse_args(argv)
-    print(table(load(args.suites)))
+    print(table(load(args.suites), load_totals(args.totals) if args.totals else None))
     return 0
 
 

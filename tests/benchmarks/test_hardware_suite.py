@@ -88,7 +88,8 @@ def test_the_wan_table_in_results_is_the_generators_output_on_the_committed_data
 
     root = SUITE.parents[1]
     data = json.loads((root / "docs" / "data" / "hardware" / "wan_on_tpu.json").read_text())
-    expected = wan_table.table(wan_table.load([root / "docs" / "data" / "hardware" / "wan_on_tpu.json"]))
+    totals = wan_table.load_totals(root / "docs" / "data" / "hardware" / "wan_totals.json")
+    expected = wan_table.table(wan_table.load([root / "docs" / "data" / "hardware" / "wan_on_tpu.json"]), totals)
     assert expected.count("\n") >= 10
     assert expected in (root / "docs" / "results.md").read_text()
     # every Wan entry of the suite is in the committed run, and the run says which were fitted
@@ -112,3 +113,13 @@ def test_the_wan_table_reads_each_entry_kind():
     assert "step b / a" in row and "| 1.200 | 1.100 | 1.050 | -10.0 pt | tokamax-splash | held out |" in row
     (row,) = wan_table.rows(timed)
     assert "| 4.00 s | 5.00 s | 4.00 s | +25.0 % | jax-splash | in-sample |" in row
+    # the totals column: a row per configuration with a total, the prediction or why there is none
+    total = {"key": "maxdiffusion/p", "total_published": True, "configs": [
+        {"config": "a", "measured_total_seconds": 200.0, "predicted_total_seconds": 210.0, "error": 0.05},
+        {"config": "b", "measured_total_seconds": 240.0, "predicted_total_seconds": None,
+         "reason": "not predicted: the decode not compiled"}]}
+    _, row_a, row_b = wan_table.rows(pipeline, total)
+    assert row_a.endswith("| total, a | 200.0 s | | | | jax-splash | held out | 210.0 s (+5.0 %) |")
+    assert row_b.endswith("| tokamax-splash | held out | not predicted: the decode not compiled |")
+    (row,) = wan_table.rows(timed, {"key": "gpu-tpu-pedia/t", "total_published": False, "reason": "per step"})
+    assert row.endswith("| in-sample | per step |")
