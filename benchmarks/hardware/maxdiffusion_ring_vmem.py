@@ -34,7 +34,8 @@ figure until it compiles). `FIT_BLOCKS` are the rule's design (`--core`: `CORE_F
 `HELD_OUT_BLOCKS` check it (`--core`: the first).
 
 `--rule` fits `aoizora.models.wan.vmem`'s rule (`fit_splash_vmem`: least squares over the four
-terms, margin the largest error on a fitted tile) to each generation's `FIT_BLOCKS`, checks it on
+terms, margin the largest error on a fitted tile) to each generation's `FIT_BLOCKS` (a local batch
+whose measured tiles all need what they need at batch 1 takes batch 1's fit), checks it on
 the held-out tiles (admitted by working set plus margin only where they measured no more) and
 writes `src/aoizora/data/maxdiffusion_ring_vmem.json`, which the planner reads.
 """
@@ -188,7 +189,18 @@ def rule(data: dict) -> dict:
     coefficients: dict[str, dict[str, list[float]]] = {}
     held_out = []
     for gen in sorted({r["generation"] for r in fit_rows}):
-        for batch, coef in coefficients_from_data(fit_rows, gen).items():
+        fitted = coefficients_from_data([r for r in fit_rows if r["batch"] == 1], gen)
+        # the kernel is vmapped over the batch, a grid axis of its own: where every tile measured at
+        # another local batch needs what it needs at batch 1, that batch takes batch 1's full fit
+        # rather than a fit of its smaller design
+        for batch in sorted({r["batch"] for r in data["rows"] if r["generation"] == gen} - {1}):
+            at_one = {tuple(r["blocks"]): r["working_set_kib"] for r in data["rows"]
+                      if r["generation"] == gen and r["batch"] == 1}
+            rows = [r for r in data["rows"] if r["generation"] == gen and r["batch"] == batch]
+            same = bool(fitted) and all(at_one.get(tuple(r["blocks"])) == r["working_set_kib"] for r in rows)
+            own = coefficients_from_data([r for r in fit_rows if r["batch"] == batch], gen)
+            fitted[batch] = fitted[1] if same else own[batch]
+        for batch, coef in sorted(fitted.items()):
             coefficients.setdefault(gen, {})[str(batch)] = [round(coef[n], 6) for n in COEFFICIENTS]
             for r in data["rows"]:
                 if r["role"] != "held_out" or r["generation"] != gen or r["batch"] != batch:
@@ -205,7 +217,8 @@ def rule(data: dict) -> dict:
                       "aoizora.models.wan.vmem with kernel='maxdiffusion_ring': per generation and local batch "
                       f"{list(COEFFICIENTS)} in bytes (working set = per_q_row*bq + per_kv_row*bkv + "
                       "per_score*bq*bkv_compute + per_block_score*bq*bkv; a tile fits a limit when it plus margin, "
-                      "the fit's largest error on a measured tile, is at most the limit). Fitted by "
+                      "the fit's largest error on a measured tile, is at most the limit; a local batch whose measured "
+                      "tiles all need what they need at batch 1 takes batch 1's fit). Fitted by "
                       "benchmarks/hardware/maxdiffusion_ring_vmem.py --rule to "
                       "benchmarks/hardware/data/maxdiffusion_ring_vmem.json, measured by compiling the kernel "
                       "of the MaxDiffusion commit below.",

@@ -54,8 +54,10 @@ and is read with ``kernel="maxdiffusion_ring"`` (`KERNELS`): the coefficients pe
 local batch in `data/maxdiffusion_ring_vmem.json`, fitted to the working sets
 `benchmarks/hardware/maxdiffusion_ring_vmem.py` measured by compiling that kernel at the commit the
 file names, as `_ulysses_ring_attention` calls it for Wan 2.1 14B at 720p/81 (the longest calls
-the kernel gets on the slices measured; shorter ones need somewhat less). It was measured at
-local batch 1 on v6e and TPU7x only; elsewhere it gives no verdict.
+the kernel gets on the slices measured; shorter ones need somewhat less). It was measured on v6e
+and TPU7x, at local batch 1 and, on seven of its tiles, 2, where each tile needed exactly what it
+needs at batch 1 (the kernel is vmapped over the batch, a grid axis of its own), so batch 2 takes
+batch 1's coefficients; elsewhere it gives no verdict.
 """
 
 from __future__ import annotations
