@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from aoizora.models.wan.custom_tiles import published_steps
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
-from aoizora.models.wan.splash_tiles import fitted_splash_blocks, searched_splash_tile
+from aoizora.models.wan.splash_tiles import fitted_splash_blocks, ring_fitted_blocks, searched_splash_tile
 from aoizora.models.wan.strategy import Strategy
 from aoizora.toolchain import SCOPED_VMEM_FLAG
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
@@ -47,7 +47,8 @@ def with_blocks(space: WanSpace, st: Strategy) -> Strategy:
     """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash:
     JAX's splash (whose cost depends on them) with the tile and scoped-VMEM limit the search finds
     fastest (`blocks.searched_splash_tile`), another kernel (costed by a tile-independent profile)
-    with the blocks fitted at libtpu's default limit."""
+    with the blocks fitted at libtpu's default limit. Where the export runs MaxDiffusion's ring
+    kernel (ring and 2D context), the tile is one that kernel's VMEM rule admits too."""
     if not space.splash_max_block_q or st.kernel == "xla":
         return st
     tokens = space.video.tokens(space.config)
@@ -56,7 +57,8 @@ def with_blocks(space: WanSpace, st: Strategy) -> Strategy:
         if found is not None:
             blocks, limit = found
             return dataclasses.replace(st, splash_blocks=blocks, scoped_vmem_kib=limit)
-    fitted = fitted_splash_blocks(st, tokens, space.batch, space.splash_max_block_q)
+    hw = hardware_profile(space.generation) if space.generation is not None else None
+    fitted = ring_fitted_blocks(st, tokens, space.batch, space.splash_max_block_q, hw)
     return dataclasses.replace(st, splash_blocks=fitted) if fitted is not None else st
 
 

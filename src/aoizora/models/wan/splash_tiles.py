@@ -151,6 +151,44 @@ def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, bl
     return hw.roofline_seconds(flops, hbm, work)
 
 
+#: the kernel profiles whose ring and 2D-context plans the export runs on MaxDiffusion's ring kernel
+#: (``tokamax_ring`` / ``ulysses_ring``: `aoizora.models.maxdiffusion.overrides.VARIANTS`)
+RING_KERNEL_PROFILES: tuple[str, ...] = ("jax-splash", "tokamax-splash")
+
+
+def runs_maxdiffusion_ring(strategy: Strategy) -> bool:
+    """Whether the strategy's export runs MaxDiffusion's ring kernel, which needs more scoped VMEM
+    than JAX's splash at the same tile (`aoizora.models.wan.vmem`, kernel "maxdiffusion_ring")."""
+    return (strategy.context > 1 and strategy.attention in ("ring", "ulysses_ring")
+            and strategy.kernel_profile in RING_KERNEL_PROFILES and strategy.kernel != "xla")
+
+
+def ring_kernel_admits(hw: HardwareProfile, nb: int, blocks: SplashBlocks, limit_kib: int | None) -> bool:
+    """Whether MaxDiffusion's ring kernel runs the tile at the limit (KiB; None: libtpu's default):
+    its rule's verdict, or True where that rule was not measured (generation or local batch)."""
+    from aoizora.models.wan.vmem import splash_blocks_fit
+
+    return splash_blocks_fit(hw, nb, blocks, limit_kib, kernel="maxdiffusion_ring") is not False
+
+
+def ring_fitted_blocks(strategy: Strategy, tokens: int, batch: int, max_block_q: dict[int, int],
+                       hw: HardwareProfile | None) -> SplashBlocks | None:
+    """`fitted_splash_blocks` at libtpu's default limit, for a strategy whose export runs
+    MaxDiffusion's ring kernel with block_q lowered (fewest Q blocks again) until that kernel's rule
+    for the generation `hw` admits the tile too; None where no blocks are fitted or no block_q is
+    admitted."""
+    fitted = fitted_splash_blocks(strategy, tokens, batch, max_block_q)
+    if fitted is None or hw is None or not runs_maxdiffusion_ring(strategy):
+        return fitted
+    nb = local_batch(strategy, batch)
+    lq, _ = self_attention_lengths(strategy, tokens)
+    for cap in range(fitted.block_q // SPLASH_ALIGN * SPLASH_ALIGN, 0, -SPLASH_ALIGN):
+        tile = SplashBlocks(_fewest_blocks(lq, cap, SPLASH_ALIGN), fitted.block_kv, fitted.block_kv_compute)
+        if tile.block_q <= fitted.block_q and ring_kernel_admits(hw, nb, tile, None):
+            return tile
+    return None
+
+
 def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation: str,
                          head_dim: int = 128) -> tuple[SplashBlocks, int | None] | None:
     """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
@@ -161,16 +199,23 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     chip allows, for each K/V cap of `KV_TILE_CAPS`, the fewest Q blocks whose tile the measured
     VMEM rule (`aoizora.models.wan.vmem.splash_blocks_fit`) admits, and MaxDiffusion's own block_q
     values where the rule admits them. A raised limit is chosen only when its tile costs less;
-    the model charges nothing else for it. None where no limit was measured for the call."""
+    the model charges nothing else for it. A strategy whose export runs MaxDiffusion's ring kernel
+    (`runs_maxdiffusion_ring`) takes only tiles that kernel's rule admits too, at every limit (at
+    the default limit: `ring_fitted_blocks`). None where no limit was measured for the call."""
     from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
     from aoizora.topology import hardware_profile
 
     hw = hardware_profile(generation)
-    fitted = fitted_splash_blocks(strategy, tokens, batch, hw.splash_max_block_q)
+    fitted = ring_fitted_blocks(strategy, tokens, batch, hw.splash_max_block_q, hw)
     if fitted is None:
         return None
     lq, lk = self_attention_lengths(strategy, tokens)
     nb = local_batch(strategy, batch)
+    ring = runs_maxdiffusion_ring(strategy)
+
+    def admitted(tile: SplashBlocks, limit: int) -> bool:
+        return bool(splash_blocks_fit(hw, nb, tile, limit)) and (not ring or ring_kernel_admits(hw, nb, tile, limit))
+
     best: tuple[SplashBlocks, int | None] = (fitted, None)
     best_cost = splash_call_seconds(hw, lq, lk, head_dim, fitted)
     default = effective_limit_kib(hw)
@@ -183,11 +228,11 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
             kvc = _largest_dividing(block_kv, cap_kvc, KV_ALIGN)
             fits = [q for q in range(SPLASH_ALIGN, min(_round_up(lq, SPLASH_ALIGN), MAX_SEARCHED_BLOCK_Q) + 1,
                                      SPLASH_ALIGN)
-                    if splash_blocks_fit(hw, nb, SplashBlocks(q, block_kv, kvc), limit)]
+                    if admitted(SplashBlocks(q, block_kv, kvc), limit)]
             if not fits:
                 continue
             block_qs = {_fewest_blocks(lq, max(fits), SPLASH_ALIGN)}
-            block_qs |= {q for q in EXPERT_BLOCK_Q if splash_blocks_fit(hw, nb, SplashBlocks(q, block_kv, kvc), limit)}
+            block_qs |= {q for q in EXPERT_BLOCK_Q if admitted(SplashBlocks(q, block_kv, kvc), limit)}
             for q in sorted(block_qs):
                 tile = SplashBlocks(q, block_kv, kvc)
                 cost = splash_call_seconds(hw, lq, lk, head_dim, tile)

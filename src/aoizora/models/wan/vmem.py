@@ -44,11 +44,29 @@ extrapolates with a larger error: MaxDiffusion's 6,400-9,472-row tiles, whose wh
 refusals state, are predicted 4.4 MiB under to 3.7 MiB over (held out, tests/models/wan/test_vmem.py),
 so a limit within a few MiB of such a tile's working set may be misjudged. On TPU7x no limit
 above its 64 MiB of VMEM helps, on v4 none above its 16 MiB.
+
+MaxDiffusion's ring kernel
+--------------------------
+A plan with ring or 2D-context attention is exported to MaxDiffusion as ``tokamax_ring`` or
+``ulysses_ring`` (`aoizora.export.maxdiffusion`), which run MaxDiffusion's own ring kernel, not
+JAX's splash, and that kernel needs more scoped VMEM at the same tile. Its rule has the same form
+and is read with ``kernel="maxdiffusion_ring"`` (`KERNELS`): the coefficients per generation and
+local batch in `data/maxdiffusion_ring_vmem.json`, fitted to the working sets
+`benchmarks/hardware/maxdiffusion_ring_vmem.py` measured by compiling that kernel at the commit the
+file names, as `_ulysses_ring_attention` calls it for Wan 2.1 14B at 720p/81 (the longest calls
+the kernel gets on the slices measured; shorter ones need somewhat less). It was measured on v6e
+and TPU7x, at local batch 1 and, on seven of its tiles, 2, where each tile needed exactly what it
+needs at batch 1 (the kernel is vmapped over the batch, a grid axis of its own), so batch 2 takes
+batch 1's coefficients; elsewhere it gives no verdict.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from typing import Any, Literal
 
 import numpy as np
 
@@ -57,6 +75,10 @@ from aoizora.topology.hardware import HardwareProfile, hardware_profile
 
 #: names of the coefficients, in `HardwareProfile.splash_vmem`'s order (bytes)
 COEFFICIENTS = ("per_q_row", "per_kv_row", "per_score", "per_block_score", "margin")
+#: the kernels with a rule: JAX's splash (the model's call, `HardwareProfile.splash_vmem`) and
+#: MaxDiffusion's ring kernel (what an exported ring or 2D-context plan runs)
+Kernel = Literal["splash", "maxdiffusion_ring"]
+KERNELS: tuple[Kernel, ...] = ("splash", "maxdiffusion_ring")
 
 
 def _terms(blocks: SplashBlocks) -> tuple[float, float, float, float]:
@@ -79,13 +101,36 @@ def _profile(generation: str | HardwareProfile) -> HardwareProfile:
     return generation if isinstance(generation, HardwareProfile) else hardware_profile(generation)
 
 
+@functools.cache
+def maxdiffusion_ring_rule() -> dict[str, Any]:
+    """`data/maxdiffusion_ring_vmem.json`: the ring kernel's coefficients and their source."""
+    return json.loads(resources.files("aoizora").joinpath("data/maxdiffusion_ring_vmem.json").read_text())
+
+
+def coefficients(generation: str | HardwareProfile, local_batch: int,
+                 kernel: Kernel = "splash") -> tuple[float, ...] | None:
+    """The kernel's rule (`COEFFICIENTS`, bytes) for the generation and local batch; None where it
+    was not measured."""
+    hw = _profile(generation)
+    if kernel == "splash":
+        return hw.splash_vmem.get(local_batch)
+    if kernel != "maxdiffusion_ring":
+        raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}")
+    coef = maxdiffusion_ring_rule()["coefficients"].get(hw.generation, {}).get(str(local_batch))
+    return tuple(float(c) for c in coef) if coef is not None else None
+
+
 def splash_working_set_bytes(generation: str | HardwareProfile, local_batch: int,
-                             blocks: SplashBlocks) -> float | None:
-    """The rule's scoped VMEM working set (bytes, before the margin) of the model's splash call
-    with these blocks at this local batch; None where it was not measured."""
-    coef = _profile(generation).splash_vmem.get(local_batch)
-    if coef is None:
-        return None
+                             blocks: SplashBlocks, kernel: Kernel = "splash") -> float | None:
+    """The rule's scoped VMEM working set (bytes, before the margin) of the kernel's call (the
+    model's splash call by default) with these blocks at this local batch; None where it was not
+    measured."""
+    coef = coefficients(generation, local_batch, kernel)
+    return None if coef is None else working_set_bytes(coef, blocks)
+
+
+def working_set_bytes(coef: Sequence[float], blocks: SplashBlocks) -> float:
+    """The working set (bytes, before the margin) the coefficients (`COEFFICIENTS`' order) give these blocks."""
     return float(sum(c * t for c, t in zip(coef[:4], _terms(blocks), strict=True)))
 
 
@@ -100,17 +145,19 @@ def effective_limit_kib(generation: str | HardwareProfile, scoped_vmem_limit_kib
 
 
 def splash_blocks_fit(generation: str | HardwareProfile, local_batch: int, blocks: SplashBlocks,
-                      scoped_vmem_limit_kib: int | None = None) -> bool | None:
-    """Whether the rule lets the model's splash call with these blocks compile at the given
-    scoped VMEM limit (KiB; None: libtpu's default): its working set plus the fit's margin is at
-    most the limit. None where the rule was not measured (generation or local batch). A tile
-    whose working set less the margin is over the limit is refused on every measured tile."""
+                      scoped_vmem_limit_kib: int | None = None, kernel: Kernel = "splash") -> bool | None:
+    """Whether the rule lets the kernel's call (the model's splash call by default) with these
+    blocks compile at the given scoped VMEM limit (KiB; None: libtpu's default): its working set
+    plus the fit's margin is at most the limit. None where the rule was not measured (generation
+    or local batch). A tile whose working set less the margin is over the limit is refused on
+    every measured tile."""
     hw = _profile(generation)
-    need = splash_working_set_bytes(hw, local_batch, blocks)
+    coef = coefficients(hw, local_batch, kernel)
+    need = splash_working_set_bytes(hw, local_batch, blocks, kernel)
     limit = effective_limit_kib(hw, scoped_vmem_limit_kib)
-    if need is None or limit is None:
+    if coef is None or need is None or limit is None:
         return None
-    return need + hw.splash_vmem[local_batch][4] <= limit * 1024
+    return need + coef[4] <= limit * 1024
 
 
 def coefficients_from_data(rows: Sequence[Mapping], generation: str) -> dict[int, dict[str, float]]:
