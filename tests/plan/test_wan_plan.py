@@ -9,7 +9,6 @@ import pytest
 from aoizora.models.registry import wan_space
 from aoizora.models.wan.strategy import Strategy
 from aoizora.plan import load_plan, plan_space
-from aoizora.stage2 import default_compile_cache
 from aoizora.topology import get_topology
 
 
@@ -21,10 +20,9 @@ def _cli(*args, timeout=900):
 @pytest.fixture(scope="module")
 def wan_plan(tmp_path_factory):
     """Wan 2.1 1.3B, 480p, 5 frames on v5e:2x2: Stage 1 over the whole space, Top-1 compiled. Planned
-    afresh (no plan or Stage 1 cache), its compiles shared with the session's other plans of this request."""
+    through the test session's caches, which `aoizora compare`'s test of the same request shares."""
     space = wan_space("wan2.1-t2v-1.3b", "480p", 5, generation=None, vae=None)  # no 480p decode compile here
-    result = plan_space(space, get_topology("v5e:2x2"), top_k=1, verify_top=0, use_cache=False,
-                        compile_cache=default_compile_cache(), progress=False)
+    result = plan_space(space, get_topology("v5e:2x2"), top_k=1, verify_top=0, progress=False)
     path = result.plan.save(tmp_path_factory.mktemp("plan") / "plan.json")
     return result, path
 
