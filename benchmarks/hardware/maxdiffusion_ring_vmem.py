@@ -29,7 +29,7 @@ MaxDiffusion's Wan 14B config gives
 (`configs/base_wan_14b.yml`: base-2 exponent and experimental scheduler on; the tokamax forward
 reads block_q/block_kv/block_kv_compute). `tokamax_ring` makes the same kernel with ring axis
 `context`. Per tile it records the working set: the smallest scoped VMEM limit at which the program
-compiles, found as `splash_vmem_rule.working_set` finds it (raise the limit to each refusal's
+compiles, found as `splash_vmem_rule.working_set_of` finds it (raise the limit to each refusal's
 figure until it compiles). `FIT_BLOCKS` are the rule's design (`--core`: `CORE_FIT_BLOCKS`), and
 `HELD_OUT_BLOCKS` check it (`--core`: the first).
 
@@ -45,12 +45,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import os
-import re
 import sys
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +55,7 @@ from aoizora.toolchain import SCOPED_VMEM_FLAG, compile_only_devices, toolchain_
 
 sys.path.insert(0, str(Path(__file__).parent))
 from splash_vmem import SLICES  # noqa: E402  (the same compile-only slices)
-from splash_vmem_rule import _ROUNDING_KIB, MAX_KIB, START_KIB, _kib  # noqa: E402  (the same probe)
+from splash_vmem_rule import compile_probe, working_set_of  # noqa: E402  (the same probe)
 
 DATA = Path(__file__).parent / "data" / "maxdiffusion_ring_vmem.json"
 RULE = Path(__file__).parents[2] / "src" / "aoizora" / "data" / "maxdiffusion_ring_vmem.json"
@@ -143,40 +140,8 @@ def ring_program(ring: types.ModuleType, topology: str, blocks: tuple[int, int, 
 
 def probe(lowered: Any, limit_kib: int | None) -> dict:
     """Compile once at the limit: whether it compiles, and a refusal's stack height and limit (KiB)."""
-    try:
-        lowered.compile(compiler_options={} if limit_kib is None else {SCOPED_VMEM_FLAG: str(int(limit_kib))})
-    except Exception as exc:  # libtpu's refusal: a RESOURCE_EXHAUSTED XlaRuntimeError
-        text = str(exc)
-        found, form = re.search(r"Scoped allocation with size (\S+) and limit (\S+)", text), "scoped"
-        if found is None:
-            found, form = re.search(r"Used (\S+) of (\S+) vmem", text), "used"
-        if found is None:
-            raise
-        return {"limit_kib": limit_kib, "compiles": False, "used_kib": round(_kib(found.group(1)), 2),
-                "of_kib": round(_kib(found.group(2)), 2), "form": form}
-    return {"limit_kib": limit_kib, "compiles": True}
-
-
-def working_set(compile_at: Callable[[int | None], dict]) -> dict:
-    """The smallest scoped VMEM limit (KiB) at which the program compiles, raising the limit to each
-    refusal's figure (as `splash_vmem_rule.working_set`); past the chip's VMEM ("Used X of Y vmem",
-    where no limit helps) X, the kernel's whole use."""
-    limit, steps = START_KIB, []
-    while limit <= MAX_KIB:
-        step = compile_at(limit)
-        steps.append(step)
-        if step["compiles"]:
-            break
-        if step["of_kib"] < limit - _ROUNDING_KIB:
-            return {"working_set_kib": step["used_kib"], "note": f"limit capped at {step['of_kib']} KiB",
-                    "steps": steps}
-        limit = math.ceil(step["used_kib"]) + _ROUNDING_KIB
-    last_refusal = next((s for s in reversed(steps) if not s["compiles"]), None)
-    known = steps[-1]["compiles"] and last_refusal is not None
-    return {"working_set_kib": last_refusal["used_kib"] if known and last_refusal else None,
-            "note": "" if known else
-                    ("compiles at the first limit" if steps[-1]["compiles"] else f"refused up to {MAX_KIB} KiB"),
-            "steps": steps}
+    options = {} if limit_kib is None else {SCOPED_VMEM_FLAG: str(int(limit_kib))}
+    return compile_probe(lambda: lowered.compile(compiler_options=options), limit_kib)
 
 
 def rule(data: dict) -> dict:
@@ -256,7 +221,7 @@ def main() -> None:
             for blocks in design:
                 lowered = ring_program(ring, SLICES[gen], blocks, args.batch)
                 row = {"generation": gen, "batch": args.batch, "blocks": list(blocks), "role": role,
-                       **working_set(lambda limit, lowered=lowered: probe(lowered, limit))}
+                       **working_set_of(lambda limit, lowered=lowered: probe(lowered, limit))}
                 print(json.dumps({k: v for k, v in row.items() if k != "steps"}), flush=True)
                 rows.append(row)
         out = {"_about": " ".join(__doc__.split("\n\n")[2:4]).replace("\n", " "),

@@ -41,6 +41,7 @@ import json
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from aoizora.models.wan.splash_tiles import SPLASH_LIMIT_LENGTH, compile_splash_call
@@ -83,11 +84,11 @@ def _kib(figure: str) -> float:
     return float(figure[:-1]) * _UNIT_KIB[figure[-1]] if figure[-1] in _UNIT_KIB else float(figure) / 1024
 
 
-def probe(topology: str, batch: int, blocks: tuple[int, int, int], limit_kib: int | None) -> dict:
-    """Compile once: whether it compiles, and a refusal's stack height and limit in KiB."""
+def compile_probe(compile_at_limit: Callable[[], object], limit_kib: int | None) -> dict:
+    """Run one compile at `limit_kib`: whether it compiles, and a refusal's stack height and limit
+    in KiB (any other error is raised)."""
     try:
-        compile_splash_call(topology, batch, SPLASH_LIMIT_LENGTH, SPLASH_LIMIT_LENGTH, SplashBlocks(*blocks),
-                            HEADS, HEAD_DIM, scoped_vmem_limit_kib=limit_kib)
+        compile_at_limit()
     except Exception as exc:  # libtpu's refusal: a RESOURCE_EXHAUSTED XlaRuntimeError
         text = str(exc)
         found = re.search(r"Scoped allocation with size (\S+) and limit (\S+)", text)
@@ -101,12 +102,24 @@ def probe(topology: str, batch: int, blocks: tuple[int, int, int], limit_kib: in
     return {"limit_kib": limit_kib, "compiles": True}
 
 
+def probe(topology: str, batch: int, blocks: tuple[int, int, int], limit_kib: int | None) -> dict:
+    """Compile the splash call once: whether it compiles, and a refusal's stack height and limit in KiB."""
+    return compile_probe(lambda: compile_splash_call(topology, batch, SPLASH_LIMIT_LENGTH, SPLASH_LIMIT_LENGTH,
+                                                     SplashBlocks(*blocks), HEADS, HEAD_DIM,
+                                                     scoped_vmem_limit_kib=limit_kib), limit_kib)
+
+
 def working_set(topology: str, batch: int, blocks: tuple[int, int, int]) -> dict:
-    """The smallest scoped VMEM limit (KiB) at which the call compiles, by raising the limit to
-    each refusal's figure (see the module docstring)."""
+    """The smallest scoped VMEM limit (KiB) at which the call compiles (`working_set_of`)."""
+    return working_set_of(lambda limit: probe(topology, batch, blocks, limit))
+
+
+def working_set_of(compile_at: Callable[[int | None], dict]) -> dict:
+    """The smallest scoped VMEM limit (KiB) at which `compile_at(limit)` (a `compile_probe`)
+    compiles, by raising the limit to each refusal's figure (see the module docstring)."""
     limit, steps = START_KIB, []
     while limit <= MAX_KIB:
-        step = probe(topology, batch, blocks, limit)
+        step = compile_at(limit)
         steps.append(step)
         if step["compiles"]:
             break
