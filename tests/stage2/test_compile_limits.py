@@ -42,6 +42,17 @@ def test_a_compile_slowed_by_a_busy_host_runs_past_its_limit_on_the_clock(host):
     assert "100 s of CPU time" in watch.check() and not watch.wall_limit_expired()
 
 
+def test_a_compile_that_answers_between_two_checks_is_held_to_its_cpu_limit(host):
+    """Over its limit, whether or not a check fell while it ran: the poll's phase decides nothing."""
+    watch = LimitWatch(123, CompileLimit(cpu_s=0.5), clock=host.clock)
+    host.run(0.8, 0.6)  # answered before the first check, past its half CPU second
+    assert "of CPU time" in watch.finished_over_cpu_limit()
+    within = LimitWatch(123, CompileLimit(cpu_s=5), clock=host.clock)
+    host.run(0.8, 0.6)
+    assert within.finished_over_cpu_limit() is None
+    assert LimitWatch(None, CompileLimit(cpu_s=0.5), clock=host.clock).finished_over_cpu_limit() is None
+
+
 def test_a_compile_that_uses_no_cpu_for_its_whole_limit_is_stopped_as_hung(host):
     watch = LimitWatch(123, CompileLimit(cpu_s=60), clock=host.clock)
     host.run(30, 5)

@@ -93,12 +93,27 @@ class LimitWatch:
         cpu = process_cpu_seconds(self.pid)
         if cpu is None:
             return None
-        if cpu - self.cpu0 >= self.limit.cpu_s:
-            return f"compile did not finish within {self.limit.cpu_s:.0f} s of CPU time"
+        if (over := self._over_cpu(cpu)) is not None:
+            return over
         if self._cpu_seen is None or cpu >= self._cpu_seen + 1.0:
             self._progress_at, self._cpu_seen = now, cpu
         elif now - self._progress_at >= self.limit.cpu_s:
             return f"compile used no CPU time for {self.limit.cpu_s:.0f} s"
+        return None
+
+    def finished_over_cpu_limit(self) -> str | None:
+        """For a compile that has answered: the reason its CPU limit was passed anyway (between two
+        checks), or None. The limit then holds whatever the poll's phase, so the same compile is
+        kept or stopped on any host."""
+        if self.cpu0 is None or self.limit.cpu_s is None or self.pid is None:
+            return None
+        cpu = process_cpu_seconds(self.pid)
+        return None if cpu is None else self._over_cpu(cpu)
+
+    def _over_cpu(self, cpu: float) -> str | None:
+        assert self.cpu0 is not None and self.limit.cpu_s is not None
+        if cpu - self.cpu0 >= self.limit.cpu_s:
+            return f"compile did not finish within {self.limit.cpu_s:.0f} s of CPU time"
         return None
 
     def wall_limit_expired(self) -> bool:

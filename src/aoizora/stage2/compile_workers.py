@@ -202,6 +202,9 @@ class _Child(CompileChild):
             if reason is not None:
                 self.kill()
                 raise CompileTimeout(reason, wall_clock=watch.wall_limit_expired())
+        if (reason := watch.finished_over_cpu_limit()) is not None:
+            self.kill()
+            raise CompileTimeout(reason, wall_clock=False)
         return result_of(self._receive())
 
     def _end(self) -> None:
