@@ -39,16 +39,18 @@ lint: $(LINT)
 	$(VENV)/bin/ruff check $(LINT_DIRS)
 	$(VENV)/bin/mypy
 
-# Test files run in TEST_WORKERS processes, each file's tests in one of them (module fixtures once).
+# Test files run in TEST_WORKERS processes, each file's tests in one of them (module fixtures once),
+# handed out in the order tests/conftest.py sets (files with more long tests first) rather than
+# pytest-xdist's own (files with more tests first).
 TEST_WORKERS ?= 2
 test: $(TESTS)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The suite without the tests marked (pyproject.toml) as compiling full models, running diffusers'
 # reference, starting Ray, or running the CLI in a subprocess.
 FAST_TESTS := not slow and not tpu_compile and not parity and not ray
 test-fast: $(TESTS)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST_TESTS)"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_TESTS)"
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

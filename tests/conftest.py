@@ -24,3 +24,22 @@ if os.environ.get("AOIZORA_CACHE_DIR") in (None, os.environ.get("AOIZORA_TEST_SE
     _cache_dir = tempfile.mkdtemp(prefix="aoizora-test-cache-")
     os.environ["AOIZORA_CACHE_DIR"] = os.environ["AOIZORA_TEST_SESSION_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+
+# Markers of the tests that compile with libtpu, run diffusers, start Ray or a CLI subprocess: the
+# suite's long tests (pyproject.toml lists them).
+_LONG_MARKERS = ("slow", "tpu_compile", "parity", "ray")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files with more long tests first, the rest in their collected order (each file's tests keep
+    theirs). pytest-xdist's `--dist loadfile` hands out whole files in this order (the Makefile turns
+    off its reordering by test count), so the long files start while both workers are fresh and the
+    many quick files even out the end, instead of a long file starting last."""
+    long_tests: dict[str, int] = {}
+    for item in items:
+        long_tests.setdefault(item.nodeid.split("::", 1)[0], 0)
+        if any(item.get_closest_marker(m) is not None for m in _LONG_MARKERS):
+            long_tests[item.nodeid.split("::", 1)[0]] += 1
+    first_seen = {path: i for i, path in enumerate(long_tests)}
+    items.sort(key=lambda item: (-long_tests[item.nodeid.split("::", 1)[0]],
+                                 first_seen[item.nodeid.split("::", 1)[0]]))

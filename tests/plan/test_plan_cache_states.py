@@ -75,6 +75,7 @@ def test_a_cache_folder_that_is_a_file_plans_without_caches(tmp_path, monkeypatc
     assert blocker.read_text() == "not a folder"
 
 
+@pytest.mark.slow  # runs the CLI in a subprocess (Stage 1 of the 1.3B model, no cache)
 def test_the_cli_says_one_line_when_the_cache_folder_cannot_be_used(tmp_path):
     """Once a traceback after Stage 1 had done its work."""
     blocker = tmp_path / "cache"

@@ -81,6 +81,7 @@ def _inputs(cfg: TransformerConfig):
     return x, params
 
 
+@pytest.mark.slow  # runs every legal sharding of the small transformer on 8 CPU devices
 def test_every_legal_sharding_on_8_devices_computes_the_unsharded_result():
     assert len(jax.devices()) >= 8
     x, params = _inputs(SMALL)

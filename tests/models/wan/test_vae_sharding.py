@@ -60,6 +60,7 @@ def test_the_latent_of_a_video():
     assert latent_shape(480, 832, 81, batch=2) == (2, 16, 21, 60, 104)
 
 
+@pytest.mark.slow  # runs the decode sharded and whole on CPU devices
 @pytest.mark.parametrize("spatial,batch", [(8, 1), (4, 2)])
 def test_the_sharded_decode_equals_the_unsharded_one(spatial, batch):
     devices = jax.devices("cpu")
