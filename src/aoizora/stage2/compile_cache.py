@@ -20,12 +20,16 @@ recompiled.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aoizora.store import ChecksummedStore
@@ -119,6 +123,70 @@ class CompileCache:
             "label": record.label,
         }
         self._entries.store(key, doc)  # atomic: readers never see half an entry
+
+    @contextlib.contextmanager
+    def claim(self, key: str, abandon: Callable[[], bool], poll_s: float = 0.25) -> Iterator[bool]:
+        """Hold `key`'s compile claim for the block: an advisory lock (`flock`) on `root/<key>.claim`,
+        so that two planners (processes or threads) sharing this cache compile one program once: the
+        second waits for the first, then reads its entry. Yields whether it waited for another
+        holder (the caller then looks the entry up again). The wait ends when `abandon()` turns true
+        (the caller's executor closed: a time budget, Ctrl-C), raising CompileAbandoned; a holder
+        that dies releases its claim with its process.
+
+        The claim file is removed on release, so the folder holds entries alone. A planner that
+        opened it just before then locks a removed file while a third may create and lock a new
+        one: both compile, as without claims, and the cache keeps one entry (entries are written
+        atomically). Claims save compiles; they are never needed for a correct cache. Where no
+        claim can be taken (no `fcntl`, a cache folder that cannot be written), the block runs
+        unclaimed."""
+        path = self.root / f"{key}.claim"
+        fd = _open_claim(path)
+        if fd is None:
+            yield False
+            return
+        try:
+            waited = _lock(fd, abandon, poll_s)
+            yield waited
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)  # releases the lock
+
+
+class CompileAbandoned(RuntimeError):
+    """A compile given up while it waited for another holder of its claim (its executor closed)."""
+
+
+def _open_claim(path: Path) -> int | None:
+    """A descriptor of the claim file at `path` (created), or None where claims cannot be taken."""
+    try:
+        import fcntl  # noqa: F401  (POSIX only: elsewhere compiles run unclaimed)
+    except ImportError:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return None
+
+
+def _lock(fd: int, abandon: Callable[[], bool], poll_s: float) -> bool:
+    """Take the exclusive lock of `fd`, polling so that `abandon()` can end the wait; whether it waited."""
+    import fcntl
+
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return waited
+        except BlockingIOError:
+            waited = True
+        except OSError:  # a file system without locks: no claim, as without fcntl
+            return False
+        if abandon():
+            raise CompileAbandoned("gave up waiting for another compile of the same program: the compiles were "
+                                   "stopped")
+        time.sleep(poll_s)
 
 
 def _record_from_payload(d: dict[str, Any]) -> CompileRecord:

@@ -244,6 +244,10 @@ class CompileExecutor(Protocol):
     def refuse(self, space: Any) -> None:
         """Remember that `space` cannot be loaded where the compiles run."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (a compile waiting for another's claim then gives up)."""
+
     def close(self) -> None:
         """Stop every compile process, killing those still compiling."""
 
@@ -330,6 +334,12 @@ class CompileWorkers:
     def _start_child(self) -> CompileChild:
         """A new compile process (here a local child; another executor starts its own kind)."""
         return _Child()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called: no compile starts any more."""
+        with self._lock:
+            return self._closed
 
     @property
     def pids(self) -> list[int]:

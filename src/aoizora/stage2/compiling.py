@@ -95,23 +95,52 @@ def compile_strategy(
         if cache is not None:
             entry = cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags)
     hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
-    if cache is not None and entry is not None:
-        record = cache.get(entry)
-        if record is not None:
-            if record.error is not None:
-                raise CachedCompileError(record.error)
-            assert record.hlo_text is not None  # a record without an error holds its program
-            try:
-                program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
-            except AoizoraError as exc:  # unparseable: the entry is not trusted, the program is compiled again
-                cache.discard(entry, f"{type(exc).__name__}: {exc}")
-            else:
-                return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name,
-                                from_cache=True)
-    label = f"{key} / {placement.name} / {topology.name}"
+    hit = _from_cache(cache, entry, key, hook, placement)
+    if hit is not None:
+        return hit
+
+    def miss(store: CompileCache | None) -> Compiled:
+        label = f"{key} / {placement.name} / {topology.name}"
+        return _compile_and_store(lambda: _compile_miss(space, strategy, topology, placement, lowered, text,
+                                                        timeout_s, flags, executor),
+                                  store, entry, label, key, hook, placement)
+
+    if cache is None or entry is None:
+        return miss(None)
+    # a claim per program: two planners sharing the cache (two test workers, `plan` beside `compare`)
+    # compile it once, the second reading the first's entry
+    with cache.claim(entry, abandon=lambda: executor is not None and executor.closed) as waited:
+        hit = _from_cache(cache, entry, key, hook, placement) if waited else None
+        return hit if hit is not None else miss(cache)
+
+
+def _from_cache(cache: CompileCache | None, entry: str | None, key: str,
+                hook: Callable[[OpaqueOp], OpaqueCost | None], placement: Placement) -> Compiled | None:
+    """The program stored under `entry`, None on a miss (an unparseable entry is discarded: a miss).
+    Raises CachedCompileError for a stored refusal."""
+    if cache is None or entry is None:
+        return None
+    record = cache.get(entry)
+    if record is None:
+        return None
+    if record.error is not None:
+        raise CachedCompileError(record.error)
+    assert record.hlo_text is not None  # a record without an error holds its program
+    try:
+        program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
+    except AoizoraError as exc:  # unparseable: the entry is not trusted, the program is compiled again
+        cache.discard(entry, f"{type(exc).__name__}: {exc}")
+        return None
+    return Compiled(key, program, record.memory_bytes, record.compile_seconds, placement.name, from_cache=True)
+
+
+def _compile_and_store(compile_miss: Callable[[], ChildResult], cache: CompileCache | None, entry: str | None,
+                       label: str, key: str, hook: Callable[[OpaqueOp], OpaqueCost | None],
+                       placement: Placement) -> Compiled:
+    """Compile a miss and store what the cache keeps (the program, or the compiler's refusal for memory)."""
     t0 = time.perf_counter()
     try:
-        result = _compile_miss(space, strategy, topology, placement, lowered, text, timeout_s, flags, executor)
+        result = compile_miss()
     except Exception as exc:  # timeouts are not cached: only the compiler's refusal for memory is
         if cache is not None and entry is not None and is_out_of_memory(exc):
             cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
