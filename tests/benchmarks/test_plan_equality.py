@@ -4,7 +4,7 @@ compiles): on the demo's request and three held-out cells, the same strategy (ti
 limit are in its key), placement and compiler flags, and a step within 1 %.
 
 Each file is one `benchmarks/planning_speed.py` run of a request, planned cold by each tree in turn
-(`docs/data/planning/planning_speed.json`: the demo; `docs/data/planning/plan_equality/`: held-out
+(`docs/data/planning/planning_speed.json` and `planning_speed_three_trees.json`: the demo; `docs/data/planning/plan_equality/`: held-out
 cells); the tests re-read them with the benchmark's own check. A file's trees are named by the
 commit they were checked out at (`trees`); regenerate it with the benchmark and checkouts of them.
 """
@@ -22,7 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANNING = ROOT / "docs" / "data" / "planning"
-FILES = [PLANNING / "planning_speed.json", *sorted((PLANNING / "plan_equality").glob("*.json"))]
+FILES = [PLANNING / "planning_speed.json", PLANNING / "planning_speed_three_trees.json",
+         *sorted((PLANNING / "plan_equality").glob("*.json"))]
 REFERENCE = "cdef60c"
 #: commits timed beside the others but planned before the tile search: their plans differ by design
 TIMED_ONLY = ("f589b5c",)
