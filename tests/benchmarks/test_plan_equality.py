@@ -4,9 +4,10 @@ compiles): on the demo's request and three held-out cells, the same strategy (ti
 limit are in its key), placement and compiler flags, and a step within 1 %.
 
 Each file is one `benchmarks/planning_speed.py` run of a request, planned cold by each tree in turn
-(`docs/data/planning/planning_speed.json` and `planning_speed_three_trees.json`: the demo; `docs/data/planning/plan_equality/`: held-out
-cells); the tests re-read them with the benchmark's own check. A file's trees are named by the
-commit they were checked out at (`trees`); regenerate it with the benchmark and checkouts of them.
+(`docs/data/planning/planning_speed.json` and `planning_speed_three_trees.json`: the demo;
+`docs/data/planning/plan_equality/`: held-out cells); the tests re-read them with the benchmark's
+own check. A file's trees are named by the commit they were checked out at (`trees`); regenerate
+it with the benchmark and checkouts of them.
 """
 
 from __future__ import annotations
