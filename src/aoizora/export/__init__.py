@@ -77,7 +77,7 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
 def _launch_lines(plan: Any, run: MaxDiffusionRun) -> list[str]:
     """The launch: one process on the plan's slice, or one per replica of a throughput plan."""
     line = run.launcher_line('"$(dirname "$0")"')
-    if getattr(plan, "replicas", None):
+    if getattr(plan, "replica_count", 1) > 1:
         from aoizora.export.replicas import replica_lines
 
         return replica_lines(plan, line)
@@ -88,7 +88,7 @@ def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun
     """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
     the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
     run = shell_safe(export_plan(plan))  # raises before anything is written
-    if getattr(plan, "replicas", None):
+    if getattr(plan, "replica_count", 1) > 1:
         from aoizora.export.replicas import replica_environments
 
         replica_environments(plan)  # a slice it cannot split on one host: refused before anything is written

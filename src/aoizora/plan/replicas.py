@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.errors import PlanFormatError, TopologyError, clipped
+from aoizora.store import one_line
 from aoizora.topology import Topology
 from aoizora.topology.slice import Coords, parse_topology_name
 
@@ -92,7 +93,7 @@ def refused_sub_slice(generation: str, split: Split) -> str | None:
         get_topology(slice_name(generation, split.shape))
     except TopologyError as exc:
         return (f"{slice_name(generation, split.shape)} is a sub-slice libtpu will not compile as a slice "
-                f"({clipped(str(exc), 160)})")
+                f"({one_line(str(exc), 160)})")
     return None
 
 
