@@ -22,6 +22,7 @@ from aoizora.cli.paths import _check_output_dir, _check_output_file, _check_outp
 from aoizora.defaults import (
     DEFAULT_COMPILE_TIMEOUT_S,
     DEFAULT_COMPILE_WORKERS,
+    DEFAULT_MAX_VIDEOS_PER_REPLICA,
     DEFAULT_TOP_K,
     DEFAULT_VERIFY_TOP,
 )
@@ -104,7 +105,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
                    "videos per hour.")
 @click.option("--max-videos-per-replica", type=click.IntRange(min=1), default=None,
               help="With --objective throughput: the largest batch per replica tried (videos per run).  "
-                   "[default: 4]")
+                   f"[default: {DEFAULT_MAX_VIDEOS_PER_REPLICA}]")
 @_ring_options
 def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
          maxdiffusion_command: str | None, kernel_profile: str | None, program: str,

@@ -108,6 +108,8 @@ def replica_links(topology: Topology, chips: Iterable[Coords]) -> frozenset[int]
 def shared_links(topology: Topology, split: Split) -> list[tuple[int, int, list[int]]]:
     """(replica, replica, links both can use) for every pair of the split's replicas whose link sets
     meet in `topology`, the full slice; empty: the replicas cannot contend."""
+    if split.count == 1:
+        return []
     sets = [replica_links(topology, split.chips(i)) for i in range(split.count)]
     return [(i, j, sorted(sets[i] & sets[j])) for i, j in itertools.combinations(range(split.count), 2)
             if sets[i] & sets[j]]
