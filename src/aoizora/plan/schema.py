@@ -77,11 +77,12 @@ _BLOCKS = _doc({
 _SECONDS_OR_NONE = {"type": ["number", "null"], "minimum": 0}
 
 
-def _part(text: str) -> dict[str, Any]:
-    """A part of the video time: its seconds (null when unknown) and how they were obtained."""
+def _part(text: str, **more: dict[str, Any]) -> dict[str, Any]:
+    """A part of the video time: its seconds (null when unknown), how they were obtained, and `more` fields."""
     return _doc({"type": "object", "required": ["seconds", "basis"], "properties": {
         "seconds": _doc(_SECONDS_OR_NONE, "the part's time (null: unknown, the basis says why)", "s"),
         "basis": _doc({"type": "string"}, "how the time was obtained (compiled and costed, estimated, or why not)"),
+        **more,
     }}, text)
 
 
@@ -114,8 +115,9 @@ _VIDEO_TIME = _doc({
         }}, "the denoising steps"),
         "expert_swap": _part("copying a two-expert model's experts in from host memory (0 when both stay in "
                              "HBM or there is one transformer)"),
-        "vae_decode": _part("the VAE decode, compiled for the slice (MaxDiffusion's VAE mesh) and costed by Q2; "
-                            "`cost` holds its Q2 parts, simulator time, HBM and compile time"),
+        "vae_decode": _part("the VAE decode, compiled for the slice (MaxDiffusion's VAE mesh) and costed by Q2",
+                            cost=_about("object", "the decode program's Q2 parts, simulator time, HBM, mesh and "
+                                        "compile time (absent when it was not compiled)")),
     },
 }, "one generation's predicted time end to end, part by part (a Wan plan)")
 
@@ -333,6 +335,8 @@ PLAN_SCHEMA: dict[str, Any] = {
             "toolchain": _about("object", "the jax, jaxlib and libtpu versions planned with"),
             "aoizora": _about("string", "the aoizora package version planned with"),
             "source": _about("string", "the fingerprint of aoizora's source planned with"),
+            "companions": _about("list of string", "the programs besides the step the plan compiles and costs "
+                                 "(the VAE decode); a plan that costs them answers another request"),
             "options": _doc({DOC_TYPE: "object", "properties": {
                 "top_k": _about("integer", "strategies Stage 1 passes to Stage 2 (`--top-k`)"),
                 "ring_order": _about("string", "the ring order Q2 assumes (`--ring-order`): `listed`, `best`, or "
