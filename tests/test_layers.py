@@ -14,7 +14,7 @@ import aoizora
 # lowest first: a module may import only from layers before its own
 LAYERS: list[set[str]] = [
     {"errors", "interrupts", "stderr_filter", "progress", "store"},
-    {"defaults", "toolchain"},
+    {"defaults", "toolchain", "plan_video", "slice_costs"},
     {"topology"},
     {"hlo", "placement"},
     {"workload"},

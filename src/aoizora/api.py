@@ -91,7 +91,8 @@ def wan_request_space(request: dict[str, Any], topology: Topology, expert_reside
 
 def plan_wan(model: str | None, topology: Topology | str, resolution: str | None = None, frames: int | None = None,
              *, expert_residency: str = "both", kernel: str | None = None, from_maxdiffusion: str | None = None,
-             program: str = "aoizora", vae_decode: bool = True, **options: Any) -> PlanResult:
+             program: str = "aoizora", vae_decode: bool = True, objective: str = "latency",
+             max_videos_per_replica: int | None = None, **options: Any) -> PlanResult:
     """Plan a named Wan model at a video shape on a slice, as `aoizora plan` does.
 
     `model`: a name `aoizora plan --help` lists (e.g. "wan2.1-t2v-1.3b"); `topology`: a `Topology`
@@ -104,7 +105,11 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     any given must agree with it. `program`: the program Stage 2 compiles and costs for each candidate,
     aoizora's Wan step ("aoizora") or MaxDiffusion's own ("maxdiffusion", as `aoizora plan --program`).
     `vae_decode`: compile and cost the VAE decode for the plan's `video_time` (False: as
-    `aoizora plan --no-vae-decode`). Other keywords go to `plan_space` (`top_k`, `verify_top`,
+    `aoizora plan --no-vae-decode`). `objective`: "latency" (default) plans one video's time on the
+    whole slice; "throughput" splits the slice into replicas and picks the split and batch per replica
+    (up to `max_videos_per_replica`, default `DEFAULT_MAX_VIDEOS_PER_REPLICA`) with the most videos per
+    hour (`aoizora.plan.throughput`; not with `from_maxdiffusion`, whose command fixes the batch). Other
+    keywords go to `plan_space` (`top_k`, `verify_top`,
     `options`, `use_cache`, `progress`, `executor`, ...). Raises ShapeError (unknown model, bad
     shape), TopologyError, ArgumentError (bad argument), MaxDiffusionUnavailable (program="maxdiffusion"
     where MaxDiffusion cannot be imported) or PlanningError.
@@ -116,8 +121,51 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
     arguments.check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options,
                                        from_maxdiffusion=from_maxdiffusion, kernel=kernel, program=program,
                                        programs=PROGRAMS)
+    check_objective(objective, from_maxdiffusion, max_videos_per_replica)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,
                           topology=topo, program=program)
+    if objective == "throughput":
+        return plan_wan_throughput(request, topo, expert_residency, vae_decode is not False,
+                                   max_videos_per_replica, **options)
     return planner.plan_space(wan_request_space(request, topo, expert_residency, vae_decode is not False), topo,
                               **options)
+
+
+def check_objective(objective: Any, from_maxdiffusion: Any, max_videos_per_replica: Any,
+                    names: dict[str, str] | None = None) -> None:
+    """`objective` is "latency" or "throughput"; throughput takes no MaxDiffusion command (its batch is
+    the command's) and `max_videos_per_replica` only with throughput. ArgumentError otherwise."""
+    from aoizora.plan import OBJECTIVES
+
+    names = {"objective": "objective", "from_maxdiffusion": "from_maxdiffusion",
+             "max_videos_per_replica": "max_videos_per_replica", **(names or {})}
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise ArgumentError(f"{names['objective']} must be one of {', '.join(map(repr, OBJECTIVES))}, not "
+                            f"{objective!r}")
+    if objective == "throughput" and from_maxdiffusion is not None:
+        raise ArgumentError(f"{names['objective']} throughput chooses the batch per replica, which "
+                            f"{names['from_maxdiffusion']}'s command fixes; drop one of them")
+    if max_videos_per_replica is not None:
+        if objective != "throughput":
+            raise ArgumentError(f"{names['max_videos_per_replica']} applies to {names['objective']} throughput "
+                                "only; drop it or plan for throughput")
+        if isinstance(max_videos_per_replica, bool) or not isinstance(max_videos_per_replica, int) \
+                or max_videos_per_replica < 1:
+            raise ArgumentError(f"{names['max_videos_per_replica']} must be a whole number >= 1, not "
+                                f"{max_videos_per_replica!r}")
+
+
+def plan_wan_throughput(request: dict[str, Any], topology: Topology, expert_residency: str = "both",
+                        vae_decode: bool = True, max_videos_per_replica: int | None = None,
+                        **options: Any) -> PlanResult:
+    """A `wan_request` planned for throughput on `topology` (`aoizora.plan.throughput`): each replica's
+    space is the request's at a CFG batch of 2 per video."""
+    from aoizora.defaults import DEFAULT_MAX_VIDEOS_PER_REPLICA
+    from aoizora.plan import plan_throughput
+
+    def space_for(sub: Topology, videos: int) -> StrategySpace:
+        return wan_request_space({**request, "batch": 2 * videos}, sub, expert_residency, vae_decode)
+
+    cap = DEFAULT_MAX_VIDEOS_PER_REPLICA if max_videos_per_replica is None else max_videos_per_replica
+    return plan_throughput(space_for, topology, max_videos=cap, **options)

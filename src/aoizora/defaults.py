@@ -36,3 +36,9 @@ DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1
 #: free (1.46-1.76 on an idle 2-core host; benchmarks/ray_overhead.py, docs/data/planning-time/), so
 #: one CPU per compile keeps a node's cores busy without running more compiles than it has cores.
 DEFAULT_RAY_CPUS_PER_COMPILE = 1.0
+
+#: Largest batch per replica (videos a replica generates per run) `--objective throughput` tries.
+#: Each batch tried is a plan of its own (Stage 1 and its compiles), so the cap bounds the work to
+#: this many plans per split; the batch grows until nothing fits HBM or it reaches the cap, and the
+#: plan records the cap (`replicas.max_videos_per_replica`) so a reader sees where the search stopped.
+DEFAULT_MAX_VIDEOS_PER_REPLICA = 4

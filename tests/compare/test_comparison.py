@@ -10,8 +10,8 @@ import pytest
 from aoizora.compare import parse_slices, slice_row, video_seconds, video_time_includes
 from aoizora.compare.comparison import Comparison, failed_row, pick_of
 from aoizora.compare.prices import ChipPrice, default_prices
-from aoizora.compare.video import DENOISING_ONLY, END_TO_END, MIXED
 from aoizora.errors import ArgumentError, PlanFormatError, TopologyError
+from aoizora.plan_video import DENOISING_ONLY, END_TO_END, MIXED
 from aoizora.topology import get_topology
 from tests.plan.test_plan_consistency import PLANS
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from aoizora.compare.costs import (
+from aoizora.slice_costs import (
     SliceCandidate,
     chip_hours_per_video,
     cost_per_video,

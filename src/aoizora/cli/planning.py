@@ -22,6 +22,7 @@ from aoizora.cli.paths import _check_output_dir, _check_output_file, _check_outp
 from aoizora.defaults import (
     DEFAULT_COMPILE_TIMEOUT_S,
     DEFAULT_COMPILE_WORKERS,
+    DEFAULT_MAX_VIDEOS_PER_REPLICA,
     DEFAULT_TOP_K,
     DEFAULT_VERIFY_TOP,
 )
@@ -45,7 +46,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
         time_budget=None, workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None,
         libtpu_args=None, expert_residency="both", vae_decode=True, ring_order="reordering-map",
-        ring_direction="auto",
+        ring_direction="auto", objective="latency", max_videos_per_replica=None,
     )
 
 
@@ -98,6 +99,13 @@ def demo(ctx: click.Context, out_dir: str) -> None:
               help="Compile the model's VAE decode for the slice and cost it, for the plan's video time (one "
                    "compile per slice and video shape, beside Stage 2's, kept in the compile cache); without it "
                    "the video time says the decode was not costed.")
+@click.option("--objective", type=click.Choice(["latency", "throughput"]), default="latency", show_default=True,
+              help="latency: one video's time on the whole slice. throughput: split the slice into equal replicas "
+                   "(sub-slices libtpu accepts, sharing no link), each with its own plan and batch, for the most "
+                   "videos per hour.")
+@click.option("--max-videos-per-replica", type=click.IntRange(min=1), default=None,
+              help="With --objective throughput: the largest batch per replica tried (videos per run).  "
+                   f"[default: {DEFAULT_MAX_VIDEOS_PER_REPLICA}]")
 @_ring_options
 def plan(model: str | None, topology_name: str, resolution: str | None, frames: int | None,
          maxdiffusion_command: str | None, kernel_profile: str | None, program: str,
@@ -105,7 +113,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
          verify_top: int, time_budget: float | None, workers: int, executor: str, ray_cpus_per_compile: float | None,
          libtpu_args: str | None, expert_residency: str, vae_decode: bool, ring_order: str,
-         ring_direction: str) -> None:
+         ring_direction: str, objective: str = "latency", max_videos_per_replica: int | None = None) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
     # Over 60 lines (this docstring is the command's --help, so the reason lives here): the checks of
     # the options against each other, then the dispatch to Stage 1 only, a MaxDiffusion deployment,
@@ -133,6 +141,11 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     _check_outputs_apart([("--out", out_path, [Path(out_path)] if out_path else []),
                           ("--report", report_dir, report_files(report_dir) if report_dir else []),
                           ("--export", export_dir, exported_files(export_dir) if export_dir else [])])
+    if stage1_only and objective == "throughput":
+        raise click.UsageError("--stage1-only ranks one slice's strategies; drop it or drop --objective throughput")
+    from aoizora.api import check_objective
+
+    check_objective(objective, maxdiffusion_command, max_videos_per_replica, names=_OPTION_NAMES)
     topo = get_topology(topology_name)
     request = _plan_request(model, resolution, frames, maxdiffusion_command, kernel_profile, topo, program)
     if export_to:
@@ -150,9 +163,17 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)
     try:
         with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
-            outcome = plan_space(space, topo, top_k=k, options=options, compile_timeout_s=compile_timeout,
-                                 verify_top=verify_top, use_cache=not no_cache, progress=not as_json, console=console,
-                                 libtpu_args=flags, executor=pool, time_budget_s=time_budget)
+            common: dict[str, Any] = dict(
+                top_k=k, options=options, compile_timeout_s=compile_timeout, verify_top=verify_top,
+                use_cache=not no_cache, progress=not as_json, console=console, libtpu_args=flags, executor=pool,
+                time_budget_s=time_budget)
+            if objective == "throughput":
+                from aoizora.api import plan_wan_throughput
+
+                outcome = plan_wan_throughput(request, topo, expert_residency, vae_decode, max_videos_per_replica,
+                                              **common)
+            else:
+                outcome = plan_space(space, topo, **common)
     except PlanningError:
         _no_fit_hint(space, topo)
         raise
@@ -170,6 +191,8 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         print_json(outcome.plan.data)
     else:
         print_plan(outcome.plan, from_cache=outcome.from_cache, out_path=out_path, report_dir=report_dir)
+        if outcome.plan.replicas:
+            _replicas_lines(outcome.plan.replicas)
         _user_deployment_line(outcome.plan.data)
         if export_to:
             script = shlex.quote(str(Path(export_to[1], "command.sh")))
@@ -215,7 +238,24 @@ def _plan_request(model: str | None, resolution: str | None, frames: int | None,
 
 #: how `wan_request` names its arguments here
 _OPTION_NAMES = {"model": "--model", "resolution": "--resolution", "frames": "--frames", "kernel": "--kernel",
-                 "from_maxdiffusion": "--from-maxdiffusion", "program": "--program"}
+                 "from_maxdiffusion": "--from-maxdiffusion", "program": "--program", "objective": "--objective",
+                 "max_videos_per_replica": "--max-videos-per-replica"}
+
+
+def _replicas_lines(block: dict) -> None:
+    """A throughput plan's choice (split, batch per replica, videos per hour) and every split tried."""
+    chips = "; ".join(f"replica {i}: chips {d['chip_ids']}" for i, d in enumerate(block["devices"]))
+    click.echo(f"  throughput on {block['slice']}: {block['count']} replica(s) of the plan above, "
+               f"{block['videos_per_replica']} video(s) each per run, {block['videos_per_hour']:.2f} videos/h "
+               f"({chips})")
+    click.echo(f"  splits tried (batch up to {block.get('max_videos_per_replica', '?')} videos per replica):")
+    for row in block["splits"]:
+        batch = f", {row['videos_per_replica']} video(s)/replica" if "videos_per_replica" in row else ""
+        if "not_planned" in row:
+            click.echo(f"    {row['split']}{batch}: not planned: {row['not_planned']}")
+        else:
+            click.echo(f"    {row['split']}{batch}: {row['videos_per_hour']:.2f} videos/h "
+                       f"({row['video_seconds']:.1f} s per run; {row['strategy']})")
 
 
 def _plan_stage1_only(space: Any, topo: Any, top_k: int, as_json: bool, no_cache: bool, console: Any) -> None:

@@ -14,7 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from aoizora.compare.costs import (
+from aoizora.compare.prices import ChipPrice, PriceTable, default_prices
+from aoizora.errors import ArgumentError, PlanningError
+from aoizora.plan_video import common_basis, denoising_steps, video_seconds, video_time_includes, videos_per_run
+from aoizora.slice_costs import (
     Pick,
     SliceCandidate,
     chip_hours_per_video,
@@ -23,9 +26,6 @@ from aoizora.compare.costs import (
     pick_cheapest,
     videos_per_hour,
 )
-from aoizora.compare.prices import ChipPrice, PriceTable, default_prices
-from aoizora.compare.video import common_basis, denoising_steps, video_seconds, video_time_includes, videos_per_run
-from aoizora.errors import ArgumentError, PlanningError
 from aoizora.store import one_line
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class Comparison:
 
     @property
     def video_time_includes(self) -> str:
-        """What the slices' video times include (`compare.video`): one basis, or that they differ."""
+        """What the slices' video times include (`aoizora.plan_video`): one basis, or that they differ."""
         return common_basis([r.video_time_includes for r in self.rows if r.video_time_includes is not None])
 
     def to_json(self) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
              *(f"# {line}" for line in generation_time_comment(plan.data)), "#",
              "# Without the plan's device order (MaxDiffusion builds its own mesh):",
              "# " + run.generate_wan_line(), "", "# With it:",
-             run.launcher_line('"$(dirname "$0")"') + ' "$@"', ""]
+             *_launch_lines(plan, run), ""]
     (out / COMMAND_SCRIPT).write_text("\n".join(lines))
     umask = os.umask(0)
     os.umask(umask)
@@ -74,10 +74,24 @@ def _write_files(plan: Any, run: MaxDiffusionRun, out: Path) -> None:
         path.chmod((0o777 if path.name == COMMAND_SCRIPT else 0o666) & ~umask)
 
 
+def _launch_lines(plan: Any, run: MaxDiffusionRun) -> list[str]:
+    """The launch: one process on the plan's slice, or one per replica of a throughput plan."""
+    line = run.launcher_line('"$(dirname "$0")"')
+    if getattr(plan, "replica_count", 1) > 1:
+        from aoizora.export.replicas import replica_lines
+
+        return replica_lines(plan, line)
+    return [line + ' "$@"']
+
+
 def write_maxdiffusion_export(plan: Any, out_dir: str | Path) -> MaxDiffusionRun:
     """Write a plan's MaxDiffusion run into `out_dir`: the launcher, the device module it imports,
     the run's JSON and `command.sh`. Nothing is written when the plan cannot be exported."""
     run = shell_safe(export_plan(plan))  # raises before anything is written
+    if getattr(plan, "replica_count", 1) > 1:
+        from aoizora.export.replicas import replica_environments
+
+        replica_environments(plan)  # a slice it cannot split on one host: refused before anything is written
     out = Path(out_dir)
     if not str(out_dir):
         raise OutputPathError("the export folder is empty; pass a directory path (`.` for this one)")

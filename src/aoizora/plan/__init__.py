@@ -1,4 +1,5 @@
-"""Plans: the two-stage planner, the plan file, its cache, and applying it as a `jax.sharding.Mesh`."""
+"""Plans: the two-stage planner, the plan file, its cache, applying it as a `jax.sharding.Mesh`, and
+planning for throughput (replicas on sub-slices)."""
 
 from aoizora.plan.function_space import FunctionSpace, FunctionStrategy
 from aoizora.plan.plan import Plan, load_plan
@@ -11,8 +12,11 @@ from aoizora.plan.planner import (
     plan_space,
     planning_flags,
 )
+from aoizora.plan.replicas import OBJECTIVES
+from aoizora.plan.throughput import plan_throughput
 
 __all__ = [
     "FunctionSpace", "FunctionStrategy", "Plan", "PlanResult", "expert_entries", "load_plan", "nothing_fits",
-    "plan_for_pair", "plan_function", "plan_space", "planning_flags",
+    "OBJECTIVES", "plan_for_pair", "plan_function", "plan_space", "plan_throughput",
+    "planning_flags",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from aoizora.errors import CompilerFlagError, PlanFormatError, clipped
 from aoizora.placement import MeshSpec, same_mesh
+from aoizora.plan.replicas import check_replicas
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology.hardware import hardware_profile
 from aoizora.workload import plan_reader
@@ -88,6 +89,7 @@ def check_consistency(data: dict[str, Any], source: str, fix: str) -> None:
             raise _fail(source, f"{where}.strategy", f"is {clipped(same['strategy'])} but the plan's strategy is "
                         f"{clipped(data['strategy']['key'])} (the baseline is the same strategy)", fix)
         _check_prediction(same, links, where, source, fix)
+    check_replicas(data, source, fix)
 
 
 def expected_link_count(topo: dict[str, Any]) -> int:

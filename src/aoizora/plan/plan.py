@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from aoizora.errors import OutputPathError, PlanFormatError, PlanMismatchError
+from aoizora.errors import ArgumentError, OutputPathError, PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
 from aoizora.plan.consistency import check_consistency, check_plain_strings, check_strategy_mesh
+from aoizora.plan.replicas import Split, slice_name
 from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
@@ -72,13 +73,27 @@ class Plan:
         """The plan's flags as `jax.jit(..., compiler_options=...)` takes them; run the plan with these."""
         return self.compiler_flags.compiler_options()
 
+    @property
+    def replicas(self) -> dict[str, Any] | None:
+        """A throughput plan's replicas (the full slice, each replica's chips, ...); None for a plan of
+        one replica on the whole slice."""
+        return self.data.get("replicas")
+
+    @property
+    def replica_count(self) -> int:
+        return int(self.replicas["count"]) if self.replicas else 1
+
     # --- applying it ----------------------------------------------------------------------------
-    def mesh(self, devices: Any = None) -> Any:
+    def mesh(self, devices: Any = None, replica: int | None = None) -> Any:
         """The `jax.sharding.Mesh` of this plan over `devices` (default: `jax.devices()`).
 
         Devices are matched by their ICI coordinates (and core on chip), so the mesh lands on the
         planned chips whatever order the runtime lists them in. Refuses devices of another kind,
         another count or another slice shape.
+
+        `replica`: for a throughput plan (`replicas`), the mesh of that replica (0-based) over the
+        devices of the full slice; without it, the plan's own slice (a replica's process that sees its
+        sub-slice alone, as the MaxDiffusion export runs it).
         """
         import jax
         from jax.sharding import Mesh
@@ -86,12 +101,49 @@ class Plan:
         devices = list(jax.devices() if devices is None else devices)
         topo = self.data["topology"]
         try:
-            arr = arrange_devices(devices, slice_name=topo["name"], device_kinds=topo["device_kinds"],
-                                  shape=topo["shape"], cores_per_chip=self.cores_per_chip,
-                                  device_coords=self.device_coords)
+            if replica is None:
+                arr = arrange_devices(devices, slice_name=topo["name"], device_kinds=topo["device_kinds"],
+                                      shape=topo["shape"], cores_per_chip=self.cores_per_chip,
+                                      device_coords=self.device_coords)
+            else:
+                arr = self._replica_devices(devices, replica)
         except DeviceMismatch as exc:
             raise PlanMismatchError(str(exc)) from None
         return Mesh(arr, self.axis_names)
+
+    def replica_meshes(self, devices: Any = None) -> list[Any]:
+        """Every replica's mesh over the full slice's `devices` (default `jax.devices()`); one mesh, the
+        plan's, for a plan without replicas."""
+        if self.replicas is None:
+            return [self.mesh(devices)]
+        return [self.mesh(devices, replica=i) for i in range(self.replica_count)]
+
+    def _replica_devices(self, devices: list[Any], replica: int) -> np.ndarray:
+        """The replica's devices at its mesh positions, matched among the full slice's devices: the
+        replica's planned coordinates moved to its block, then every other device of the full slice,
+        so `arrange_devices` checks the whole slice and places each device once."""
+        block = self.replicas
+        if block is None:
+            raise ArgumentError(f"replica={replica!r}: this plan has no replicas (made for one video's time on "
+                                f"{self.topology_name}); call mesh() without replica")
+        if isinstance(replica, bool) or not isinstance(replica, int) or not 0 <= replica < block["count"]:
+            raise ArgumentError(f"replica must be a replica index 0..{block['count'] - 1} of this plan's "
+                                f"{block['count']} replicas, not {replica!r}")
+        from aoizora.topology.slice import parse_topology_name
+
+        generation, full = parse_topology_name(block["slice"])
+        split = Split(tuple(full), tuple(self.data["topology"]["shape"]))
+        dims, cores = len(full), self.cores_per_chip
+        offset = np.array([*split.offsets[replica], *([0] if cores > 1 else [])])
+        mine = (self.device_coords + offset).reshape(-1, dims + (cores > 1))
+        taken = {tuple(row) for row in mine.tolist()}
+        chips = [c for i in range(split.count) for c in split.chips(i)]
+        per_chip: list[tuple[int, ...]] = [(k,) for k in range(cores)] if cores > 1 else [()]
+        rest = [(*c, *core) for c in chips for core in per_chip if (*c, *core) not in taken]
+        arr = arrange_devices(devices, slice_name=slice_name(generation, full),
+                              device_kinds=self.data["topology"]["device_kinds"], shape=full, cores_per_chip=cores,
+                              device_coords=np.array([*mine.tolist(), *rest]))
+        return arr[:len(mine)].reshape(self.axis_sizes)
 
     # --- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -77,11 +77,12 @@ _BLOCKS = _doc({
 _SECONDS_OR_NONE = {"type": ["number", "null"], "minimum": 0}
 
 
-def _part(text: str) -> dict[str, Any]:
-    """A part of the video time: its seconds (null when unknown) and how they were obtained."""
+def _part(text: str, **more: dict[str, Any]) -> dict[str, Any]:
+    """A part of the video time: its seconds (null when unknown), how they were obtained, and `more` fields."""
     return _doc({"type": "object", "required": ["seconds", "basis"], "properties": {
         "seconds": _doc(_SECONDS_OR_NONE, "the part's time (null: unknown, the basis says why)", "s"),
         "basis": _doc({"type": "string"}, "how the time was obtained (compiled and costed, estimated, or why not)"),
+        **more,
     }}, text)
 
 
@@ -114,10 +115,53 @@ _VIDEO_TIME = _doc({
         }}, "the denoising steps"),
         "expert_swap": _part("copying a two-expert model's experts in from host memory (0 when both stay in "
                              "HBM or there is one transformer)"),
-        "vae_decode": _part("the VAE decode, compiled for the slice (MaxDiffusion's VAE mesh) and costed by Q2; "
-                            "`cost` holds its Q2 parts, simulator time, HBM and compile time"),
+        "vae_decode": _part("the VAE decode, compiled for the slice (MaxDiffusion's VAE mesh) and costed by Q2",
+                            cost=_about("object", "the decode program's Q2 parts, simulator time, HBM, mesh and "
+                                        "compile time (absent when it was not compiled)")),
     },
 }, "one generation's predicted time end to end, part by part (a Wan plan)")
+
+_INT_LIST = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+_SPLIT_ROW = {"type": "object", "required": ["split", "count", "shape"], "properties": {
+    "split": {"type": "string"}, "count": {"type": "integer", "minimum": 1}, "shape": _INT_LIST,
+    "videos_per_replica": {"type": "integer", "minimum": 1}, "videos_per_hour": {"type": "number", "minimum": 0},
+    "video_seconds": {"type": "number", "minimum": 0}, "strategy": {"type": "string"},
+    "not_planned": {"type": "string"}}}
+
+_REPLICAS = _doc({
+    "type": "object",
+    "required": ["objective", "slice", "count", "devices", "videos_per_replica", "videos_per_hour", "contention",
+                 "splits"],
+    "properties": {
+        "objective": _doc({"const": "throughput"}, "what the plan maximises: videos per hour over the full slice"),
+        "slice": _doc({"type": "string"}, "the full slice the replicas split, e.g. `v5e:2x4` (the plan's own "
+                      "`topology` is one replica's sub-slice)", serving="the slice to run the replicas on"),
+        "count": _doc({"type": "integer", "minimum": 1}, "replicas, each the plan on its own sub-slice", "replicas",
+                      serving="how many copies of the plan to run"),
+        "devices": _doc({"type": "array", "items": {
+            "type": "object", "required": ["offset", "chips", "chip_ids"],
+            "properties": {"offset": _INT_LIST, "chips": {"type": "array", "items": _INT_LIST},
+                           "chip_ids": _INT_LIST}}},
+            "per replica: its block's first chip (`offset`), its chips' coordinates in the full slice in raster "
+            "order, and their raster ids (x fastest; libtpu's chip numbering, what `TPU_VISIBLE_CHIPS` lists)",
+            "chip coordinates", "`Plan.mesh(devices, replica=i)` and the export's per-replica commands"),
+        "videos_per_replica": _doc({"type": "integer", "minimum": 1}, "videos each replica generates per run (its "
+                                   "CFG batch / 2)", "videos", serving="the batch each replica runs"),
+        "video_seconds": _seconds("one run of a replica, as `aoizora compare` reads a plan's video time"),
+        "video_time_includes": _doc({"type": "string"}, "what `video_seconds` includes (end to end, or the "
+                                    "denoising steps alone)"),
+        "videos_per_hour": _doc({"type": "number", "minimum": 0}, "replicas x videos per run x 3600 / video "
+                                "seconds", "videos/h"),
+        "max_videos_per_replica": _doc({"type": "integer", "minimum": 1}, "the largest batch per replica tried",
+                                       "videos"),
+        "contention": _doc({"type": "object", "required": ["checked", "shared_links"]},
+                           "the replicas' link sets in the full slice (every route between two devices of a "
+                           "replica), checked disjoint: no contention between replicas"),
+        "splits": _doc({"type": "array", "items": _SPLIT_ROW}, "every split and batch per replica tried: its "
+                       "videos per hour and video time, or why it was not planned"),
+    },
+}, "with `--objective throughput`: the full slice split into equal replicas, each running this plan on its own "
+   "sub-slice and its own videos (absent: one plan on the whole slice)")
 
 PLAN_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -282,6 +326,7 @@ PLAN_SCHEMA: dict[str, Any] = {
                         "resident, their bytes per device, and the swap time per video if not",
                         serving="whether to keep both experts resident or swap them"),
         "video_time": _VIDEO_TIME,
+        "replicas": _REPLICAS,
         "notes": _doc({"type": "array", "items": {"type": "string"}}, "sentences about the choice, for the reader"),
         "request": _doc({"type": "object", "properties": {
             "workload": _about("object", "the workload asked for (the plan's `workload`)"),
@@ -290,6 +335,8 @@ PLAN_SCHEMA: dict[str, Any] = {
             "toolchain": _about("object", "the jax, jaxlib and libtpu versions planned with"),
             "aoizora": _about("string", "the aoizora package version planned with"),
             "source": _about("string", "the fingerprint of aoizora's source planned with"),
+            "companions": _about("list of string", "the programs besides the step the plan compiles and costs "
+                                 "(the VAE decode); a plan that costs them answers another request"),
             "options": _doc({DOC_TYPE: "object", "properties": {
                 "top_k": _about("integer", "strategies Stage 1 passes to Stage 2 (`--top-k`)"),
                 "ring_order": _about("string", "the ring order Q2 assumes (`--ring-order`): `listed`, `best`, or "

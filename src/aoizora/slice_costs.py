@@ -1,4 +1,4 @@
-"""The arithmetic of choosing a slice: videos per hour, chip-hours and cost per video, the latency
+"""The arithmetic of serving on a slice: videos per hour, chip-hours and cost per video, the latency
 target, and the cheapest slice that meets it.
 
 Pure functions of numbers, so that each is checked by hand in the tests and the comparison's table
