@@ -15,10 +15,11 @@ import numpy as np
 from aoizora.errors import ArgumentError, OutputPathError, PlanFormatError, PlanMismatchError
 from aoizora.placement import DeviceMismatch, arrange_devices
 from aoizora.plan.consistency import check_consistency, check_plain_strings, check_strategy_mesh
-from aoizora.plan.replicas import Split, slice_name
+from aoizora.plan.replicas import Split
 from aoizora.plan.schema import validate_plan_json
 from aoizora.store import write_json_atomic
 from aoizora.toolchain import CompilerFlags
+from aoizora.topology.slice import slice_name
 
 #: Largest plan file read. A plan of a 14B model with its Stage 1 table is under 1 MiB; the cap
 #: keeps a wrong path (a device such as /dev/zero, a video) from being read whole into memory.

@@ -27,14 +27,10 @@ from typing import Any
 from aoizora.errors import PlanFormatError, TopologyError, clipped
 from aoizora.store import one_line
 from aoizora.topology import Topology
-from aoizora.topology.slice import Coords, parse_topology_name
+from aoizora.topology.slice import Coords, parse_topology_name, slice_name
 
 #: The objectives a plan can be made for: one video's time, or videos per hour.
 OBJECTIVES = ("latency", "throughput")
-
-
-def slice_name(generation: str, shape: Sequence[int]) -> str:
-    return f"{generation}:{'x'.join(map(str, shape))}"
 
 
 def raster_id(coords: Sequence[int], shape: Sequence[int]) -> int:

@@ -28,12 +28,12 @@ from aoizora.plan.replicas import (
     contention_reason,
     refused_sub_slice,
     replica_devices,
-    slice_name,
 )
 from aoizora.plan_video import video_seconds, video_time_includes
 from aoizora.slice_costs import videos_per_hour
 from aoizora.store import one_line
 from aoizora.topology import Topology
+from aoizora.topology.slice import slice_name
 from aoizora.workload import StrategySpace
 
 #: A strategy space for a sub-slice and a batch per replica (videos per run).

@@ -19,6 +19,7 @@ from aoizora.topology.slice import (
     Topology,
     get_topology,
     parse_topology_name,
+    slice_name,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "get_topology",
     "hardware_profile",
     "parse_topology_name",
+    "slice_name",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -74,6 +75,11 @@ class DevicePosition:
     device_id: int
     chip: Coords
     core: int
+
+
+def slice_name(generation: str, shape: Sequence[int]) -> str:
+    """The name of a `generation` slice of chip grid `shape` ("v5e:2x4"): `parse_topology_name`'s inverse."""
+    return f"{generation}:{'x'.join(map(str, shape))}"
 
 
 def parse_topology_name(name: str) -> tuple[str, tuple[int, ...]]:

@@ -63,7 +63,7 @@ def parse_cell(text: str, model: str = MODEL) -> Cell:
     """
     from aoizora.errors import AoizoraError, BenchError
     from aoizora.models.registry import model_config, model_key, video_shape
-    from aoizora.topology.slice import parse_topology_name
+    from aoizora.topology.slice import parse_topology_name, slice_name
 
     parts = text.split("/")
     if len(parts) not in (3, 4) or not re.fullmatch(r"[0-9]{1,6}", parts[2]):
@@ -75,4 +75,4 @@ def parse_cell(text: str, model: str = MODEL) -> Cell:
         video_shape(model_config(name), cell.resolution, cell.frames)
     except AoizoraError as exc:
         raise BenchError(f"cell {text!r}: {exc}") from None
-    return Cell(f"{generation}:{'x'.join(map(str, shape))}", cell.resolution, cell.frames, name)
+    return Cell(slice_name(generation, shape), cell.resolution, cell.frames, name)
