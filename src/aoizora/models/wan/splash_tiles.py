@@ -22,6 +22,7 @@ measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aoizora.models.wan.strategy import SPLASH_ALIGN, SplashBlocks, Strategy, padded_length
@@ -216,26 +217,34 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     def admitted(tile: SplashBlocks, limit: int) -> bool:
         return bool(splash_blocks_fit(hw, nb, tile, limit)) and (not ring or ring_kernel_admits(hw, nb, tile, limit))
 
+    def cost(tile: SplashBlocks) -> float:
+        return splash_call_seconds(hw, lq, lk, head_dim, tile)
+
     best: tuple[SplashBlocks, int | None] = (fitted, None)
-    best_cost = splash_call_seconds(hw, lq, lk, head_dim, fitted)
+    best_cost = cost(fitted)
     default = effective_limit_kib(hw)
     for limit in RAISED_SCOPED_VMEM_KIB:
         raised = effective_limit_kib(hw, limit)
         if default is None or raised is None or raised <= default:
             continue  # the chip gives no more than the default
-        for cap_kv, cap_kvc in KV_TILE_CAPS:
-            block_kv = _fewest_blocks(lk, cap_kv, KV_ALIGN)
-            kvc = _largest_dividing(block_kv, cap_kvc, KV_ALIGN)
-            fits = [q for q in range(SPLASH_ALIGN, min(_round_up(lq, SPLASH_ALIGN), MAX_SEARCHED_BLOCK_Q) + 1,
-                                     SPLASH_ALIGN)
-                    if admitted(SplashBlocks(q, block_kv, kvc), limit)]
-            if not fits:
-                continue
-            block_qs = {_fewest_blocks(lq, max(fits), SPLASH_ALIGN)}
-            block_qs |= {q for q in EXPERT_BLOCK_Q if admitted(SplashBlocks(q, block_kv, kvc), limit)}
-            for q in sorted(block_qs):
-                tile = SplashBlocks(q, block_kv, kvc)
-                cost = splash_call_seconds(hw, lq, lk, head_dim, tile)
-                if cost < best_cost * (1 - 1e-9):
-                    best, best_cost = (tile, limit), cost
+        for tile in _tiles_at_limit(lq, lk, limit, admitted):
+            if cost(tile) < best_cost * (1 - 1e-9):
+                best, best_cost = (tile, limit), cost(tile)
     return best
+
+
+def _tiles_at_limit(lq: int, lk: int, limit: int,
+                    admitted: Callable[[SplashBlocks, int], bool]) -> Iterator[SplashBlocks]:
+    """The tiles searched at one scoped-VMEM limit: for each K/V cap of `KV_TILE_CAPS`, the fewest
+    Q blocks of a tile `admitted` there, and MaxDiffusion's own block_q values that are."""
+    for cap_kv, cap_kvc in KV_TILE_CAPS:
+        block_kv = _fewest_blocks(lk, cap_kv, KV_ALIGN)
+        kvc = _largest_dividing(block_kv, cap_kvc, KV_ALIGN)
+        fits = [q for q in range(SPLASH_ALIGN, min(_round_up(lq, SPLASH_ALIGN), MAX_SEARCHED_BLOCK_Q) + 1,
+                                 SPLASH_ALIGN)
+                if admitted(SplashBlocks(q, block_kv, kvc), limit)]
+        if not fits:
+            continue
+        block_qs = {_fewest_blocks(lq, max(fits), SPLASH_ALIGN)}
+        block_qs |= {q for q in EXPERT_BLOCK_Q if admitted(SplashBlocks(q, block_kv, kvc), limit)}
+        yield from (SplashBlocks(q, block_kv, kvc) for q in sorted(block_qs))
