@@ -170,6 +170,13 @@ class StrategySpace(abc.ABC, Generic[S]):
         plan's, chosen with it (e.g. a scoped-VMEM limit for its kernels' tiles); "" for none."""
         return ""
 
+    def under_flags(self, flags: CompilerFlags) -> StrategySpace[S]:
+        """The space as planned under the plan's compiler flags (`flags`, which win over a
+        strategy's own `compile_flags`): a space whose choices depend on a flag the plan's flags
+        fix (e.g. the tiles searched for a scoped-VMEM limit) gives a copy that makes them under
+        the fixed value. By default the space itself."""
+        return self
+
     def order_probe(self, strategy: S) -> S | None:
         """A strategy that compiles much faster than this one to the same collectives, differing
         only in what the collectives do not depend on (a kernel's tile, and the flags

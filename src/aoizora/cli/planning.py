@@ -158,6 +158,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
     k = top_k
     flags = planning_flags(libtpu_args, topo.name)  # checked by libtpu before any long work
     if stage1_only:
+        space = space.under_flags(flags)  # as `plan_space` ranks it
         _plan_stage1_only(space, topo, k, as_json, no_cache, console)
         return
     options = Q2Options(ring_order=ring_order, ring_direction=ring_direction)

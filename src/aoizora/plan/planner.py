@@ -101,7 +101,8 @@ def plan_space(
     the search finds by itself; no expert baseline is reported).
 
     `use_cache` reads/writes the plan cache, the Stage 1 cache and, unless `compile_cache` is
-    given, the default compile cache. `stage1`: a Stage 1 result already computed for this space, slice and Top-K.
+    given, the default compile cache. `stage1`: a Stage 1 result already computed for this space (as
+    `space.under_flags` gives it under the plan's flags), slice and Top-K.
     `libtpu_args`: compiler flags (`LIBTPU_INIT_ARGS` syntax) every Stage 2 compile uses, on top of
     those in the `LIBTPU_INIT_ARGS` environment variable (which libtpu applies anyway); the plan
     records the union, checked with libtpu before any work.
@@ -124,6 +125,7 @@ def plan_space(
     options = options or Q2Options()
     budget = TimeBudget(time_budget_s) if time_budget_s is not None else None
     flags = planning_flags(libtpu_args, topology.name)
+    space = space.under_flags(flags)
     request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
                        include_experts=include_experts)
     programs = space.companion_programs(topology)

@@ -192,6 +192,10 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "splash_blocks": _about("string", "how the splash blocks were chosen (e.g. `fitted to v5e`)"),
                 "kernel_profile": _about("string", "the attention kernel the deployment runs, whose cost profile "
                                          "costs attention (what `--kernel` sets)"),
+                "scoped_vmem_kib": _about("integer", "the scoped-VMEM limit the plan's compiler flags fixed "
+                                          "(`compiler.libtpu_args`): every strategy's tile was "
+                                          "searched at it alone; absent: the planner chose each strategy's limit",
+                                          "KiB"),
                 "pipeline": _about("object", "the generation around the transformer (two-expert switch, "
                                  "guidance, …) for models that define one",
                                  serving="`aoizora run` and the export run the pipeline so"),

@@ -59,3 +59,30 @@ def test_the_searched_tile_compiles_under_its_limit_and_not_under_the_default():
     compile_splash_call("v5e:2x2", nb, lq, lk, blocks, scoped_vmem_limit_kib=limit)
     with pytest.raises(Exception, match="(?i)vmem"):
         compile_splash_call("v5e:2x2", nb, lq, lk, blocks)
+
+
+@pytest.mark.parametrize("generation, strategy", CASES, ids=[c[0] for c in CASES])
+def test_a_fixed_limit_searches_its_own_tiles_alone(generation, strategy):
+    """Under a limit the plan's flags fix, every strategy's tile is one the rule admits at that
+    limit and the limit returned is it, whatever limit the free search would have raised to."""
+    hw = hardware_profile(generation)
+    lq, lk = self_attention_lengths(strategy, TOKENS_720P_81)
+    nb = local_batch(strategy, 2)
+    free_blocks, free_limit = searched_splash_tile(strategy, TOKENS_720P_81, 2, generation)
+    for fixed in (32768, 65536):
+        blocks, limit = searched_splash_tile(strategy, TOKENS_720P_81, 2, generation, fixed_limit_kib=fixed)
+        assert limit == fixed and splash_blocks_fit(hw, nb, blocks, fixed)
+        if fixed == free_limit:  # the free search's pick is among the candidates at its limit
+            assert blocks == free_blocks
+        else:  # and a tile of another limit is not: this one costs no less than the free pick
+            assert splash_call_seconds(hw, lq, lk, 128, blocks) >= splash_call_seconds(hw, lq, lk, 128, free_blocks)
+
+
+def test_a_fixed_limit_below_what_a_raised_tile_needs_keeps_the_default_blocks():
+    # v5e's default is 16 MiB: fixed there, the fitted blocks are the only tile the rule admits
+    strategy = CASES[0][1]
+    hw = hardware_profile("v5e")
+    fitted = fitted_splash_blocks(strategy, TOKENS_720P_81, 2, hw.splash_max_block_q)
+    blocks, limit = searched_splash_tile(strategy, TOKENS_720P_81, 2, "v5e", fixed_limit_kib=16384)
+    assert limit == 16384 and blocks.block_q <= max(fitted.block_q, blocks.block_q)
+    assert splash_blocks_fit(hw, local_batch(strategy, 2), blocks, 16384)

@@ -36,7 +36,7 @@ from aoizora.evaluation.bench.baselines import logical_search
 from aoizora.evaluation.bench.grid import FALLBACK_MODEL, Cell
 from aoizora.evaluation.validation.rank import rank_placements
 from aoizora.placement import JAX_DEFAULT, enumerate_placements
-from aoizora.plan.planner import expert_entries, plan_space
+from aoizora.plan.planner import expert_entries, plan_space, planning_flags
 from aoizora.progress import progress_reporter
 from aoizora.stage1 import run_stage1
 from aoizora.stage1.search import ILLEGAL, LOWERING_FAILED, OUT_OF_MEMORY, Entry
@@ -99,6 +99,7 @@ def run_cell(cell: Cell, opts: BenchOptions, cache: CompileCache, *, progress: b
     if space is None:
         # the bench judges the step's choice: no VAE decode compile (the plan's video time is not scored)
         space = wan_space(cell.model, cell.resolution, cell.frames, generation=topo.generation, vae=None)
+    space = space.under_flags(planning_flags(opts.flags, topo.name))  # as `plan_space` plans it
     options = opts.options or Q2Options()
     t_cell = time.perf_counter()
 

@@ -66,7 +66,7 @@ class WanSpace(StrategySpace[Strategy]):
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment[Strategy] | None = None,
                  kernel_profile: str = DEFAULT_KERNEL_PROFILE, program: str = "aoizora",
-                 vae: WanVAEConfig | None = None):
+                 vae: WanVAEConfig | None = None, scoped_vmem_kib: int | None = None):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
@@ -78,6 +78,8 @@ class WanSpace(StrategySpace[Strategy]):
         self.generation = generation
         self.splash_max_block_q = space_tiles.splash_max_block_q(generation)
         self.weight_tile = space_tiles.replicated_weight_tile(generation, config)
+        # a scoped-VMEM limit the plan's compiler flags fix (`under_flags`): tiles are searched at it alone
+        self.scoped_vmem_kib = space_tiles.check_fixed_limit(scoped_vmem_kib)
         self.name = model_name
         # Wan's default sampler: UniPC, 50 steps, shift 5.0 at 720p and 3.0 below.
         self.scheduler = scheduler or UniPCScheduler(num_steps=50, shift=5.0 if video.height >= 720 else 3.0)
@@ -122,6 +124,9 @@ class WanSpace(StrategySpace[Strategy]):
 
     def order_probe(self, strategy: Strategy) -> Strategy | None:
         return space_tiles.order_probe(self, strategy)
+
+    def under_flags(self, flags: CompilerFlags) -> WanSpace:
+        return space_tiles.under_flags(self, flags)
 
     def _as_compiled(self, deployment: ExpertDeployment[Strategy]) -> ExpertDeployment[Strategy]:
         return space_tiles.as_compiled(self, deployment)

@@ -133,6 +133,8 @@ def workload(space: WanSpace) -> dict[str, Any]:
         "splash_blocks": (f"fitted to {space.generation}" if space.splash_max_block_q
                           else "the kernel's pick per call"),
         **({"kernel_profile": space.kernel_profile} if space.kernel_profile != DEFAULT_KERNEL_PROFILE else {}),
+        # a scoped-VMEM limit the plan's flags fixed: the tiles were searched at it alone
+        **({"scoped_vmem_kib": space.scoped_vmem_kib} if space.scoped_vmem_kib is not None else {}),
         # the program Stage 2 compiled, when not aoizora's own Wan step
         **({"program": space.program_source.to_json()} if space.program_source is not None else {}),
         **({"user_deployment": {**as_compiled(space, space.user_deployment).to_json(),

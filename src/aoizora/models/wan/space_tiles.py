@@ -12,16 +12,18 @@ deployments keep the runtime's layout, as deployed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
+from aoizora.errors import StrategyError
 from aoizora.models.wan.custom_tiles import published_steps
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
 from aoizora.models.wan.splash_tiles import fitted_splash_blocks, ring_fitted_blocks, searched_splash_tile
 from aoizora.models.wan.strategy import Strategy
-from aoizora.toolchain import SCOPED_VMEM_FLAG
+from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 from aoizora.topology import RUNTIME_TILE_16BIT, hardware_profile
 from aoizora.workload import ExpertDeployment
 
@@ -53,13 +55,49 @@ def with_blocks(space: WanSpace, st: Strategy) -> Strategy:
         return st
     tokens = space.video.tokens(space.config)
     if st.kernel_profile == DEFAULT_KERNEL_PROFILE and space.generation is not None:
-        found = searched_splash_tile(st, tokens, space.batch, space.generation)
+        found = searched_splash_tile(st, tokens, space.batch, space.generation, fixed_limit_kib=space.scoped_vmem_kib)
         if found is not None:
             blocks, limit = found
             return dataclasses.replace(st, splash_blocks=blocks, scoped_vmem_kib=limit)
     hw = hardware_profile(space.generation) if space.generation is not None else None
     fitted = ring_fitted_blocks(st, tokens, space.batch, space.splash_max_block_q, hw)
     return dataclasses.replace(st, splash_blocks=fitted) if fitted is not None else st
+
+
+def check_fixed_limit(limit_kib: Any) -> int | None:
+    """A space's fixed scoped-VMEM limit (KiB) as given, or StrategyError."""
+    if limit_kib is not None and (isinstance(limit_kib, bool) or not isinstance(limit_kib, int) or limit_kib < 1):
+        raise StrategyError(f"scoped_vmem_kib must be a positive number of KiB or None, not {limit_kib!r}")
+    return limit_kib
+
+
+def fixed_limit(flags: CompilerFlags) -> int | None:
+    """The scoped-VMEM limit (KiB) `flags` set (`SCOPED_VMEM_FLAG`), or None; StrategyError for a
+    value that is not a positive whole number of KiB."""
+    value = dict(flags.items).get(SCOPED_VMEM_FLAG)
+    if value is None:
+        return None
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise StrategyError(f"--{SCOPED_VMEM_FLAG}={value} in the compiler flags is not a positive number of KiB; "
+                            "give one (e.g. 65536) or leave the flag out to let the planner choose the limit")
+    return limit
+
+
+def under_flags(space: WanSpace, flags: CompilerFlags) -> WanSpace:
+    """The space as planned under the plan's compiler flags: where they set the scoped-VMEM limit,
+    a copy whose tiles are searched at that limit alone (the flags given to a plan win over a
+    strategy's own, so a tile chosen for another limit would be compiled under this one)."""
+    limit = fixed_limit(flags)
+    if limit == space.scoped_vmem_kib:
+        return space
+    fixed = copy.copy(space)
+    fixed.__dict__.update(space.__getstate__())  # its own per-process caches: its strategies differ
+    fixed.scoped_vmem_kib = limit
+    return fixed
 
 
 def compile_flags(strategy: Strategy) -> str:
@@ -74,8 +112,9 @@ def order_probe(space: WanSpace, strategy: Strategy) -> Strategy | None:
     libtpu's default limit, and that limit: the limit makes libtpu's back end several times
     slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
     the tile changes only the splash calls. None for a strategy at the default limit (its
-    own compile is as fast)."""
-    if strategy.scoped_vmem_kib is None or not space.splash_max_block_q:
+    own compile is as fast), and in a space whose limit the plan's flags fix (every compile then
+    runs at that limit, the probe's too, so it would be no faster)."""
+    if strategy.scoped_vmem_kib is None or not space.splash_max_block_q or space.scoped_vmem_kib is not None:
         return None
     blocks = fitted_splash_blocks(strategy, space.video.tokens(space.config), space.batch, space.splash_max_block_q)
     if blocks is None:

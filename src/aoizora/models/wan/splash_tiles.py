@@ -191,7 +191,8 @@ def ring_fitted_blocks(strategy: Strategy, tokens: int, batch: int, max_block_q:
 
 
 def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation: str,
-                         head_dim: int = 128) -> tuple[SplashBlocks, int | None] | None:
+                         head_dim: int = 128, fixed_limit_kib: int | None = None
+                         ) -> tuple[SplashBlocks, int | None] | None:
     """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
     strategy's self-attention calls cost least in JAX's splash model, without a compile.
 
@@ -202,7 +203,12 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     values where the rule admits them. A raised limit is chosen only when its tile costs less;
     the model charges nothing else for it. A strategy whose export runs MaxDiffusion's ring kernel
     (`runs_maxdiffusion_ring`) takes only tiles that kernel's rule admits too, at every limit (at
-    the default limit: `ring_fitted_blocks`). None where no limit was measured for the call."""
+    the default limit: `ring_fitted_blocks`). None where no limit was measured for the call.
+
+    `fixed_limit_kib`: a limit the plan's compiler flags fix (the user's own), under which every
+    compile runs. The search is then at that limit alone: the default-limit blocks unless the rule
+    refuses them there, and that limit's tiles; the limit returned is it. Where no tile is left,
+    the default-limit blocks are returned with it and the compile decides."""
     from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
     from aoizora.topology import hardware_profile
 
@@ -219,6 +225,12 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
 
     def cost(tile: SplashBlocks) -> float:
         return splash_call_seconds(hw, lq, lk, head_dim, tile)
+
+    if fixed_limit_kib is not None:
+        tiles = list(_tiles_at_limit(lq, lk, fixed_limit_kib, admitted))
+        if splash_blocks_fit(hw, nb, fitted, fixed_limit_kib) is not False:
+            tiles.insert(0, fitted)  # first: a tie keeps the default-limit blocks
+        return (min(tiles, key=cost) if tiles else fitted), fixed_limit_kib
 
     best: tuple[SplashBlocks, int | None] = (fitted, None)
     best_cost = cost(fitted)
