@@ -142,3 +142,40 @@ def test_at_the_default_limit_the_fitted_block_q_is_lowered_until_the_ring_kerne
     other = dataclasses.replace(strategy, attention="ulysses")
     assert ring_fitted_blocks(other, TOKENS_720P_81, 2, hw.splash_max_block_q, hw) == fitted_splash_blocks(
         other, TOKENS_720P_81, 2, hw.splash_max_block_q)
+
+
+@pytest.mark.tpu_compile
+@pytest.mark.skipif(not __import__("os").environ.get("MAXDIFFUSION_DIR"),
+                    reason="MAXDIFFUSION_DIR is not set: set it to a MaxDiffusion checkout at the commit the ring data "
+                           "names (its src/maxdiffusion/kernels suffice, e.g. from `git archive COMMIT "
+                           "src/maxdiffusion/kernels`) to compile its ring kernel at the rule's boundary")
+@pytest.mark.parametrize("limit", [None, 65536], ids=["default-limit", "64MiB"])
+def test_at_the_rules_boundary_the_ring_kernel_compiles_what_it_admits_and_not_what_it_refuses(limit):
+    """MaxDiffusion's ring kernel compiled by libtpu on v6e at local batch 1 (the benchmark's call):
+    the largest block_q the rule admits compiles under the limit, and the smallest block_q whose
+    working set less the rule's margin is over the limit is refused."""
+    import os
+
+    bench = _benchmark()
+    before = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "maxdiffusion"}
+    try:  # the benchmark imports the kernels under a stub package: other tests get the real one back
+        ring = bench.ring_kernel_module(os.environ["MAXDIFFUSION_DIR"])
+        _compile_at_the_boundary(bench, ring, limit)
+    finally:
+        for name in [k for k in sys.modules if k.split(".")[0] == "maxdiffusion"]:
+            del sys.modules[name]
+        sys.modules.update(before)
+
+
+def _compile_at_the_boundary(bench, ring, limit):
+    hw = hardware_profile("v6e")
+    kib = effective_limit_kib(hw, limit)
+    margin = coefficients(hw, 1, "maxdiffusion_ring")[4]
+    tiles = [SplashBlocks(q, 2048, 1024) for q in range(256, 16384 + 1, 256)]
+    admitted = [t for t in tiles if ring_kernel_admits(hw, 1, t, limit)]
+    refused = [t for t in tiles
+               if splash_working_set_bytes(hw, 1, t, "maxdiffusion_ring") - margin > kib * 1024]
+    assert admitted and refused, "the boundary lies outside the tiles tried"
+    for tile, compiles in ((admitted[-1], True), (refused[0], False)):
+        lowered = bench.ring_program(ring, bench.SLICES["v6e"], (tile.block_q, tile.block_kv, tile.block_kv_compute), 1)
+        assert bench.probe(lowered, limit)["compiles"] is compiles, tile.describe()
