@@ -39,6 +39,15 @@ def test_one_labelled_point_per_priced_slice_and_the_rest_named():
     assert ax.get_xlabel().startswith("video time, s (denoising only)") and "USD" in ax.get_ylabel()
 
 
+def test_chip_hours_per_video_are_plotted_for_every_planned_slice_priced_or_not():
+    fig = comparison_figure(DOC)
+    hours = fig.axes[1]
+    assert sorted(t.get_text() for t in hours.texts if ":" in t.get_text()) == ["tpu7x:2x2x1", "v5e:2x4", "v6e:2x4"]
+    assert "chip-hours" in hours.get_ylabel() and hours.get_xlabel() == fig.axes[0].get_xlabel()
+    points = sorted(tuple(p) for c in hours.collections for p in c.get_offsets())
+    assert (524.0, 8 * 524.0 / 3600) in points  # the slice without a price, at its chip-hours
+
+
 def test_the_folder_holds_the_page_the_picture_and_strict_json(tmp_path):
     out = tmp_path / "cmp"
     page = write_comparison(DOC, out)

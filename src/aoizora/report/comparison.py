@@ -1,5 +1,6 @@
-"""The slice comparison's outputs (`aoizora compare --out DIR`): video time against cost per video,
-one labelled point per slice, in a PNG and a self-contained HTML page, beside the data as JSON.
+"""The slice comparison's outputs (`aoizora compare --out DIR`): video time against cost per video
+and against chip-hours per video, one labelled point per slice, in a PNG and a self-contained HTML
+page, beside the data as JSON.
 
 They are drawn from the comparison's JSON document (`Comparison.to_json()`), the same data the
 folder's `compare.json` holds, so the picture and the data cannot disagree.
@@ -44,42 +45,52 @@ def _plotted(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def comparison_figure(doc: dict[str, Any]) -> Figure:
-    """Video time (x) against cost per video (y), one labelled point per priced slice; the latency
-    target as a dashed line, the slices that meet it filled, the pick ringed. Slices without a plan
-    or a price are named under the plot."""
+    """Two panels, one labelled point per slice: video time (x) against cost per video (y) for
+    the priced slices, and against chip-hours per video for every planned slice (what the cost is
+    made of, which needs no price: a slice without one is still compared). The latency target as
+    a dashed line, the slices that meet it filled, the pick ringed. Slices without a plan or a
+    price are named under the plot."""
     import matplotlib.pyplot as plt
 
     points, left_out = _plotted(doc)
+    planned = [r for r in doc["slices"] if r["video_seconds"] is not None]
+    fig, (cost_ax, hours_ax) = plt.subplots(1, 2, figsize=(11.0, 4.6))
+    _panel(cost_ax, doc, points, "cost_per_video", f"cost per video, {doc['prices']['currency']}")
+    if not points:
+        cost_ax.text(0.5, 0.5, "no slice has both a video time and a price", transform=cost_ax.transAxes,
+                     ha="center")
+    _panel(hours_ax, doc, planned, "chip_hours_per_video", "chip-hours per video (every chip of the slice)")
+    w = doc["workload"]
+    fig.suptitle(f"{w['model']} {w['resolution']} {w['frames']} frames: one point per slice", fontsize=10)
+    if left_out:
+        fig.text(0.01, -0.02, "cost not plotted: " + "; ".join(left_out), fontsize=8, ha="left", va="top",
+                 wrap=True)
+    fig.tight_layout()
+    return fig
+
+
+def _panel(ax: Any, doc: dict[str, Any], rows: list[dict[str, Any]], key: str, label: str) -> None:
+    """One panel of `comparison_figure`: video time against `key` of each row."""
     target = doc.get("max_video_seconds")
-    pick = doc["pick"]["topology"]
-    currency = doc["prices"]["currency"]
-    fig, ax = plt.subplots(figsize=(7.0, 4.6))
-    for row in points:
+    for row in rows:
         meets = row["meets_target"] is not False
-        ax.scatter([row["video_seconds"]], [row["cost_per_video"]], s=60, zorder=3,
+        ax.scatter([row["video_seconds"]], [row[key]], s=60, zorder=3,
                    color="#3b6fb6" if meets else "white", edgecolors="#3b6fb6")
-        if row["topology"] == pick:
-            ax.scatter([row["video_seconds"]], [row["cost_per_video"]], s=260, zorder=2, facecolors="none",
+        if row["topology"] == doc["pick"]["topology"]:
+            ax.scatter([row["video_seconds"]], [row[key]], s=260, zorder=2, facecolors="none",
                        edgecolors="#d1495b", linewidths=1.6)
-        ax.annotate(row["topology"], (row["video_seconds"], row["cost_per_video"]), textcoords="offset points",
+        ax.annotate(row["topology"], (row["video_seconds"], row[key]), textcoords="offset points",
                     xytext=(7, 5), fontsize=9)
     if target is not None:
         ax.axvline(target, color="#888888", linestyle="--", linewidth=1)
         ax.annotate(f"target {target:g} s", (target, 1), xycoords=("data", "axes fraction"), xytext=(4, -12),
                     textcoords="offset points", fontsize=8, color="#555555")
     ax.set_xlabel(f"video time, s ({doc['video_time_includes'].split(':')[0]})")
-    ax.set_ylabel(f"cost per video, {currency}")
-    if points:  # from zero, with room for the labels of the points at the edges
-        ax.set_xlim(0, 1.15 * max([r["video_seconds"] for r in points] + [target or 0]))
-        ax.set_ylim(0, 1.25 * max(r["cost_per_video"] for r in points))
+    ax.set_ylabel(label)
+    if rows:  # from zero, with room for the labels of the points at the edges
+        ax.set_xlim(0, 1.15 * max([r["video_seconds"] for r in rows] + [target or 0]))
+        ax.set_ylim(0, 1.25 * max(r[key] for r in rows))
     ax.grid(True, alpha=0.3)
-    w = doc["workload"]
-    ax.set_title(f"{w['model']} {w['resolution']} {w['frames']} frames: one point per slice", fontsize=10)
-    if not points:
-        ax.text(0.5, 0.5, "no slice has both a video time and a price", transform=ax.transAxes, ha="center")
-    if left_out:
-        fig.text(0.01, -0.02, "not plotted: " + "; ".join(left_out), fontsize=8, ha="left", va="top", wrap=True)
-    return fig
 
 
 def amount(value: float | None, unit: str = "") -> str:
@@ -137,6 +148,6 @@ img{{max-width:100%}}</style></head><body>
 {'' if target is None else f'Latency target: {target:g} s per video.'}</p>
 <p>Video time: {html.escape(doc['video_time_includes'])}.</p>
 {table}
-<img src="{image}" alt="video time against cost per video">
+<img src="{image}" alt="video time against cost and chip-hours per video">
 <h2>Prices</h2><p>{html.escape(prices['origin'])}, read {html.escape(prices['read'])}:</p><ul>{sources}</ul>
 </body></html>"""
