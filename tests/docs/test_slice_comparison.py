@@ -33,7 +33,10 @@ def _plan(topology: str) -> dict:
 
 @pytest.mark.parametrize("row", COLD["slices"], ids=lambda r: r["topology"])
 def test_each_row_is_its_plan_and_the_cost_arithmetic(row):
+    from aoizora.plan.schema import validate_plan_json
+
     plan = _plan(row["topology"])
+    validate_plan_json(plan, row["topology"])
     assert plan["topology"]["name"] == row["topology"] and plan["strategy"]["key"] == row["strategy"]
     assert plan["placement"]["name"] == row["placement"]
     assert plan["prediction"]["step_seconds"] == row["step_seconds"]
