@@ -43,7 +43,8 @@ def test_the_fixed_limit_is_every_strategys_and_in_the_workload():
 def test_a_space_given_a_fixed_limit_keeps_it():
     space = _space(scoped_vmem_kib=65536)
     assert space_tiles.with_blocks(space, DEMO).scoped_vmem_kib == 65536
-    assert space.under_flags(CompilerFlags.parse("")).scoped_vmem_kib is None  # the plan's flags decide
+    assert space.under_flags(CompilerFlags.parse("")) is space  # flags without the limit leave it
+    assert space.under_flags(CompilerFlags.parse(f"--{SCOPED_VMEM_FLAG}=32768")).scoped_vmem_kib == 32768
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "lots"])

@@ -92,8 +92,8 @@ def under_flags(space: WanSpace, flags: CompilerFlags) -> WanSpace:
     a copy whose tiles are searched at that limit alone (the flags given to a plan win over a
     strategy's own, so a tile chosen for another limit would be compiled under this one)."""
     limit = fixed_limit(flags)
-    if limit == space.scoped_vmem_kib:
-        return space
+    if limit is None or limit == space.scoped_vmem_kib:
+        return space  # flags without the limit leave a space's own (fixed or searched) as it is
     fixed = copy.copy(space)
     fixed.__dict__.update(space.__getstate__())  # its own per-process caches: its strategies differ
     fixed.scoped_vmem_kib = limit
