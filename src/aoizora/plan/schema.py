@@ -201,9 +201,10 @@ PLAN_SCHEMA: dict[str, Any] = {
                                  serving="`aoizora run` and the export run the pipeline so"),
                 "program": _about("object", "the program Stage 2 compiled and costed when not aoizora's own Wan "
                                   "step (`aoizora plan --program maxdiffusion`): `name` (`maxdiffusion`), "
-                                  "`repository`, `commit` (the checkout's, null when it has no git metadata) "
-                                  "and `facts_commit` (where aoizora's MaxDiffusion facts were read); absent: "
-                                  "aoizora's program"),
+                                  "`repository`, `commit` (the checkout's, null when it has no git metadata), "
+                                  "`facts_commit` (where aoizora's MaxDiffusion facts were read) and, where the step "
+                                  "compiled for the slice differs from the one MaxDiffusion runs, `adjustments` "
+                                  "(each difference and why, in words); absent: aoizora's program"),
             },
         }, "what was planned"),
         "topology": _doc({

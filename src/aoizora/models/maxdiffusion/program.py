@@ -19,6 +19,15 @@ commit. Where MaxDiffusion's source was read (at the commit the facts record):
   embedding computed once outside the step);
 * the model's dimensions are the diffusers config's (`WanConfig`), which MaxDiffusion reads from
   the checkpoint (`WanModel.load_config`).
+
+One adjustment, on the generations `COMPILER_PLACED_ROPE` names: MaxDiffusion computes the rotary
+table (complex64) once, outside the step, and passes it replicated, so each device slices its part
+of the table inside the step. libtpu 0.0.42.1 aborts compiling a per-partition slice of a complex64
+array for TPU7x (`windowing_util.cc:317 Check failed: desc->window_bounds.size() == rank`; the
+reduction is `tests/models/maxdiffusion/test_rope_table_placement.py`), so there the table enters
+with the sharding the compiler picks: each device receives the part it reads, and the step is
+MaxDiffusion's less that slice (a copy of the device's part of the table, a few MB). The plan
+records it (`MaxDiffusionSource.to_json`).
 """
 
 from __future__ import annotations
@@ -65,11 +74,26 @@ class MaxDiffusionSource:
     root: Path  # the directory holding `src/maxdiffusion/configs`
     commit: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, generation: str | None = None) -> dict[str, Any]:
         """The plan's record of the program: MaxDiffusion's repository, the commit compiled (as its
-        checkout reports it) and the commit its facts were read at."""
+        checkout reports it), the commit its facts were read at and, for a generation where the
+        step compiled differs from MaxDiffusion's, how (`adjustments`)."""
+        changed = adjustments(generation)
         return {"name": "maxdiffusion", "repository": facts()["repository"], "commit": self.commit,
-                "facts_commit": facts()["commit"]}
+                "facts_commit": facts()["commit"], **({"adjustments": changed} if changed else {})}
+
+
+#: generations whose compile aborts on the in-step slice of the replicated complex64 rotary table
+#: (libtpu 0.0.42.1 on TPU7x): the table enters with the sharding the compiler picks instead
+COMPILER_PLACED_ROPE = ("tpu7x",)
+#: what the plan says of that adjustment
+ROPE_ADJUSTMENT = ("rotary table enters sharded as the step reads it, not replicated: libtpu aborts "
+                   "slicing a replicated complex64 array per partition on this generation")
+
+
+def adjustments(generation: str | None) -> list[str]:
+    """How the step compiled for `generation` differs from the one MaxDiffusion runs ([] when it does not)."""
+    return [ROPE_ADJUSTMENT] if generation in COMPILER_PLACED_ROPE else []
 
 
 #: the models whose step this module builds: MaxDiffusion's Wan 2.1 text-to-video transformer (an
@@ -228,7 +252,8 @@ def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any,
     replicated = NamedSharding(mesh, PartitionSpec())
     channels, t, h, w = space.video.latent_shape(space.config)
     dummy = jax.ShapeDtypeStruct((space.batch, t, h, w, channels), "float32")
-    rope = jax.tree.map(lambda r: jax.ShapeDtypeStruct(r.shape, r.dtype, sharding=replicated),
+    table = None if space.generation in COMPILER_PLACED_ROPE else replicated  # None: the compiler's choice
+    rope = jax.tree.map(lambda r: jax.ShapeDtypeStruct(r.shape, r.dtype, sharding=table),
                         jax.eval_shape(model.rope, dummy))
     return graphdef, params, rest, rope
 

@@ -136,7 +136,7 @@ def workload(space: WanSpace) -> dict[str, Any]:
         # a scoped-VMEM limit the plan's flags fixed: the tiles were searched at it alone
         **({"scoped_vmem_kib": space.scoped_vmem_kib} if space.scoped_vmem_kib is not None else {}),
         # the program Stage 2 compiled, when not aoizora's own Wan step
-        **({"program": space.program_source.to_json()} if space.program_source is not None else {}),
+        **({"program": space.program_source.to_json(space.generation)} if space.program_source is not None else {}),
         **({"user_deployment": {**as_compiled(space, space.user_deployment).to_json(),
                                 "strategy": space.user_deployment.strategy.key()}}
            if space.user_deployment is not None else {}),
