@@ -7,8 +7,9 @@ strategy's first placement): as aoizora's Wan step, and as MaxDiffusion's own st
 classes with the overrides the export writes (`aoizora plan --program maxdiffusion`,
 `aoizora.models.maxdiffusion.program`). Both go through the compile cache and are costed by Q2 and
 the simulator. Per program it records the collectives by kind (count and payload bytes per step,
-loop trips counted), the fusions executed per step, the predicted step and its compute and
-exposed-collective parts, and the per-device HBM libtpu reports. Needs MaxDiffusion importable
+loop trips counted), the fusions executed per step, the bytes the SparseCore data-format calls
+relayout per step (TPU7x offloads relayouts to its SparseCores; 0 elsewhere), the predicted step
+and its compute and exposed-collective parts, and the per-device HBM libtpu reports. Needs MaxDiffusion importable
 (CONTRIBUTING.md, "MaxDiffusion's own program"); one compile runs at a time.
 
     MAXDIFFUSION_DIR=... python benchmarks/program_form.py [--topology v6e:2x4] [--model wan2.1-t2v-14b]
@@ -27,6 +28,9 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "hardware"))
+from step_breakdown import relayout_computations  # noqa: E402
 
 VARIANTS = ("allgather", "ulysses", "ring", "ulysses_ring")
 
@@ -56,6 +60,25 @@ def describe(program: Any) -> dict[str, Any]:
             "collective_bytes_total": int(sum(payload.values())), "fusions": fusions, "custom_calls": calls}
 
 
+def relayout_bytes(program: Any, module: Any) -> int:
+    """Bytes the SparseCore data-format calls relayout per step: each copy they run reads and
+    writes its array once (loop trips counted)."""
+    inside = relayout_computations(module)
+    return int(sum(n.hbm_bytes // 2 * n.multiplicity for n in program.nodes
+                   if n.computation in inside and n.opcode == "copy"))
+
+
+def compiled_module(space: Any, strategy: Any, topology: Any, placement: Any, cache: Any, flags: Any) -> Any:
+    """The compiled module `compile_strategy` stored in `cache` for this program, parsed."""
+    from aoizora.hlo.parser import parse_hlo
+    from aoizora.toolchain import toolchain_versions
+
+    mesh = placement.jax_mesh(topology)
+    text = space.compile_inputs(strategy, mesh).lower().as_text()
+    record = cache.get(cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags))
+    return parse_hlo(record.hlo_text)
+
+
 def run(space: Any, strategy: Any, topology: Any, cache: Any) -> dict[str, Any]:
     from aoizora.cost import CostModel
     from aoizora.sim import simulate
@@ -64,14 +87,16 @@ def run(space: Any, strategy: Any, topology: Any, cache: Any) -> dict[str, Any]:
 
     placement = shared_compile_placement(space, topology, strategy)
     t0 = time.perf_counter()
-    compiled = compile_strategy(space, strategy, strategy.key(), topology, placement, 3600, cache,
-                                CompilerFlags.parse(space.compile_flags(strategy)))
+    flags = CompilerFlags.parse(space.compile_flags(strategy))
+    compiled = compile_strategy(space, strategy, strategy.key(), topology, placement, 3600, cache, flags)
+    module = compiled_module(space, strategy, topology, placement, cache, flags)
     q2 = CostModel(topology).evaluate(compiled.program, placement)
     return {"program": space.program, "module": compiled.program.module_name, "step_seconds": q2.step_seconds,
             "sim_step_seconds": simulate(compiled.program, topology, placement).step_seconds,
             "compute_seconds": q2.compute_seconds, "exposed_comm_seconds": q2.exposed_comm_seconds,
             "comm_seconds": q2.comm_seconds, "memory_bytes": compiled.memory_bytes,
-            **describe(compiled.program), "compile_seconds": compiled.compile_seconds,
+            **describe(compiled.program), "sparsecore_relayout_bytes": relayout_bytes(compiled.program, module),
+            "compile_seconds": compiled.compile_seconds,
             "cached": compiled.from_cache, "wall_seconds": time.perf_counter() - t0,
             "load_average": os.getloadavg()[0]}
 
@@ -83,7 +108,8 @@ def line(variant: str, rec: dict[str, Any]) -> str:
     return (f"{variant:<13}{rec['program']:<13}step {rec['step_seconds'] * 1e3:9.1f} ms  sim "
             f"{rec['sim_step_seconds'] * 1e3:9.1f} ms  exposed comm {rec['exposed_comm_seconds'] * 1e3:7.1f} ms  "
             f"collectives {sum(c.values()):5d} ({rec['collective_bytes_total'] / 2**30:6.2f} GiB)  "
-            f"fusions {rec['fusions']:6d}" + ("  (cached)" if rec["cached"] else ""))
+            f"fusions {rec['fusions']:6d}  SparseCore relayouts {rec['sparsecore_relayout_bytes'] / 2**30:6.2f} GiB"
+            + ("  (cached)" if rec["cached"] else ""))
 
 
 def main() -> None:

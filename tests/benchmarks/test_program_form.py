@@ -17,7 +17,7 @@ from aoizora.topology import get_topology
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from program_form import describe, pick  # noqa: E402
+from program_form import describe, pick, relayout_bytes  # noqa: E402
 
 RUNS = sorted((ROOT / "docs" / "data" / "program-form").glob("*.json"))
 
@@ -43,6 +43,28 @@ def test_the_summary_counts_collectives_bytes_and_fusions_per_step():
     assert summary["collective_bytes"] == {"all-to-all": 4010, "all-gather": 7}
     assert summary["collective_bytes_total"] == 4017
     assert summary["fusions"] == 41 and summary["custom_calls"] == 40
+
+
+def _inst(opcode, name, to_apply=None):
+    return SimpleNamespace(opcode=opcode, name=name, attr=lambda key: to_apply if key == "to_apply" else None)
+
+
+def test_the_sparsecore_relayout_bytes_count_the_copies_the_data_format_calls_run():
+    comps = {
+        "main": SimpleNamespace(name="main", instructions=[
+            _inst("call-start", "sparse-core-data-format-call.1", "format"),
+            _inst("call-start", "all-gather-offload.2", "gather")]),
+        "format": SimpleNamespace(name="format", instructions=[_inst("call-start", "call.3", "inner")]),
+        "inner": SimpleNamespace(name="inner", instructions=[]),
+        "gather": SimpleNamespace(name="gather", instructions=[]),
+    }
+    module = SimpleNamespace(computations=comps, computation=comps.__getitem__)
+    node = lambda comp, opcode, hbm, mult: SimpleNamespace(  # noqa: E731
+        computation=comp, opcode=opcode, hbm_bytes=hbm, multiplicity=mult)
+    program = SimpleNamespace(nodes=[node("format", "copy", 200, 3), node("inner", "copy", 100, 1),
+                                     node("format", "fusion", 1000, 1), node("gather", "copy", 400, 1),
+                                     node("main", "copy", 800, 1)])
+    assert relayout_bytes(program, module) == 350  # read and written once: half the bytes, trips counted
 
 
 @pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
