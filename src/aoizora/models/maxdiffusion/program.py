@@ -13,7 +13,7 @@ commit. Where MaxDiffusion's source was read (at the commit the facts record):
 
 * `src/maxdiffusion/pipelines/wan/wan_pipeline.py` — `create_sharded_logical_transformer` (the
   model's keyword arguments from the config, the weights' shardings from `logical_axis_rules`),
-  `_final_param_dtype` (which weights stay float32), `transformer_forward_pass_full_cfg`;
+  `cast_with_exclusion` (which weights stay float32), `transformer_forward_pass_full_cfg`;
 * `src/maxdiffusion/pipelines/wan/wan_pipeline_2_1.py` — `run_inference_2_1` (the step's
   arguments: float32 latents and prompt embeddings replicated, int32 timesteps, the rotary
   embedding computed once outside the step);
@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import io
 import json
 import os
@@ -156,6 +157,31 @@ def step_overrides(space: WanSpace, strategy: Strategy) -> tuple[str, list[tuple
     return config, overrides
 
 
+def checkout_overrides(config: str, overrides: list[tuple[str, str]], keys: set[str],
+                       commit: str | None) -> list[tuple[str, str]]:
+    """`overrides` (written for the config at the facts' commit) for a checkout whose config has
+    `keys`: a key the checkout's config lacks is dropped when the override sets the facts' default
+    (the behaviour before the key existed, such as one Ulysses chunk), and refused otherwise, in one
+    line that names the key, since that checkout cannot run the strategy as planned."""
+    defaults = facts()["configs"][config]["values"]
+    out = []
+    for key, value in overrides:
+        if key in keys:
+            out.append((key, value))
+        elif key not in defaults or str(defaults[key]) != value:
+            at = commit[:8] if commit else "this checkout"
+            raise MaxDiffusionUnavailable(f"MaxDiffusion at {at} has no {key!r} in {config}, which this strategy "
+                                          f"sets to {value}: it cannot run the strategy as planned")
+    return out
+
+
+def _config_keys(path: Path) -> set[str]:
+    """The keys of a MaxDiffusion config file (YAML; PyYAML comes with MaxDiffusion's requirements)."""
+    import yaml  # type: ignore[import-untyped]
+
+    return set(yaml.safe_load(path.read_text()) or {})
+
+
 def maxdiffusion_devices(strategy: Strategy, mesh: Mesh) -> Any:
     """`mesh`'s devices arranged on MaxDiffusion's mesh axes: 2D context's ring and Ulysses axes merged
     into `context` in the order MaxDiffusion splits it (outer first), each device where the plan put it."""
@@ -187,6 +213,9 @@ class MaxDiffusionStep:
         from maxdiffusion.pipelines.wan import wan_pipeline
 
         config_path, overrides = step_overrides(self.space, self.strategy)
+        if source.commit != facts()["commit"]:  # another commit's config: the keys it has
+            overrides = checkout_overrides(config_path, overrides, _config_keys(source.root / config_path),
+                                           source.commit)
         # MaxDiffusion prints every config key and axis rule: kept off this process's output
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             # `with mesh`, as MaxDiffusion's pipeline enters it (JAX says it is deprecated, on every call)
@@ -197,9 +226,12 @@ class MaxDiffusionStep:
             with mesh, nn_partitioning.axis_rules(config.logical_axis_rules):
                 graphdef, state, rest, rope = _abstract_model(self.space, config, mesh)
                 latents, timestep, prompt = _abstract_inputs(self.space, mesh)
-                return wan_pipeline.transformer_forward_pass_full_cfg.jitted.lower(
-                    graphdef, state, rest, latents, timestep, prompt, guidance_scale=GUIDANCE_SCALE,
-                    rotary_emb=rope)
+                step = wan_pipeline.transformer_forward_pass_full_cfg
+                step = getattr(step, "jitted", step)  # later commits wrap the jitted step
+                # earlier commits compute the rotary table inside the step
+                table = {"rotary_emb": rope} if "rotary_emb" in inspect.signature(step).parameters else {}
+                return step.lower(graphdef, state, rest, latents, timestep, prompt, guidance_scale=GUIDANCE_SCALE,
+                                  **table)
 
 
 def _model_arguments(space: WanSpace, config: Any, mesh: Mesh) -> dict[str, Any]:
@@ -224,9 +256,44 @@ def _model_arguments(space: WanSpace, config: Any, mesh: Mesh) -> dict[str, Any]
         "enable_jax_named_scopes": config.enable_jax_named_scopes,
         "attention_config": {"use_base2_exp": config.use_base2_exp,
                              "use_experimental_scheduler": config.use_experimental_scheduler,
-                             "ulysses_shards": getattr(config, "ulysses_shards", -1),
-                             "ulysses_attention_chunks": getattr(config, "ulysses_attention_chunks", 1)},
+                             "ulysses_shards": _value(config, "ulysses_shards", -1),
+                             "ulysses_attention_chunks": _value(config, "ulysses_attention_chunks", 1)},
     }
+
+
+#: keyword arguments of WanModel before it took `attention_config`, each at what MaxDiffusion ran
+#: before the argument existed
+_LATER_ARGUMENTS = {"ulysses_shards": -1, "ulysses_attention_chunks": 1}
+
+
+def _fit_signature(kwargs: dict[str, Any], model: Any, config: Any) -> dict[str, Any]:
+    """`kwargs` as the checkout's `WanModel` takes them: commits before `attention_config` took its
+    entries as keyword arguments of their own, and the 2D context split from the config
+    (`create_sharded_logical_transformer` at those commits); an argument that commit does not know
+    is refused unless it holds the value that commit ran without it."""
+    params = inspect.signature(model.__init__).parameters
+    if "attention_config" in params:
+        return kwargs
+    out = {k: v for k, v in kwargs.items() if k != "attention_config"}
+    for key, value in kwargs["attention_config"].items():
+        if key in params:
+            out[key] = value
+        elif _LATER_ARGUMENTS.get(key, object()) != value:
+            raise MaxDiffusionUnavailable(f"MaxDiffusion's WanModel here takes no {key!r}, which this strategy "
+                                          f"sets to {value}: it cannot run the strategy as planned")
+    for key in ("context_ulysses_parallelism", "context_ring_parallelism"):
+        if key in params and _value(config, key, None) is not None:
+            out[key] = _value(config, key, None)
+    return out
+
+
+def _value(config: Any, key: str, default: Any) -> Any:
+    """`config.key`, or `default` for a key the checkout's config does not have (pyconfig raises
+    ValueError for one)."""
+    try:
+        return getattr(config, key)
+    except (AttributeError, ValueError, KeyError):
+        return default
 
 
 def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any, Any, Any]:
@@ -237,16 +304,18 @@ def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any,
     from flax import nnx
     from jax.sharding import NamedSharding, PartitionSpec
     from maxdiffusion.models.wan.transformers.transformer_wan import WanModel
-    from maxdiffusion.pipelines.wan.wan_pipeline import _final_param_dtype
+    from maxdiffusion.pipelines.wan.wan_pipeline import cast_with_exclusion
 
-    kwargs = _model_arguments(space, config, mesh)
+    kwargs = _fit_signature(_model_arguments(space, config, mesh), WanModel, config)
     model = nnx.eval_shape(lambda rngs: WanModel(**kwargs, rngs=rngs), rngs=nnx.Rngs(0))
     graphdef, state, rest = nnx.split(model, nnx.Param, ...)
     shardings = nn.logical_to_mesh_sharding(nnx.get_partition_spec(state), mesh, config.logical_axis_rules)
 
     def stand_in(path: Any, leaf: Any, sharding: Any) -> Any:
-        key = tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-        return jax.ShapeDtypeStruct(leaf.shape, _final_param_dtype(key, config.weights_dtype), sharding=sharding)
+        # the dtype MaxDiffusion casts the loaded weight to (its cast, traced on the shape alone)
+        cast = jax.eval_shape(lambda x: cast_with_exclusion(path, x, config.weights_dtype),
+                              jax.ShapeDtypeStruct(leaf.shape, leaf.dtype))
+        return jax.ShapeDtypeStruct(leaf.shape, cast.dtype, sharding=sharding)
 
     params = jax.tree_util.tree_map_with_path(stand_in, state, shardings)
     replicated = NamedSharding(mesh, PartitionSpec())
