@@ -21,7 +21,8 @@ PLANS = sorted((ROOT / "docs/data/plans/maxdiffusion-program").glob("*.json"))
 
 
 def test_there_are_committed_plans_on_maxdiffusions_program():
-    assert any(p.name.startswith("v6e-2x4_wan2.1-t2v-14b_720p_81f") for p in PLANS)
+    for slice_ in ("v6e-2x4", "tpu7x-2x2x1"):
+        assert any(p.name.startswith(f"{slice_}_wan2.1-t2v-14b_720p_81f") for p in PLANS), slice_
 
 
 @pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
@@ -30,6 +31,7 @@ def test_the_plan_records_the_program_and_exports_what_was_compiled(path, monkey
     record = plan.data["workload"]["program"]
     assert record["name"] == "maxdiffusion" and record["repository"] == facts()["repository"]
     assert record["facts_commit"] == facts()["commit"]
+    assert record.get("adjustments", []) == program.adjustments(plan.data["topology"]["generation"])
     assert plan.data["strategy"]["key"] in plan.data["stage2"]["compiled_strategies"]
     monkeypatch.setattr(program, "maxdiffusion_source", lambda: program.MaxDiffusionSource(tmp_path, None))
     shapes = plan.data["workload"]["shapes"]
