@@ -177,8 +177,7 @@ def checkout_overrides(config: str, overrides: list[tuple[str, str]], keys: set[
 
 def _config_keys(path: Path) -> set[str]:
     """The keys of a MaxDiffusion config file (YAML; PyYAML comes with MaxDiffusion's requirements)."""
-    import yaml  # type: ignore[import-untyped]
-
+    yaml = importlib.import_module("yaml")  # MaxDiffusion's requirement, not aoizora's: no stubs here
     return set(yaml.safe_load(path.read_text()) or {})
 
 
