@@ -5,6 +5,8 @@ commit's form. Needs no MaxDiffusion: the config keys and model signatures are g
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aoizora.errors import MaxDiffusionUnavailable
@@ -30,6 +32,17 @@ def test_a_key_the_config_has_is_kept_whatever_its_value():
     keys = set(facts()["configs"][CONFIG]["values"])
     overrides = [("ulysses_attention_chunks", "4"), ("height", "720")]
     assert program.checkout_overrides(CONFIG, overrides, keys | {"height"}, None) == overrides
+
+
+def test_earlier_commits_get_the_dq_blocks_their_benchmark_set():
+    keys = set(facts()["configs"][CONFIG]["values"])
+    blocks = '{"block_q":2048,"block_kv":2048,"block_kv_compute":1024}'
+    (key, value), = program.checkout_overrides(CONFIG, [("flash_block_sizes", blocks)], keys, "4e694ceb")
+    assert key == "flash_block_sizes"
+    assert json.loads(value) == {"block_q": 2048, "block_kv": 2048, "block_kv_compute": 1024, "block_q_dq": 2048,
+                                 "block_kv_dq": 2048, "use_fused_bwd_kernel": False}
+    picked = [("flash_block_sizes", "{}")]  # the kernel's own pick: nothing to complete
+    assert program.checkout_overrides(CONFIG, picked, keys, None) == picked
 
 
 class _Later:

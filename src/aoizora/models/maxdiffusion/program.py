@@ -166,6 +166,8 @@ def checkout_overrides(config: str, overrides: list[tuple[str, str]], keys: set[
     defaults = facts()["configs"][config]["values"]
     out = []
     for key, value in overrides:
+        if key == "flash_block_sizes":
+            value = _with_dq_blocks(value)
         if key in keys:
             out.append((key, value))
         elif key not in defaults or str(defaults[key]) != value:
@@ -173,6 +175,20 @@ def checkout_overrides(config: str, overrides: list[tuple[str, str]], keys: set[
             raise MaxDiffusionUnavailable(f"MaxDiffusion at {at} has no {key!r} in {config}, which this strategy "
                                           f"sets to {value}: it cannot run the strategy as planned")
     return out
+
+
+def _with_dq_blocks(blocks: str) -> str:
+    """flash_block_sizes with the backward's dq blocks set as earlier commits need them: there JAX's
+    splash Ulysses pads to the largest of its forward, dkv and (unfused) dq blocks and fails on a
+    missing one; their own benchmark script (`benchmark_dp2_cp4.sh` at 4e694ceb) sets the dq blocks
+    to block_q/block_kv with the unfused backward, which leaves the largest block unchanged."""
+    found = json.loads(blocks)
+    if not found or "block_q" not in found:
+        return blocks  # the kernel's own pick, or a custom kernel's tile
+    found.setdefault("block_q_dq", found["block_q"])
+    found.setdefault("block_kv_dq", found["block_kv"])
+    found.setdefault("use_fused_bwd_kernel", False)
+    return json.dumps(found, separators=(",", ":"))
 
 
 def _config_keys(path: Path) -> set[str]:
