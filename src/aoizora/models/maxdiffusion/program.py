@@ -228,9 +228,8 @@ class MaxDiffusionStep:
         from maxdiffusion.pipelines.wan import wan_pipeline
 
         config_path, overrides = step_overrides(self.space, self.strategy)
-        if source.commit != facts()["commit"]:  # another commit's config: the keys it has
-            overrides = checkout_overrides(config_path, overrides, _config_keys(source.root / config_path),
-                                           source.commit)
+        # the checkout's own config decides (at the facts' commit this changes nothing)
+        overrides = checkout_overrides(config_path, overrides, _config_keys(source.root / config_path), source.commit)
         # MaxDiffusion prints every config key and axis rule: kept off this process's output
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             # `with mesh`, as MaxDiffusion's pipeline enters it (JAX says it is deprecated, on every call)
