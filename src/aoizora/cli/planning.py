@@ -68,7 +68,8 @@ def demo(ctx: click.Context, out_dir: str) -> None:
               "kernel of --from-maxdiffusion]")
 @click.option("--program", type=click.Choice(["aoizora", "maxdiffusion"]), default="aoizora", show_default=True,
               help="The program Stage 2 compiles and costs for each candidate: aoizora's Wan step, or MaxDiffusion's "
-                   "own Wan 2.1 transformer step built through its classes with the overrides the export writes "
+                   "own transformer step (Wan 2.1 T2V, Wan 2.2 T2V-A14B) built through its classes with the overrides "
+                   "the export writes "
                    "(needs MaxDiffusion importable, or MAXDIFFUSION_DIR naming its checkout). Stage 1 ranks on "
                    "aoizora's program either way.")
 @click.option("--export", "export_to", type=(click.Choice(["maxdiffusion"]), click.Path(file_okay=False)),

@@ -79,3 +79,12 @@ def test_an_earlier_model_cannot_take_a_setting_it_did_not_have():
     args = {**ARGS, "attention_config": {**ARGS["attention_config"], "ulysses_attention_chunks": 4}}
     with pytest.raises(MaxDiffusionUnavailable, match="ulysses_attention_chunks"):
         program._fit_signature(args, _Earlier, _Config())
+
+
+def test_an_earlier_commit_gets_the_2d_split_in_its_own_keys():
+    keys = (set(facts()["configs"][CONFIG]["values"]) - {"ulysses_shards"}) | {"context_ulysses_parallelism",
+                                                                                "context_ring_parallelism"}
+    overrides = [("ici_context_parallelism", "4"), ("attention", "ulysses_ring"), ("ulysses_shards", "2")]
+    assert program.checkout_overrides(CONFIG, overrides, keys, "4e694ceb") == [
+        ("ici_context_parallelism", "4"), ("attention", "ulysses_ring"), ("context_ulysses_parallelism", "2"),
+        ("context_ring_parallelism", "2")]

@@ -68,10 +68,21 @@ def test_the_cli_refuses_in_one_line_with_a_non_zero_exit(no_maxdiffusion):
 def test_an_unknown_program_or_a_model_without_maxdiffusions_step_is_refused(fake_maxdiffusion):
     with pytest.raises(ArgumentError, match="program must be one of"):
         plan_wan("wan2.1-t2v-1.3b", "v5e:2x2", "480p", 5, program="jax")
-    with pytest.raises(ArgumentError, match="Wan 2.1 text-to-video"):
-        registry.wan_space("wan2.2-t2v-a14b", "480p", 5, generation="v5e", program="maxdiffusion")
-    with pytest.raises(ArgumentError, match="Wan 2.1 text-to-video"):
+    with pytest.raises(ArgumentError, match="text-to-video step .*not 'wan2.1-i2v-14b'"):
         registry.wan_space("wan2.1-i2v-14b", "480p", 5, generation="v5e", program="maxdiffusion")
+    with pytest.raises(ArgumentError, match="text-to-video step .*not 'wan2.2-ti2v-5b'"):
+        registry.wan_space("wan2.2-ti2v-5b", "480p", 5, generation="v5e", program="maxdiffusion")
+
+
+def test_wan22_a14b_runs_maxdiffusions_step_with_both_experts_resident(fake_maxdiffusion):
+    space = registry.wan_space("wan2.2-t2v-a14b", "720p", 81, generation="tpu7x", program="maxdiffusion")
+    assert space.program == "maxdiffusion" and len(program._resident_experts(space)) == 1
+    config, _ = program.step_overrides(space, next(c.strategy for c in space.candidates(8) if c.legal))
+    assert config.endswith("base_wan_27b.yml")
+    # MaxDiffusion has no expert swap: a plan of its program with one expert resident is refused
+    with pytest.raises(ArgumentError, match="keeps both experts in HBM"):
+        registry.wan_space("wan2.2-t2v-a14b", "720p", 81, generation="tpu7x", program="maxdiffusion",
+                           expert_residency="swap")
 
 
 def test_the_request_carries_the_program_to_the_space_and_the_plan_records_it(fake_maxdiffusion):

@@ -17,6 +17,10 @@ commit. Where MaxDiffusion's source was read (at the commit the facts record):
 * `src/maxdiffusion/pipelines/wan/wan_pipeline_2_1.py` — `run_inference_2_1` (the step's
   arguments: float32 latents and prompt embeddings replicated, int32 timesteps, the rotary
   embedding computed once outside the step);
+* `src/maxdiffusion/pipelines/wan/wan_pipeline_2_2.py` — `run_inference_2_2`: each step runs the
+  high- or the low-noise expert through the same step function, both experts' weights held in HBM
+  for the whole video (lowered here with the other expert's parameters as unused arguments, as
+  aoizora's own Wan 2.2 step is, so the compiled program's HBM holds both);
 * the model's dimensions are the diffusers config's (`WanConfig`), which MaxDiffusion reads from
   the checkpoint (`WanModel.load_config`).
 
@@ -97,9 +101,10 @@ def adjustments(generation: str | None) -> list[str]:
     return [ROPE_ADJUSTMENT] if generation in COMPILER_PLACED_ROPE else []
 
 
-#: the models whose step this module builds: MaxDiffusion's Wan 2.1 text-to-video transformer (an
-#: image-to-video step takes image embeddings, a Wan 2.2 one two experts: not built here)
-MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b")
+#: the models whose step this module builds: MaxDiffusion's text-to-video transformers. Wan 2.2
+#: A14B runs one expert per step through the same step function (`run_inference_2_2`), the other
+#: expert resident; an image-to-video step takes image embeddings: not built here
+MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b")
 
 
 def check_program(program: str, space: WanSpace) -> None:
@@ -109,8 +114,8 @@ def check_program(program: str, space: WanSpace) -> None:
 
     if program not in PROGRAMS:
         raise ArgumentError(f"program must be one of {', '.join(map(repr, PROGRAMS))}, not {program!r}")
-    if program == "maxdiffusion" and (space.name not in MODELS or type(space).__name__ != "WanSpace"):
-        raise ArgumentError(f"program 'maxdiffusion' compiles MaxDiffusion's Wan 2.1 text-to-video step "
+    if program == "maxdiffusion" and space.name not in MODELS:
+        raise ArgumentError(f"program 'maxdiffusion' compiles MaxDiffusion's text-to-video step "
                             f"({', '.join(MODELS)}), not {space.name!r}'s; plan it with program 'aoizora'")
 
 
@@ -170,11 +175,20 @@ def checkout_overrides(config: str, overrides: list[tuple[str, str]], keys: set[
             value = _with_dq_blocks(value)
         if key in keys:
             out.append((key, value))
+        elif key == "ulysses_shards" and "context_ulysses_parallelism" in keys:
+            out += _earlier_2d_split(int(value), int(dict(overrides)["ici_context_parallelism"]))
         elif key not in defaults or str(defaults[key]) != value:
             at = commit[:8] if commit else "this checkout"
             raise MaxDiffusionUnavailable(f"MaxDiffusion at {at} has no {key!r} in {config}, which this strategy "
                                           f"sets to {value}: it cannot run the strategy as planned")
     return out
+
+
+def _earlier_2d_split(ulysses: int, context: int) -> list[tuple[str, str]]:
+    """The 2D context split in the keys of the commits before `ulysses_shards`: the Ulysses and the
+    ring factor of the context axis each named (`context_ulysses_parallelism`,
+    `context_ring_parallelism`, as `benchmark_dp2_cp4.sh` at 4e694ceb sets them)."""
+    return [("context_ulysses_parallelism", str(ulysses)), ("context_ring_parallelism", str(context // ulysses))]
 
 
 def _with_dq_blocks(blocks: str) -> str:
@@ -211,10 +225,13 @@ def maxdiffusion_devices(strategy: Strategy, mesh: Mesh) -> Any:
 
 
 class MaxDiffusionStep:
-    """MaxDiffusion's Wan step for one strategy on one mesh; `lower()` lowers it (no compile)."""
+    """MaxDiffusion's Wan step for one strategy on one mesh; `lower()` lowers it (no compile).
+    `settings` are overrides a run set beyond the strategy's (a published run's own attention name,
+    say); each replaces the strategy's override of the same key."""
 
-    def __init__(self, space: WanSpace, strategy: Strategy, mesh: Mesh) -> None:
-        self.space, self.strategy, self.mesh = space, strategy, mesh
+    def __init__(self, space: WanSpace, strategy: Strategy, mesh: Mesh,
+                 settings: tuple[tuple[str, str], ...] = ()) -> None:
+        self.space, self.strategy, self.mesh, self.settings = space, strategy, mesh, settings
 
     def lower(self) -> Any:
         """Configure MaxDiffusion (`pyconfig.initialize`, process-wide: lowerings take turns under
@@ -228,6 +245,8 @@ class MaxDiffusionStep:
         from maxdiffusion.pipelines.wan import wan_pipeline
 
         config_path, overrides = step_overrides(self.space, self.strategy)
+        given = dict(self.settings)
+        overrides = [(k, given.pop(k, v)) for k, v in overrides] + list(given.items())
         # the checkout's own config decides (at the facts' commit this changes nothing)
         overrides = checkout_overrides(config_path, overrides, _config_keys(source.root / config_path), source.commit)
         # MaxDiffusion prints every config key and axis rule: kept off this process's output
@@ -238,22 +257,42 @@ class MaxDiffusionStep:
             config = pyconfig.config
             mesh = Mesh(maxdiffusion_devices(self.strategy, self.mesh), tuple(config.mesh_axes))
             with mesh, nn_partitioning.axis_rules(config.logical_axis_rules):
-                graphdef, state, rest, rope = _abstract_model(self.space, config, mesh)
+                graphdef, state, rest, rope = _abstract_model(self.space, config, mesh, self.space.config)
                 latents, timestep, prompt = _abstract_inputs(self.space, mesh)
                 step = wan_pipeline.transformer_forward_pass_full_cfg
                 step = getattr(step, "jitted", step)  # later commits wrap the jitted step
                 # earlier commits compute the rotary table inside the step
                 table = {"rotary_emb": rope} if "rotary_emb" in inspect.signature(step).parameters else {}
+                resident = [_abstract_model(self.space, config, mesh, wan)[1] for wan in _resident_experts(self.space)]
+                if resident:
+                    return _with_resident(step).lower(graphdef, state, rest, latents, timestep, prompt, resident,
+                                                      guidance_scale=GUIDANCE_SCALE, **table)
                 return step.lower(graphdef, state, rest, latents, timestep, prompt, guidance_scale=GUIDANCE_SCALE,
                                   **table)
 
 
-def _model_arguments(space: WanSpace, config: Any, mesh: Mesh) -> dict[str, Any]:
-    """WanModel's keyword arguments: the diffusers config's dimensions, then what
+def _resident_experts(space: WanSpace) -> tuple[Any, ...]:
+    """The WanConfigs of the experts whose weights stay in HBM beside the running one (none for Wan 2.1)."""
+    return tuple(getattr(space, "resident_experts", ()))
+
+
+def _with_resident(step: Any) -> Any:
+    """`step` taking the resident experts' parameters as one more argument, kept though unused: the
+    program MaxDiffusion's Wan 2.2 loop runs, with the HBM both experts hold (the inner step inlines)."""
+    import jax
+
+    def step_with_resident_experts(graphdef: Any, state: Any, rest: Any, latents: Any, timestep: Any, prompt: Any,
+                                   resident: Any, **kwargs: Any) -> Any:
+        return step(graphdef, state, rest, latents, timestep, prompt, **kwargs)
+
+    return jax.jit(step_with_resident_experts, static_argnames=("guidance_scale",), keep_unused=True)
+
+
+def _model_arguments(c: Any, config: Any, mesh: Mesh) -> dict[str, Any]:
+    """WanModel's keyword arguments: the diffusers config's dimensions (`c`, a WanConfig), then what
     `create_sharded_logical_transformer` takes from the MaxDiffusion config."""
     from maxdiffusion.max_utils import get_flash_block_sizes, get_precision
 
-    c = space.config
     return {
         "patch_size": tuple(c.patch_size), "num_attention_heads": c.num_attention_heads,
         "attention_head_dim": c.attention_head_dim, "in_channels": c.in_channels, "out_channels": c.out_channels,
@@ -310,9 +349,10 @@ def _value(config: Any, key: str, default: Any) -> Any:
         return default
 
 
-def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any, Any, Any]:
-    """(graphdef, parameters, the rest of the state, the rotary embedding), all abstract: each
-    parameter a shaped stand-in in the dtype MaxDiffusion loads it in, sharded by its logical axes."""
+def _abstract_model(space: WanSpace, config: Any, mesh: Mesh, wan: Any) -> tuple[Any, Any, Any, Any]:
+    """(graphdef, parameters, the rest of the state, the rotary embedding) of the transformer of
+    dimensions `wan` (a WanConfig), all abstract: each parameter a shaped stand-in in the dtype
+    MaxDiffusion loads it in, sharded by its logical axes."""
     import jax
     from flax import linen as nn
     from flax import nnx
@@ -320,7 +360,7 @@ def _abstract_model(space: WanSpace, config: Any, mesh: Mesh) -> tuple[Any, Any,
     from maxdiffusion.models.wan.transformers.transformer_wan import WanModel
     from maxdiffusion.pipelines.wan.wan_pipeline import cast_with_exclusion
 
-    kwargs = _fit_signature(_model_arguments(space, config, mesh), WanModel, config)
+    kwargs = _fit_signature(_model_arguments(wan, config, mesh), WanModel, config)
     model = nnx.eval_shape(lambda rngs: WanModel(**kwargs, rngs=rngs), rngs=nnx.Rngs(0))
     graphdef, state, rest = nnx.split(model, nnx.Param, ...)
     shardings = nn.logical_to_mesh_sharding(nnx.get_partition_spec(state), mesh, config.logical_axis_rules)

@@ -24,7 +24,7 @@ import math
 from importlib import resources
 from typing import Any
 
-from aoizora.errors import ShapeError
+from aoizora.errors import ArgumentError, ShapeError
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.params import param_dtype, param_table
 from aoizora.models.wan.pipeline import WanPipelineConfig
@@ -83,6 +83,9 @@ class WanPipelineSpace(WanSpace):
         super().__init__(pipeline.transformer, video, model_name=model_name, **kwargs)
         self.pipeline = pipeline
         self.residency = residency if len(pipeline.experts) > 1 else "both"
+        if self.program == "maxdiffusion" and self.residency == "swap":
+            raise ArgumentError("MaxDiffusion's Wan 2.2 pipeline keeps both experts in HBM: plan program "
+                                "'maxdiffusion' with expert residency 'both'")
 
     @property
     def resident_experts(self) -> tuple[WanConfig, ...]:
