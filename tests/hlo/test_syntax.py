@@ -388,3 +388,41 @@ ENTRY %main (c: pred[], x: f32[8]) -> f32[8] {
     (node,) = prog.nodes
     assert node.opcode == "conditional" and node.flops == 16.0
     assert prog.unknown_ops == ["k (conditional with collectives in its branches)"]
+
+
+def test_a_conditional_whose_branches_call_kernels_runs_the_larger_branchs_kernels():
+    """A Pallas kernel picked at run time (MaxDiffusion's fixed-m or online softmax per head): the
+    branches' FLOPs cannot count a kernel, so each kernel of the branch moving the most bytes is an
+    opaque node, as outside a conditional, before the conditional's own compute."""
+    text = """HloModule cnd, num_partitions=1
+
+%fixed (p: bf16[4,256,128]) -> f32[4,256,128] {
+  %p = bf16[4,256,128] parameter(0)
+  %k1 = f32[4,256,128] custom-call(%p, %p, %p), custom_call_target="tpu_custom_call", \
+metadata={op_name="jit(step)/apply_attention/shard_map/vmap()/cond/branch_0_fun/pallas_call"}
+  ROOT %k2 = f32[4,256,128] custom-call(%p, %p, %p), custom_call_target="tpu_custom_call", \
+metadata={op_name="jit(step)/apply_attention/shard_map/vmap()/cond/branch_0_fun/pallas_call"}
+}
+
+%online (q: bf16[4,256,128]) -> f32[4,256,128] {
+  %q = bf16[4,256,128] parameter(0)
+  %e = bf16[4,256,128] exponential(%q)
+  ROOT %k3 = f32[4,256,128] custom-call(%e, %q, %q), custom_call_target="tpu_custom_call", \
+metadata={op_name="jit(step)/apply_attention/shard_map/vmap()/cond/branch_1_fun/pallas_call"}
+}
+
+ENTRY %main (c: pred[], x: bf16[4,256,128]) -> f32[4,256,128] {
+  %c = pred[] parameter(0)
+  %x = bf16[4,256,128] parameter(1)
+  ROOT %k = f32[4,256,128] conditional(%c, %x, %x), true_computation=%fixed, false_computation=%online
+}
+"""
+    prog = analyze(text)
+    first, second, cond = prog.nodes
+    assert [first.name, second.name, cond.opcode] == ["k1", "k2", "conditional"]
+    assert first.kind is second.kind is NodeKind.OPAQUE and cond.kind is NodeKind.COMPUTE
+    assert second.deps == (first.index,) and cond.deps == (second.index,)
+    op = prog.opaque_op(first)
+    assert "apply_attention" in (op.op_name or "") and len(op.operand_shapes) == 3
+    costed = prog.with_opaque_cost(lambda o: OpaqueCost(flops=1e9, hbm_bytes=10))
+    assert [n.flops for n in costed.nodes[:2]] == [1e9, 1e9]

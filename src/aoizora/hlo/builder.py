@@ -245,9 +245,34 @@ class _Builder:
             return self.fusion_op(site)
         if op == "custom-call":
             return self.custom_call(site)
+        if op == "conditional":
+            return self.conditional(site)
         if op not in KNOWN_OPCODES:
             return self.opaque(site, None)
         return self.compute(site)
+
+    def conditional(self, site: _Site) -> Val:
+        """A conditional: the custom kernels of the branch that calls the most (by I/O bytes; a
+        Pallas kernel picked at run time, say), each an opaque node as it is outside a conditional
+        (the branches' FLOPs cannot count a kernel), then one compute node costed as the costliest
+        branch's other work."""
+        deps = site.deps
+        for comp, call in self._branch_kernels(branch_names(site.inst)):
+            target = unquote(call.attr("custom_call_target") or "")
+            deps = (self.opaque(_Site(comp, call, deps, site.mult, site.loop), target)[0],)
+        return self.compute(_Site(site.comp, site.inst, deps, site.mult, site.loop))
+
+    def _branch_kernels(self, branches: list[str]) -> list[tuple[Computation, Instruction]]:
+        """The custom kernels of the branch whose kernels read and write the most (none without any)."""
+        best: list[tuple[Computation, Instruction]] = []
+        most = 0
+        for comp in map(self.m.computation, branches):
+            calls = [(comp, i) for i in comp.instructions if i.opcode == "custom-call"
+                     and unquote(i.attr("custom_call_target") or "") not in FREE_CUSTOM_CALLS]
+            size = sum(io_bytes(i, self.operand_shapes(comp, i)) for _, i in calls)
+            if size > most:
+                best, most = calls, size
+        return best
 
     def async_call(self, site: _Site, vals: list[Val]) -> Val:
         """An ``async-start``, or a ``call-start`` (TPU7x: libtpu offloads a collective to the

@@ -97,11 +97,11 @@ raw frontend attributes such as Pallas ``kernel_metadata``) and returning an `Op
 (flops / hbm_bytes and/or seconds) or None; `Program.with_opaque_cost` re-costs a built
 program with another hook without re-parsing.
 
-Known limits: ``conditional`` is one compute node costed as its most expensive branch (a
-collective inside a branch is not modelled; the conditional is then listed in
-``unknown_ops``); an async collective whose start and done sit
-on different sides of a loop boundary keeps the start's multiplicity; ``send``/``recv`` are
-costed as compute.
+Known limits: ``conditional`` is one compute node costed as its most expensive branch, after an
+opaque node for each custom kernel of the branch whose kernels move the most bytes (a collective
+inside a branch is not modelled; the conditional is then listed in ``unknown_ops``); an async
+collective whose start and done sit on different sides of a loop boundary keeps the start's
+multiplicity; ``send``/``recv`` are costed as compute.
 """
 
 from __future__ import annotations
