@@ -159,3 +159,19 @@ def test_a_splash_call_of_maxdiffusions_program_is_costed_from_its_own_shapes_an
     other = OpaqueOp(name="custom-call.3", target="tpu_custom_call", operand_shapes=(Shape("f32", (8, 128)),),
                      result_shape=Shape("f32", (8, 128)), backend_config=None, kernel_name="rms_norm")
     assert program.kernel_cost(strategy, other) is None
+
+
+def test_maxdiffusions_own_kernel_is_costed_by_the_profile_where_attention_calls_it():
+    """Its custom splash kernels compile as `vmap()`'d Pallas calls with no kernel name: found by the
+    call's place in the step (inside an attention), costed by the strategy's kernel profile."""
+    strategy = Strategy(data=2, context=4, attention="ulysses_ring", context_ulysses=2,
+                        kernel_profile="maxdiffusion-custom")
+    q = Shape("bf16", (20, 37888, 128))
+    path = "jit(transformer_forward_pass_full_cfg)/WanModel/while/body/apply_attention/shard_map/vmap()/pallas_call"
+    op = OpaqueOp(name="vmap__.2", target="tpu_custom_call", operand_shapes=(Shape("f32", (2, 20)), q, q, q),
+                  result_shape=q, backend_config=None, kernel_name="vmap()", op_name=path)
+    cost = program.kernel_cost(strategy, op)
+    assert cost is not None and cost.flops == 4.0 * 20 * 37888 * 37888 * 128
+    elsewhere = OpaqueOp(name="vmap__.3", target="tpu_custom_call", operand_shapes=(q, q, q), result_shape=q,
+                         backend_config=None, kernel_name="vmap()", op_name="jit(step)/WanModel/ffn/pallas_call")
+    assert program.kernel_cost(strategy, elsewhere) is None

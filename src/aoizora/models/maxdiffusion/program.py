@@ -396,15 +396,16 @@ def _abstract_inputs(space: WanSpace, mesh: Mesh) -> tuple[Any, Any, Any]:
 
 
 def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
-    """A splash call of MaxDiffusion's program costed from the compiled call itself: q and k are its
-    first two floating operands of rank >= 3 ([batch x heads, length, head_dim]), the blocks the
-    kernel's metadata records, the cost the kernel profile the space plans with gives (as aoizora's
-    own program's calls are costed). None for another custom call (costed from its I/O)."""
+    """A splash call of MaxDiffusion's program (JAX's, tokamax's, or MaxDiffusion's own kernels, the
+    last found by where they are called: `_attention_kernel`) costed from the compiled call itself:
+    q and k are its first two floating operands of rank >= 3 ([batch x heads, length, head_dim]),
+    the blocks the kernel's metadata records, the cost the kernel profile the space plans with gives
+    (as aoizora's own program's calls are costed). None for another custom call (costed from its I/O)."""
     from aoizora.models.wan.attention import splash_cost, splash_grid_steps
     from aoizora.models.wan.space_costs import splash_opaque_cost
 
     name = op.kernel_name or op.name
-    if "splash" not in name and "flash" not in name:
+    if "splash" not in name and "flash" not in name and not _attention_kernel(op):
         return None
     floats = [s.dims for s in op.operand_shapes if s.dtype in ("bf16", "f16", "f32") and len(s.dims) >= 3]
     if len(floats) < 2:
@@ -419,6 +420,12 @@ def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     flops, hbm = splash_cost(heads, lq, lk, d, 2, residuals, blocks.get("block_q"))
     steps = splash_grid_steps(heads, lq, lk, blocks.get("block_q"), blocks.get("block_kv"))
     return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile)
+
+
+def _attention_kernel(op: OpaqueOp) -> bool:
+    """Whether `op` is a Pallas kernel MaxDiffusion's attention calls under a name of its own (its
+    custom splash kernels are `vmap()`'d `pallas_call`s): a Mosaic call traced inside an attention."""
+    return op.target == "tpu_custom_call" and "attention" in (op.op_name or "").lower()
 
 
 def _metadata_blocks(attributes: str | None) -> dict[str, int]:
