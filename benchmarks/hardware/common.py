@@ -85,6 +85,12 @@ class Config:
     opaque_cost: Callable[[Any], Any] | None = None
     #: the attention kernel profile that costs those kernels (`aoizora.models.wan.kernel_profiles`), if any
     kernel_profile: str = ""
+    #: (strategy space, strategy) of a config that lowers a strategy (`strategy_space_config`)
+    workload: tuple[Any, Any] | None = None
+    #: the source's own program as the run ran it, where it can be compiled: (repository, commit,
+    #: the run's settings beyond the strategy's as (key, value) pairs); `maxdiffusion_programs.py`
+    #: compiles MaxDiffusion's at that commit
+    program: tuple[str, str, tuple[tuple[str, str], ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,15 @@ def strategy_space_config(name: str, topology: str, space: Any, strategy: Any, s
     mesh_axes = tuple(zip(strategy.mesh_axes, strategy.mesh_shape, strict=True))
     return Config(name, topology, mesh_axes, build, setup=setup, flags=flags,
                   opaque_cost=lambda op: space.compiled_kernel_cost(strategy, op),
-                  kernel_profile=getattr(strategy, "kernel_profile", ""))
+                  kernel_profile=getattr(strategy, "kernel_profile", ""), workload=(space, strategy))
+
+
+def ran_at(config: Config, repository: str, commit: str, **settings: str) -> Config:
+    """`config` with the source's own program it ran: `repository` at `commit`, with the run's
+    `settings` beyond the strategy's (e.g. its attention name where the commit names it otherwise)."""
+    import dataclasses
+
+    return dataclasses.replace(config, program=(repository, commit, tuple(settings.items())))
 
 
 def default_order_ids(topology: Any, mesh: tuple[tuple[str, int], ...]) -> np.ndarray:

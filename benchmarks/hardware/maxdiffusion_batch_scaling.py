@@ -14,7 +14,7 @@ in aoizora was derived from it: held out.
 
 from __future__ import annotations
 
-from common import ComparisonEntry, Source, wan_config
+from common import ComparisonEntry, Source, ran_at, wan_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 COMMIT = "9d663c272ba8b0028cea6beaaf51d244a9fd0df5"
@@ -28,9 +28,10 @@ def _config(name: str, batch: int):
 
     strategy = Strategy(data=2, context=4, attention="ulysses_ring", context_ulysses=2, weights="gathered",
                         splash_blocks=SplashBlocks(2048, 2048, 1024), kernel_profile="tokamax-splash")
-    return wan_config(name, "tpu7x:2x2x1", "wan2.2-t2v-a14b", "720p", 81, strategy, batch=batch,
-                      flags=" ".join(V7_BENCHMARK_LIBTPU_ARGS), rope_partner="reshape",
-                      setup="benchmark_dp2_cp4.sh's LIBTPU_INIT_ARGS, tokamax kernels")
+    config = wan_config(name, "tpu7x:2x2x1", "wan2.2-t2v-a14b", "720p", 81, strategy, batch=batch,
+                        flags=" ".join(V7_BENCHMARK_LIBTPU_ARGS), rope_partner="reshape",
+                        setup="benchmark_dp2_cp4.sh's LIBTPU_INIT_ARGS, tokamax kernels")
+    return ran_at(config, REPO, COMMIT, attention="ulysses_ring")
 
 
 def entries() -> list:

@@ -20,7 +20,7 @@ held out.
 
 from __future__ import annotations
 
-from common import PipelineEntry, Source, wan_config
+from common import PipelineEntry, Source, ran_at, wan_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 COMMIT = "2e247d00b8589dd53dc19a82835ffa228ef3f1ca"
@@ -36,8 +36,9 @@ def _config(name: str, attention: str, model: str, topology: str, context: int):
     strategy = Strategy(data=2, context=context, attention=attention, weights="gathered",  # type: ignore[arg-type]
                         splash_blocks=SplashBlocks(512, 512, 512), kernel_profile="tokamax-splash")
     # MaxDiffusion's attention forms RoPE partners by a (..., 64, 2) reshape (attention_flax.py)
-    return wan_config(name, topology, model, RESOLUTION, FRAMES, strategy, rope_partner="reshape",
-                      setup="tokamax kernels (tokamax-splash profile), no flags stated")
+    config = wan_config(name, topology, model, RESOLUTION, FRAMES, strategy, rope_partner="reshape",
+                        setup="tokamax kernels (tokamax-splash profile), no flags stated")
+    return ran_at(config, REPO, COMMIT, attention={"allgather": "tokamax_flash", "ring": "tokamax_ring"}[attention])
 
 
 def entries() -> list:

@@ -17,8 +17,10 @@ kernel of commit 8dd63054: this pure-Ulysses run is held out. The flags are thos
 
 from __future__ import annotations
 
-from common import Source, TimedEntry, wan_config
+from common import Source, TimedEntry, ran_at, wan_config
 
+#: the merge of PR #436, the program its description measured after the fold
+MERGED = "9c9b70754dc54cefa49193a15a51ab33b7830156"
 SOURCE = Source(url="https://github.com/AI-Hypercomputer/maxdiffusion/pull/436",
                 where="description: cp8 pure Ulysses, 7.00 s/step before the CFG batch fold, 3.43 s/step after")
 
@@ -33,6 +35,7 @@ def entries() -> list:
                         generation="tpu7x", flags=" ".join(FAST_V7_LIBTPU_ARGS), rope_partner="reshape",
                         setup="compiled with JAX's splash at fitted blocks, costed with the fixed-m profile; "
                               "run_wan_fast_inference.sh flags")
+    config = ran_at(config, "AI-Hypercomputer/maxdiffusion", MERGED, attention="ulysses_custom_fixed_m")
     return [TimedEntry("maxdiffusion/wan22-v7x-8-ulysses-cp8-fixed-m",
                        "Wan 2.2 A14B 720p/81f denoise step, v7x-8, pure Ulysses cp8, fixed-m custom kernel "
                        "(after the CFG batch fold)", SOURCE, config, 3.43,

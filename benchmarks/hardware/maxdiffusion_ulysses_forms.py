@@ -23,10 +23,12 @@ them. Held out: nothing was derived from these figures.
 
 from __future__ import annotations
 
-from common import PipelineEntry, Source, wan_config
+from common import PipelineEntry, Source, ran_at, wan_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 COMMIT = "226ed26698123f95c707ffde7529ecaafab24d2b"
+#: the commit before: its Ulysses exchanges by a manual all-to-all, the form the message measured first
+PARENT = "4e694cebe7ab75a633ee818819f59b842a128cce"
 SOURCE = Source(REPO, "(commit message)", COMMIT,
                 where="'Ulysses: 661.6s -> 220.6s', '2D (U=2,R=2): 202.1s (... 2.2x faster than flash at 435s)'")
 STEPS = 40
@@ -39,9 +41,11 @@ def _config(name: str, attention: str, exchange: str, profile: str = "jax-splash
     strategy = Strategy(data=2, context=4, attention=attention, weights="gathered",  # type: ignore[arg-type]
                         context_ulysses=2 if attention == "ulysses_ring" else 1,
                         splash_blocks=SplashBlocks(2048, 2048, 1024), kernel_profile=profile)
-    return wan_config(name, "tpu7x:2x2x1", "wan2.2-t2v-a14b", "720p", 81, strategy,
-                      flags=" ".join(V7_BENCHMARK_LIBTPU_ARGS), rope_partner="reshape",
-                      ulysses_exchange=exchange, setup=f"Ulysses exchange: {exchange}; benchmark_dp2_cp4.sh's flags")
+    config = wan_config(name, "tpu7x:2x2x1", "wan2.2-t2v-a14b", "720p", 81, strategy,
+                        flags=" ".join(V7_BENCHMARK_LIBTPU_ARGS), rope_partner="reshape",
+                        ulysses_exchange=exchange, setup=f"Ulysses exchange: {exchange}; benchmark_dp2_cp4.sh's flags")
+    names = {"ulysses": "ulysses", "ulysses_ring": "ulysses_ring", "allgather": "flash"}
+    return ran_at(config, REPO, PARENT if exchange == "all_to_all" else COMMIT, attention=names[attention])
 
 
 def entries() -> list:

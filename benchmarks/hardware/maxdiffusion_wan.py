@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from common import Config, PipelineEntry, Source, strategy_space_config
+from common import Config, PipelineEntry, Source, ran_at, strategy_space_config
 
 REPO = "AI-Hypercomputer/maxdiffusion"
 COMMIT = "4e694cebe7ab75a633ee818819f59b842a128cce"
@@ -45,7 +45,10 @@ def _config(name: str, attention: str, flags: str) -> Config:
     strategy = dataclasses.replace(expert.strategy(8), attention=attention)
     setup = (f"{SLICE}, {space.key_of(strategy)}, splash blocks {strategy.splash_blocks}, "
              f"{'LIBTPU_INIT_ARGS of benchmark_dp2_cp4.sh' if flags else 'no flags'}")
-    return strategy_space_config(name, SLICE, space, strategy, setup, flags)
+    # the attention names benchmark_dp2_cp4.sh passes at COMMIT (its ring is JAX's splash in a ring loop)
+    names = {"ulysses_ring": "ulysses_ring", "allgather": "flash", "ring": "ring"}
+    return ran_at(strategy_space_config(name, SLICE, space, strategy, setup, flags), REPO, COMMIT,
+                  attention=names[attention])
 
 
 def entries() -> list:
