@@ -40,9 +40,10 @@ class _Lowers:
         return self.step.lower()
 
 
-def maxdiffusion_config(config: Config, kernel_calls: dict[str, int]) -> Config:
+def maxdiffusion_config(config: Config, kernel_calls: dict[str, int], steps: list[Any]) -> Config:
     """`config` built as MaxDiffusion's own step of its strategy, with its run's settings; each
-    custom call costed is counted in `kernel_calls` (by the kernel profile, or from its I/O)."""
+    custom call costed is counted in `kernel_calls` (by the kernel profile, or from its I/O), each
+    step built appended to `steps`."""
     from aoizora.models.maxdiffusion import program
 
     assert config.workload is not None and config.program is not None
@@ -50,7 +51,8 @@ def maxdiffusion_config(config: Config, kernel_calls: dict[str, int]) -> Config:
     settings = config.program[2]
 
     def build(mesh: Any) -> tuple[Any, tuple[Any, ...]]:
-        return _Lowers(program.MaxDiffusionStep(space, strategy, mesh, settings)), ()
+        steps.append(program.MaxDiffusionStep(space, strategy, mesh, settings))
+        return _Lowers(steps[-1]), ()
 
     def cost(op: Any) -> Any:
         found = program.kernel_cost(strategy, op)
@@ -75,21 +77,22 @@ def configs_to_compile(commit: str) -> tuple[list[tuple[str, Config]], list[tupl
     return here, elsewhere
 
 
-def record(key: str, config: Config, cache: Any, generation: str) -> dict[str, Any]:
+def record(key: str, config: Config, cache: Any) -> dict[str, Any]:
     """One configuration compiled as MaxDiffusion's program and predicted (or why it was not)."""
     from aoizora.errors import MaxDiffusionUnavailable
-    from aoizora.models.maxdiffusion.program import adjustments
 
     assert config.program is not None
     head = {"entry": key, "config": config.name, "commit": config.program[1],
             "settings": dict(config.program[2]), "topology": config.topology, "flags": bool(config.flags),
-            "kernel_profile": config.kernel_profile, "adjustments": adjustments(generation)}
+            "kernel_profile": config.kernel_profile}
     calls: dict[str, int] = {}
+    steps: list[Any] = []
     try:
-        p = predict(maxdiffusion_config(config, calls), cache)
+        p = predict(maxdiffusion_config(config, calls, steps), cache)
     except (NotRunnable, MaxDiffusionUnavailable) as exc:
         return {**head, "compiled": False, "reason": str(exc).splitlines()[0][:300]}
-    return {**head, "compiled": True, "q2_seconds": p.q2_s, "sim_seconds": p.sim_s, "compute_seconds": p.compute_s,
+    return {**head, "compiled": True, "adjustments": steps[-1].adjustments, "q2_seconds": p.q2_s,
+            "sim_seconds": p.sim_s, "compute_seconds": p.compute_s,
             "q2_comm_seconds": p.q2_comm_s, "collectives": p.collectives, "kernel_calls": calls,
             "compile_seconds": p.compile_seconds, "from_cache": p.from_cache}
 
@@ -109,7 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     from aoizora.models.maxdiffusion.program import maxdiffusion_source
     from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.toolchain import toolchain_versions
-    from aoizora.topology import get_topology
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None, help="merge the records into this file")
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = default_compile_cache()
     records = []
     for key, config in here:
-        records.append(record(key, config, cache, get_topology(config.topology).generation))
+        records.append(record(key, config, cache))
         r = records[-1]
         print(f"{key} {config.name}: " + (f"Q2 {r['q2_seconds']:.3f} s" if r["compiled"] else r["reason"]),
               file=sys.stderr)

@@ -99,3 +99,6 @@ def test_the_committed_records_are_configurations_of_the_suite_compiled_at_their
     # each compiled program's attention calls are costed by its kernel profile (other custom calls, such
     # as the SparseCore relayouts, from their I/O)
     assert all(r["kernel_calls"].get("by_profile", 0) > 0 for r in compiled)
+    # the rotary-table adjustment is recorded where the commit's step takes the (complex) table, whose
+    # halves then enter through custom calls, and not where the step computes the table itself
+    assert all(bool(r["adjustments"]) == ("from_io" in r["kernel_calls"]) for r in compiled)

@@ -232,6 +232,9 @@ class MaxDiffusionStep:
     def __init__(self, space: WanSpace, strategy: Strategy, mesh: Mesh,
                  settings: tuple[tuple[str, str], ...] = ()) -> None:
         self.space, self.strategy, self.mesh, self.settings = space, strategy, mesh, settings
+        #: after `lower()`: how the program lowered differs from MaxDiffusion's (`adjustments`; none
+        #: at a commit whose step computes its rotary table itself)
+        self.adjustments: list[str] = []
 
     def lower(self) -> Any:
         """Configure MaxDiffusion (`pyconfig.initialize`, process-wide: lowerings take turns under
@@ -263,6 +266,7 @@ class MaxDiffusionStep:
                 step = getattr(step, "jitted", step)  # later commits wrap the jitted step
                 # earlier commits compute the rotary table inside the step
                 table = {"rotary_emb": rope} if "rotary_emb" in inspect.signature(step).parameters else {}
+                self.adjustments = adjustments(self.space.generation) if table else []
                 resident = [_abstract_model(self.space, config, mesh, wan)[1] for wan in _resident_experts(self.space)]
                 if resident:
                     return _with_resident(step).lower(graphdef, state, rest, latents, timestep, prompt, resident,
