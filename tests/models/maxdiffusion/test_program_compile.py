@@ -56,3 +56,31 @@ def test_maxdiffusions_step_compiles_and_is_costed(monkeypatch):
     sim = simulate(prog, topo, placement).step_seconds
     assert q2.step_seconds > 0 and q2.compute_seconds > 0
     assert abs(sim - q2.step_seconds) <= 0.1 * q2.step_seconds
+
+
+def test_wan22s_step_holds_the_resident_experts_weights():
+    """Wan 2.2 A14B: one expert's step of MaxDiffusion's, lowered (not compiled) with the other
+    expert's parameters as one more argument, leaf for leaf the running expert's (kept though unused)."""
+    import dataclasses
+
+    import jax
+
+    topo = get_topology("v5e:2x2")
+    space = registry.wan_space("wan2.2-t2v-a14b", "480p", 5, generation=topo.generation, program="maxdiffusion")
+    space.config = space.config.replace(num_layers=2)
+    pipeline = space.pipeline
+    space.pipeline = dataclasses.replace(pipeline, transformer=space.config,
+                                         transformer_2=pipeline.transformer_2.replace(num_layers=2))
+    strategy = next(c.strategy for c in space.candidates(4) if c.legal and c.strategy.context == 4)
+    mesh = shared_compile_placement(space, topo, strategy).jax_mesh(topo)
+    lowered = space.compile_inputs(strategy, mesh).lower()
+    assert "transformer_forward_pass_full_cfg" in lowered.as_text()
+    (args, _kwargs) = lowered.args_info
+    state, (resident,) = args[1], args[6]
+    def leaves(tree):
+        return [(jax.tree_util.keystr(path), a.shape, a.dtype)
+                for path, a in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+    assert len(leaves(state)) > 10 and leaves(resident) == leaves(state)
+    main = lowered.as_text().split("func.func public @main(", 1)[1].split(") -> ", 1)[0]
+    assert main.count("%arg") >= 2 * len(leaves(state))  # kept in the program, though unused
