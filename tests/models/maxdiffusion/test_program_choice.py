@@ -175,3 +175,11 @@ def test_maxdiffusions_own_kernel_is_costed_by_the_profile_where_attention_calls
     elsewhere = OpaqueOp(name="vmap__.3", target="tpu_custom_call", operand_shapes=(q, q, q), result_shape=q,
                          backend_config=None, kernel_name="vmap()", op_name="jit(step)/WanModel/ffn/pallas_call")
     assert program.kernel_cost(strategy, elsewhere) is None
+
+
+def test_a_commit_whose_step_computes_its_rotary_table_records_no_adjustment(tmp_path):
+    earlier = program.MaxDiffusionSource(tmp_path, "4e694cebe7ab75a633ee818819f59b842a128cce", takes_rotary_table=False)
+    assert "adjustments" not in earlier.to_json("tpu7x")
+    later = program.MaxDiffusionSource(tmp_path, facts()["commit"])
+    assert later.to_json("tpu7x")["adjustments"] == program.adjustments("tpu7x") != []
+    assert "adjustments" not in later.to_json("v6e")

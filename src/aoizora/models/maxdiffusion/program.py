@@ -78,12 +78,15 @@ class MaxDiffusionSource:
 
     root: Path  # the directory holding `src/maxdiffusion/configs`
     commit: str | None
+    #: whether the step takes the rotary table from outside (earlier commits compute it inside the
+    #: step, where the TPU7x adjustment has nothing to change)
+    takes_rotary_table: bool = True
 
     def to_json(self, generation: str | None = None) -> dict[str, Any]:
         """The plan's record of the program: MaxDiffusion's repository, the commit compiled (as its
         checkout reports it), the commit its facts were read at and, for a generation where the
         step compiled differs from MaxDiffusion's, how (`adjustments`)."""
-        changed = adjustments(generation)
+        changed = adjustments(generation) if self.takes_rotary_table else []
         return {"name": "maxdiffusion", "repository": facts()["repository"], "commit": self.commit,
                 "facts_commit": facts()["commit"], **({"adjustments": changed} if changed else {})}
 
@@ -137,7 +140,13 @@ def maxdiffusion_source() -> MaxDiffusionSource:
         raise MaxDiffusionUnavailable(f"--program maxdiffusion needs MaxDiffusion, which this Python cannot "
                                       f"import ({type(exc).__name__}: {exc}); {INSTALL_HINT}") from None
     package = Path(importlib.import_module("maxdiffusion").__file__ or "").parent
-    return MaxDiffusionSource(package.parents[1], _commit(package))
+    return MaxDiffusionSource(package.parents[1], _commit(package), "rotary_emb" in _step_parameters())
+
+
+def _step_parameters() -> set[str]:
+    """The parameters of the imported MaxDiffusion's step function (its jitted form at any commit)."""
+    step = importlib.import_module("maxdiffusion.pipelines.wan.wan_pipeline").transformer_forward_pass_full_cfg
+    return set(inspect.signature(getattr(step, "jitted", step)).parameters)
 
 
 def _commit(package: Path) -> str | None:
@@ -265,7 +274,7 @@ class MaxDiffusionStep:
                 step = wan_pipeline.transformer_forward_pass_full_cfg
                 step = getattr(step, "jitted", step)  # later commits wrap the jitted step
                 # earlier commits compute the rotary table inside the step
-                table = {"rotary_emb": rope} if "rotary_emb" in inspect.signature(step).parameters else {}
+                table = {"rotary_emb": rope} if source.takes_rotary_table else {}
                 self.adjustments = adjustments(self.space.generation) if table else []
                 resident = [_abstract_model(self.space, config, mesh, wan)[1] for wan in _resident_experts(self.space)]
                 if resident:
