@@ -8,7 +8,8 @@ classes with the overrides the export writes (`aoizora plan --program maxdiffusi
 `aoizora.models.maxdiffusion.program`). Both go through the compile cache and are costed by Q2 and
 the simulator. Per program it records the collectives by kind (count and payload bytes per step,
 loop trips counted), the fusions executed per step, the bytes the SparseCore data-format calls
-relayout per step (TPU7x offloads relayouts to its SparseCores; 0 elsewhere), the predicted step
+relayout per step (TPU7x offloads relayouts to its SparseCores; 0 elsewhere), what Q2 charges for
+them and how many of those bytes move once a step, outside the layer loop, the predicted step
 and its compute and exposed-collective parts, and the per-device HBM libtpu reports. Needs MaxDiffusion importable
 (CONTRIBUTING.md, "MaxDiffusion's own program"); one compile runs at a time.
 
@@ -60,12 +61,24 @@ def describe(program: Any) -> dict[str, Any]:
             "collective_bytes_total": int(sum(payload.values())), "fusions": fusions, "custom_calls": calls}
 
 
+def relayout_copies(program: Any, module: Any) -> list[Any]:
+    """The copies the SparseCore data-format calls run (TPU7x offloads relayouts to its SparseCores)."""
+    inside = relayout_computations(module)
+    return [n for n in program.nodes if n.computation in inside and n.opcode == "copy"]
+
+
 def relayout_bytes(program: Any, module: Any) -> int:
     """Bytes the SparseCore data-format calls relayout per step: each copy they run reads and
     writes its array once (loop trips counted)."""
-    inside = relayout_computations(module)
-    return int(sum(n.hbm_bytes // 2 * n.multiplicity for n in program.nodes
-                   if n.computation in inside and n.opcode == "copy"))
+    return int(sum(n.hbm_bytes // 2 * n.multiplicity for n in relayout_copies(program, module)))
+
+
+def relayout_parts(program: Any, module: Any, hardware: Any) -> dict[str, Any]:
+    """What Q2 charges for those copies per step (each costed as Q2 costs a copy), and the bytes of
+    those run once a step, outside the layer loop (in MaxDiffusion's TPU7x programs, its weights)."""
+    copies = relayout_copies(program, module)
+    return {"sparsecore_relayout_q2_seconds": sum(n.compute_seconds(hardware) * n.multiplicity for n in copies),
+            "sparsecore_relayout_bytes_once_per_step": int(sum(n.hbm_bytes // 2 for n in copies if n.loop is None))}
 
 
 def compiled_module(space: Any, strategy: Any, topology: Any, placement: Any, cache: Any, flags: Any) -> Any:
@@ -96,6 +109,7 @@ def run(space: Any, strategy: Any, topology: Any, cache: Any) -> dict[str, Any]:
             "compute_seconds": q2.compute_seconds, "exposed_comm_seconds": q2.exposed_comm_seconds,
             "comm_seconds": q2.comm_seconds, "memory_bytes": compiled.memory_bytes,
             **describe(compiled.program), "sparsecore_relayout_bytes": relayout_bytes(compiled.program, module),
+            **relayout_parts(compiled.program, module, topology.hardware),
             "compile_seconds": compiled.compile_seconds,
             "cached": compiled.from_cache, "wall_seconds": time.perf_counter() - t0,
             "load_average": os.getloadavg()[0]}

@@ -17,7 +17,7 @@ from aoizora.topology import get_topology
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from program_form import describe, pick, relayout_bytes  # noqa: E402
+from program_form import describe, pick, relayout_bytes, relayout_parts  # noqa: E402
 
 RUNS = sorted((ROOT / "docs" / "data" / "program-form").glob("*.json"))
 
@@ -65,6 +65,11 @@ def test_the_sparsecore_relayout_bytes_count_the_copies_the_data_format_calls_ru
                                      node("format", "fusion", 1000, 1), node("gather", "copy", 400, 1),
                                      node("main", "copy", 800, 1)])
     assert relayout_bytes(program, module) == 350  # read and written once: half the bytes, trips counted
+    for n, loop in zip(program.nodes, (7, None, None, None, None), strict=True):
+        n.loop, n.compute_seconds = loop, (lambda hw, b=n.hbm_bytes: b / hw)
+    parts = relayout_parts(program, module, 100.0)
+    assert parts["sparsecore_relayout_q2_seconds"] == (200 * 3 + 100) / 100.0  # the copies only, trips counted
+    assert parts["sparsecore_relayout_bytes_once_per_step"] == 50  # the one outside the layer loop
 
 
 @pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
