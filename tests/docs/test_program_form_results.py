@@ -1,5 +1,6 @@
 """docs/results.md's TPU7x table of aoizora's and MaxDiffusion's programs side by side is the
-committed run's (docs/data/program-form/), and its table of the two plans is the plans' own."""
+committed run's (docs/data/program-form/), so are its relayout figures, and its table of the two
+plans is the plans' own."""
 
 from __future__ import annotations
 
@@ -40,3 +41,17 @@ def test_the_two_plans_table_is_the_plans_steps():
     for key in default:
         a, m = 1e3 * default[key], 1e3 * maxdiffusion[key]
         assert f"| {a:,.1f} ms | {m:,.1f} ms | {m / a:.3f} |" in RESULTS, key
+
+
+def test_the_relayout_figures_in_the_text_are_the_committed_runs():
+    doc = json.loads((ROOT / "docs/data/program-form/tpu7x-2x2x1_wan2.1-t2v-14b_720p_81f.json").read_text())
+    runs = {(r["variant"], r["program"]): r for r in doc["runs"]}
+    variants = ("allgather", "ulysses", "ring", "ulysses_ring")
+    for program in ("maxdiffusion", "aoizora"):
+        ms = ", ".join(f"{1e3 * runs[v, program]['sparsecore_relayout_q2_seconds']:.1f}" for v in variants[:3])
+        assert ms in " ".join(RESULTS.split()), program
+    once = {p: {round(runs[v, p]["sparsecore_relayout_bytes_once_per_step"] / 1e9, 1) for v in variants}
+            for p in ("maxdiffusion", "aoizora")}
+    assert once == {"maxdiffusion": {29.0}, "aoizora": {0.3}}
+    text = " ".join(RESULTS.split())
+    assert "29.0 GB once a step" in text and "aoizora's 0.3 GB" in text
