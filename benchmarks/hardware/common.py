@@ -151,6 +151,11 @@ class PipelineEntry:
 Entry = TimedEntry | ComparisonEntry | PipelineEntry
 
 
+def entry_configs(entry: Entry) -> tuple[Config, ...]:
+    """The configurations an entry compiles (a timed entry has one)."""
+    return (entry.config,) if isinstance(entry, TimedEntry) else tuple(entry.configs)
+
+
 class NotRunnable(AoizoraError):
     """An entry the current tree cannot build (a slice or hardware profile it does not know yet)."""
 

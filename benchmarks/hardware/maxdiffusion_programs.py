@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common import Config, NotRunnable, predict
+from common import Config, NotRunnable, entry_configs, predict
 
 REPOSITORY = "AI-Hypercomputer/maxdiffusion"
 
@@ -69,8 +69,7 @@ def configs_to_compile(commit: str) -> tuple[list[tuple[str, Config]], list[tupl
 
     here, elsewhere = [], []
     for entry in run.all_entries():
-        configs = (entry.config,) if hasattr(entry, "config") else entry.configs
-        for config in configs:
+        for config in entry_configs(entry):
             if config.program is None or config.program[0] != REPOSITORY:
                 continue
             (here if config.program[1] == commit else elsewhere).append((entry.key, config))

@@ -29,7 +29,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import compile_config  # noqa: E402
+from common import compile_config, entry_configs  # noqa: E402
 from run import MODULES  # noqa: E402
 
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from aoizora.stage2.compile_cache import default_compile_cache
 
     entry = _entry(args.entry)
-    configs = [entry.config] if hasattr(entry, "config") else list(entry.configs)
+    configs = list(entry_configs(entry))
     chosen = [c for c in configs if not args.configs or c.name in args.configs]
     cache = default_compile_cache()
     results = [breakdown(c, cache) for c in chosen]

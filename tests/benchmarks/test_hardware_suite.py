@@ -13,7 +13,7 @@ SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "hardware"
 sys.path.insert(0, str(SUITE))
 
 import run  # noqa: E402
-from common import Config, PipelineEntry, Prediction, Source, TimedEntry  # noqa: E402
+from common import Config, PipelineEntry, Prediction, Source, TimedEntry, entry_configs  # noqa: E402
 
 
 def test_every_entry_cites_its_source_and_setup():
@@ -23,7 +23,7 @@ def test_every_entry_cites_its_source_and_setup():
     for e in entries:
         s = e.source
         assert s.url or (s.repository and s.path and s.commit and len(s.commit) == 40), e.key
-        configs = [e.config] if isinstance(e, TimedEntry) else list(e.configs)
+        configs = list(entry_configs(e))
         assert all(c.setup for c in configs), e.key
         if isinstance(e, TimedEntry):
             assert e.measured_s > 0

@@ -13,6 +13,7 @@ sys.path.insert(0, str(SUITE))
 import maxdiffusion_programs  # noqa: E402
 import run  # noqa: E402
 import wan_table  # noqa: E402
+from common import entry_configs  # noqa: E402
 
 ROOT = SUITE.parents[1]
 PARENT = "4e694cebe7ab75a633ee818819f59b842a128cce"  # 226ed266's parent: its all-to-all Ulysses
@@ -20,7 +21,7 @@ PARENT = "4e694cebe7ab75a633ee818819f59b842a128cce"  # 226ed266's parent: its al
 
 def _program_configs():
     for entry in run.all_entries():
-        for config in (entry.config,) if hasattr(entry, "config") else entry.configs:
+        for config in entry_configs(entry):
             if config.program is not None:
                 yield entry, config
 

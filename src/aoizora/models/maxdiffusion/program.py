@@ -82,11 +82,16 @@ class MaxDiffusionSource:
     #: step, where the TPU7x adjustment has nothing to change)
     takes_rotary_table: bool = True
 
+    def adjustments(self, generation: str | None) -> list[str]:
+        """How this checkout's step compiled for `generation` differs from the one it runs
+        (`adjustments`; none where the step computes its rotary table itself)."""
+        return adjustments(generation) if self.takes_rotary_table else []
+
     def to_json(self, generation: str | None = None) -> dict[str, Any]:
         """The plan's record of the program: MaxDiffusion's repository, the commit compiled (as its
         checkout reports it), the commit its facts were read at and, for a generation where the
         step compiled differs from MaxDiffusion's, how (`adjustments`)."""
-        changed = adjustments(generation) if self.takes_rotary_table else []
+        changed = self.adjustments(generation)
         return {"name": "maxdiffusion", "repository": facts()["repository"], "commit": self.commit,
                 "facts_commit": facts()["commit"], **({"adjustments": changed} if changed else {})}
 
@@ -275,7 +280,7 @@ class MaxDiffusionStep:
                 step = getattr(step, "jitted", step)  # later commits wrap the jitted step
                 # earlier commits compute the rotary table inside the step
                 table = {"rotary_emb": rope} if source.takes_rotary_table else {}
-                self.adjustments = adjustments(self.space.generation) if table else []
+                self.adjustments = source.adjustments(self.space.generation)
                 resident = [_abstract_model(self.space, config, mesh, wan)[1] for wan in _resident_experts(self.space)]
                 if resident:
                     return _with_resident(step).lower(graphdef, state, rest, latents, timestep, prompt, resident,
