@@ -312,35 +312,78 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     computed and dropped), keys to a multiple of `block_kv` (masked). The call is recorded in
     `kernels` when given.
     """
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-
     b, lq0, h, d = q.shape
     lk0 = k.shape[1]
-    bq = block_q or _default_block_q(lq0)
-    bkv = block_kv or _default_block_kv(lk0)
-    bkv_compute = block_kv_compute or bkv
-    lq, lk = -(-lq0 // bq) * bq, -(-lk0 // bkv) * bkv
-    if lk != lk0:
-        kv_valid = _pad_to(jnp.ones((lk0,), bool) if kv_valid is None else kv_valid, lk, axis=0)
-        k, v = _pad_to(k, lk), _pad_to(v, lk)
-    q = _pad_to(q, lq)
-    mask = splash_mask(lq, lk, h)
-    kernel = sk.make_splash_mha(
-        mask=mask, head_shards=1, q_seq_shards=1, save_residuals=residuals, interpret=interpret,
-        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv_compute),
-    )
-    _record(kernels, name, b, h, lq, lk, d, jnp.dtype(q.dtype).itemsize, bq, bkv, residuals)
-    scale = 1.0 / math.sqrt(d)
-    qt = (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+    tiles = SplashTiles.of(lq0, lk0, block_q, block_kv, block_kv_compute)
+    if tiles.lk != lk0:
+        kv_valid = tiles.padded_valid(kv_valid, lk0)
+        k, v = _pad_to(k, tiles.lk), _pad_to(v, tiles.lk)
+    q = _pad_to(q, tiles.lq)
+    kernel = tiles.kernel(h, residuals, interpret)
+    _record(kernels, name, b, h, tiles.lq, tiles.lk, d, jnp.dtype(q.dtype).itemsize, tiles.block_q, tiles.block_kv,
+            residuals)
+    qt = scaled_heads_major(q)
     kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
-    kv_seg = jnp.zeros((lk,), jnp.int32) if kv_valid is None else jnp.where(kv_valid, 0, 1).astype(jnp.int32)
-    seg = sk.SegmentIds(q=jnp.zeros((lq,), jnp.int32), kv=kv_seg)
-    run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=seg))
+    if residuals:
+        out, (lse,) = run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name)
+        return out.transpose(0, 2, 1, 3)[:, :lq0], lse[..., :lq0]
+    return run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name).transpose(0, 2, 1, 3)[:, :lq0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SplashTiles:
+    """The blocks of one splash call and the lengths they pad its queries (`lq`) and keys (`lk`) to."""
+
+    block_q: int
+    block_kv: int
+    block_kv_compute: int
+    lq: int
+    lk: int
+
+    @classmethod
+    def of(cls, lq0: int, lk0: int, block_q: int | None = None, block_kv: int | None = None,
+           block_kv_compute: int | None = None) -> SplashTiles:
+        """The given blocks (by default the kernel's pick for the lengths) for `lq0` queries and `lk0` keys."""
+        bq = block_q or _default_block_q(lq0)
+        bkv = block_kv or _default_block_kv(lk0)
+        return cls(bq, bkv, block_kv_compute or bkv, -(-lq0 // bq) * bq, -(-lk0 // bkv) * bkv)
+
+    def padded_valid(self, kv_valid: jnp.ndarray | None, lk0: int) -> jnp.ndarray:
+        """The key mask of `lk0` keys (None: all valid) padded to `lk`, the padding masked."""
+        return _pad_to(jnp.ones((lk0,), bool) if kv_valid is None else kv_valid, self.lk, axis=0)
+
+    def kernel(self, heads: int, residuals: bool, interpret: bool):
+        """The splash kernel of these blocks over `heads` heads (every query sees every key)."""
+        from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+        return sk.make_splash_mha(
+            mask=splash_mask(self.lq, self.lk, heads), head_shards=1, q_seq_shards=1, save_residuals=residuals,
+            interpret=interpret,
+            block_sizes=sk.BlockSizes(block_q=self.block_q, block_kv=self.block_kv,
+                                      block_kv_compute=self.block_kv_compute),
+        )
+
+    def segments(self, kv_valid: jnp.ndarray | None):
+        """The segment ids that mask the keys `kv_valid` leaves out (length `lk`; None: none)."""
+        from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+        kv_seg = (jnp.zeros((self.lk,), jnp.int32) if kv_valid is None
+                  else jnp.where(kv_valid, 0, 1).astype(jnp.int32))
+        return sk.SegmentIds(q=jnp.zeros((self.lq,), jnp.int32), kv=kv_seg)
+
+
+def scaled_heads_major(q: jnp.ndarray) -> jnp.ndarray:
+    """Queries (B,L,H,D) scaled by 1/sqrt(D) in (B,H,L,D), as the kernel takes them."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
+
+
+def run_splash(kernel, qt, kt, vt, segments, name: str):
+    """The kernel over the batch of heads-major (B,H,L,D) operands: the output (B,H,Lq,D), and with
+    residuals also (log-sum-exp (B,H,Lq),)."""
+    run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=segments))
     with jax.named_scope(name):
-        if residuals:
-            out, (lse,) = run(qt, kt, vt)
-            return out.transpose(0, 2, 1, 3)[:, :lq0], lse[..., :lq0]
-        return run(qt, kt, vt).transpose(0, 2, 1, 3)[:, :lq0]
+        return run(qt, kt, vt)
 
 
 # --------------------------------------------------------------------------------------------
