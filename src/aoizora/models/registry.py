@@ -99,7 +99,7 @@ def model_vae(key: str) -> WanVAEConfig:
 
 def wan_space(model: str, resolution: str, frames: int, *, generation: str | None, expert_residency: str = "both",
               rope_partner: str | None = None, ulysses_exchange: str | None = None, steps: int | None = None,
-              **kwargs):
+              splash_cost_estimate: bool | None = None, **kwargs):
     """The Stage 1 strategy space of a named Wan model at a video shape. Wan 2.1 models plan
     their single transformer; Wan 2.2 ones their pipeline (one expert's step, both experts' HBM,
     per-token timesteps) with `expert_residency` "both" or "swap". `generation` is the slice's
@@ -107,7 +107,8 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
     generation's VMEM, as `aoizora plan` and `aoizora bench` search; None leaves each call the
     kernel's own pick (a space `aoizora plan` does not search, hence no default). `rope_partner`
     replaces every transformer's `WanConfig.rope_partner` (None: the model's own form), and
-    `ulysses_exchange` its `WanConfig.ulysses_exchange`. `steps` replaces the sampler's step count (None:
+    `ulysses_exchange` its `WanConfig.ulysses_exchange`, `splash_cost_estimate` its
+    `WanConfig.splash_cost_estimate`. `steps` replaces the sampler's step count (None:
     the model's default sampler). Other keywords go to the space (`WanSpace`), among them `vae`: the VAE
     whose decode the space's plans compile and cost for their video time (`model_vae(model)`, as
     `aoizora plan` and `plan_wan` pass it); without it a plan says its decode was not costed."""
@@ -116,7 +117,8 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
 
     key = model_key(model)
     pipeline = PIPELINES[key]
-    forms = {k: v for k, v in (("rope_partner", rope_partner), ("ulysses_exchange", ulysses_exchange)) if v is not None}
+    forms = {k: v for k, v in (("rope_partner", rope_partner), ("ulysses_exchange", ulysses_exchange),
+                               ("splash_cost_estimate", splash_cost_estimate)) if v is not None}
     if forms:
         pipeline = dataclasses.replace(
             pipeline, transformer=pipeline.transformer.replace(**forms),

@@ -22,9 +22,18 @@ def space():
 
 def test_candidates_and_reasons(space):
     cands = {c.key: c for c in space.candidates(8)}
-    # 20 meshes × 4 weight modes × (allgather, ring, ulysses in 3 chunkings), plus 2D context:
-    # context=4 (3 meshes) splits 2×2, context=8 (1 mesh) splits 2×4 and 4×2, each in 3 chunkings
-    assert len(cands) == 20 * 4 * (1 + 1 + 3) + (3 * 1 + 1 * 2) * 3 * 4
+    # 20 meshes × 4 weight modes × (allgather, ring in 2 layouts, ulysses in 3 chunkings), plus 2D
+    # context: context=4 (3 meshes) splits 2×2, context=8 (1 mesh) splits 2×4 and 4×2, each in 3
+    # chunkings and 2 layouts
+    assert len(cands) == 20 * 4 * (1 + 2 + 3) + (3 * 1 + 1 * 2) * 3 * 4 * 2
+    # the ring's K/V rotation in the kernel's layout is a candidate of its own, without a ring a duplicate
+    heads_major = Strategy(data=2, context=4, attention="ring", weights="replicated", ring_layout="heads_major")
+    assert cands[heads_major.key()].legal and "ring_layout=heads_major" in heads_major.key()
+    no_ring = cands[Strategy(data=8, attention="ring", weights="replicated", ring_layout="heads_major").key()]
+    assert any("has no ring (duplicate)" in r for r in no_ring.reasons)
+    assert len({k for k in cands if "ring_layout" in k}) == 20 * 4 + 5 * 3 * 4
+    assert len(WanSpace(PRESETS["t2v-1.3b"], VIDEO, ring_layouts=("sequence_major",)).candidates(8)) == (
+        20 * 4 * (1 + 1 + 3) + (3 * 1 + 1 * 2) * 3 * 4)
     two_d = Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", weights="replicated")
     assert cands[two_d.key()].legal
     # 12 heads: 12/(U=4) = 3 heads per device after the all-to-all, not divisible into 2 chunks
@@ -270,3 +279,19 @@ def test_strategy_from_key_reads_keys_of_earlier_runs():
 def test_strategy_from_key_refuses_what_is_not_a_key(key):
     with pytest.raises(StrategyError, match="is not a strategy key"):
         Strategy.from_key(key)
+
+
+@pytest.mark.parametrize("layout", ["sequence_major", "heads_major"])
+def test_the_splash_cost_estimate_reaches_the_lowered_tpu_program(topo_2x4, layout):
+    from aoizora.workload import lowering_inputs_on
+
+    st = Strategy(data=2, context=4, attention="ring", weights="replicated", ring_layout=layout)
+    texts = {}
+    for estimate in (False, True):
+        space = WanSpace(PRESETS["t2v-1.3b"].replace(splash_cost_estimate=estimate), VIDEO)
+        texts[estimate] = lowering_inputs_on(space, st, topo_2x4).lower().as_text()
+    # every splash call (the ring's steps, cross-attention) carries its estimate in its Mosaic
+    # backend config, or none does
+    calls = texts[True].count("tpu_custom_call")
+    assert calls >= 2 and texts[True].count(r"\22cost_estimate\22: {") == calls
+    assert texts[False].count("tpu_custom_call") >= 2 and texts[False].count("cost_estimate") == 0

@@ -57,6 +57,8 @@ def _longhand_key(st: Strategy) -> str:
         key += f" | kernel={st.kernel_profile}"
     if st.scoped_vmem_kib is not None:
         key += f" | vmem={st.scoped_vmem_kib}"
+    if st.ring_layout != "sequence_major":
+        key += f" | ring_layout={st.ring_layout}"
     return key
 
 
@@ -76,6 +78,8 @@ def _longhand_describe(st: Strategy) -> str:
         text += f" kernel_profile={st.kernel_profile}"
     if st.scoped_vmem_kib is not None:
         text += f" scoped_vmem_kib={st.scoped_vmem_kib}"
+    if st.ring_layout != "sequence_major":
+        text += f" ring_layout={st.ring_layout}"
     return text
 
 
@@ -94,6 +98,8 @@ def _longhand_description(st: Strategy, video: list[int], kernel_tile: dict | No
         out["kernel_tile"] = kernel_tile
     if st.scoped_vmem_kib is not None:
         out["scoped_vmem_kib"] = st.scoped_vmem_kib
+    if st.ring_layout != "sequence_major":
+        out["ring_layout"] = st.ring_layout
     return out
 
 

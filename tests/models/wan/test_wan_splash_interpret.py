@@ -36,6 +36,10 @@ ODD_BLOCKS = SplashBlocks(block_q=200, block_kv=256, block_kv_compute=128)
     ("ulysses_ring", dict(data=2, context=4, context_ulysses=2)),
     ("ring", dict(data=2, context=4, splash_blocks=ODD_BLOCKS)),
     ("allgather", dict(data=2, context=4, splash_blocks=ODD_BLOCKS)),
+    # the ring in the kernel's layout: padded keys masked, padded query rows dropped, once
+    ("ring", dict(data=2, context=4, ring_layout="heads_major")),
+    ("ring", dict(data=2, context=4, splash_blocks=ODD_BLOCKS, ring_layout="heads_major")),
+    ("ulysses_ring", dict(data=2, context=4, context_ulysses=2, ring_layout="heads_major")),
 ])
 def test_splash_interpret_matches_xla(variant, shape):
     rng = np.random.default_rng(0)

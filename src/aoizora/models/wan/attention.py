@@ -13,7 +13,8 @@ replicated text/image context):
 * ``ulysses``   – an all-to-all over ``context`` turns sequence shards into head shards (Q, K, V),
   full-sequence attention on heads/(tensor·context) heads, and an all-to-all back.
 * ``ring``      – K/V shards rotate around ``context`` by `ppermute`; each step's partial result
-  is merged with an online softmax (running max / log-sum-exp).
+  is merged with an online softmax (running max / log-sum-exp). With the splash kernel, K/V rotate
+  in the model's layout or in the kernel's (`Strategy.ring_layout`, also for ``ulysses_ring``).
 * ``ulysses_ring`` – 2D context: an all-to-all over ``context_ulysses`` (U) gives each device
   heads/(tensor·U) heads of its ring group's contiguous span of the sequence (length L/R), then a
   ring of R steps over ``context_ring`` attends that span to every span, then an all-to-all back.
@@ -45,6 +46,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from aoizora.errors import ShapeError
+from aoizora.models.wan.kernel_estimate import with_cost_estimate
 from aoizora.models.wan.strategy import Strategy
 
 MASK_VALUE = -1e30
@@ -300,7 +302,8 @@ def _pad_to(x: jnp.ndarray, length: int, axis: int = 1) -> jnp.ndarray:
 
 def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool = False, name: str = "splash",
                      interpret: bool = False, block_q: int | None = None, block_kv: int | None = None,
-                     block_kv_compute: int | None = None, kernels: KernelLog | None = None):
+                     block_kv_compute: int | None = None, kernels: KernelLog | None = None,
+                     estimate: bool = False):
     """Pallas splash attention on local shards (TPU only).
 
     q (B,Lq,H,D), k/v (B,Lk,H,D); kv_valid (Lk,) bool masks keys (via segment ids); Lq and Lk must
@@ -310,7 +313,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     Block sizes: by default the largest of 512/256/128 dividing Lq and of 1024/…/128 dividing Lk.
     Given ones tile padded lengths: queries padded to a multiple of `block_q` (the padded rows are
     computed and dropped), keys to a multiple of `block_kv` (masked). The call is recorded in
-    `kernels` when given.
+    `kernels` when given, and with `estimate` carries its cost for the compiler (`kernel_estimate`).
     """
     b, lq0, h, d = q.shape
     lk0 = k.shape[1]
@@ -324,10 +327,11 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
             residuals)
     qt = scaled_heads_major(q)
     kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    cost = tiles.estimate(h, d, jnp.dtype(q.dtype).itemsize, residuals) if estimate else None
     if residuals:
-        out, (lse,) = run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name)
+        out, (lse,) = run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name, cost)
         return out.transpose(0, 2, 1, 3)[:, :lq0], lse[..., :lq0]
-    return run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name).transpose(0, 2, 1, 3)[:, :lq0]
+    return run_splash(kernel, qt, kt, vt, tiles.segments(kv_valid), name, cost).transpose(0, 2, 1, 3)[:, :lq0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,6 +367,14 @@ class SplashTiles:
                                       block_kv_compute=self.block_kv_compute),
         )
 
+    def estimate(self, heads: int, head_dim: int, itemsize: int, residuals: bool):
+        """What one call over `heads` heads costs (one batch element), as the compiler's estimate:
+        the FLOPs and HBM bytes of `splash_cost`, one exponential per score element."""
+        from jax.experimental import pallas as pl
+
+        flops, hbm = splash_cost(heads, self.lq, self.lk, head_dim, itemsize, residuals, self.block_q)
+        return pl.CostEstimate(flops=int(flops), transcendentals=heads * self.lq * self.lk, bytes_accessed=int(hbm))
+
     def segments(self, kv_valid: jnp.ndarray | None):
         """The segment ids that mask the keys `kv_valid` leaves out (length `lk`; None: none)."""
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
@@ -378,10 +390,14 @@ def scaled_heads_major(q: jnp.ndarray) -> jnp.ndarray:
     return (q.astype(jnp.float32) * scale).astype(q.dtype).transpose(0, 2, 1, 3)
 
 
-def run_splash(kernel, qt, kt, vt, segments, name: str):
+def run_splash(kernel, qt, kt, vt, segments, name: str, estimate=None):
     """The kernel over the batch of heads-major (B,H,L,D) operands: the output (B,H,Lq,D), and with
-    residuals also (log-sum-exp (B,H,Lq),)."""
-    run = jax.vmap(lambda a, bb, c: kernel(a, bb, c, segment_ids=segments))
+    residuals also (log-sum-exp (B,H,Lq),). `estimate`: the call's cost per batch element for the
+    compiler's scheduler (None: the kernel's own, none for JAX's splash)."""
+    def call(a, bb, c):
+        return kernel(a, bb, c, segment_ids=segments)
+
+    run = jax.vmap(call if estimate is None else with_cost_estimate(call, estimate))
     with jax.named_scope(name):
         return run(qt, kt, vt)
 
@@ -408,6 +424,8 @@ class AttentionSetup:
     kernels: KernelLog | None = dataclasses.field(default=None, compare=False)
     #: the form of Ulysses attention's head/sequence exchange (`config.ULYSSES_EXCHANGES`)
     exchange: str = "all_to_all"
+    #: splash calls carry their cost for the compiler's scheduler (`config.WanConfig.splash_cost_estimate`)
+    estimate: bool = False
 
     def repeated(self, times: int) -> AttentionSetup:
         """This setup for attention traced once and run `times` times (a scan body over layers)."""
@@ -461,7 +479,7 @@ class AttentionSetup:
 
 def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str, self_attention: bool = True):
     if setup.splash:
-        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret,
+        return splash_attention(q, k, v, kv_valid, name=name, interpret=setup.interpret, estimate=setup.estimate,
                                 kernels=setup.kernels, **setup.blocks(self_attention))
     return xla_attention(q, k, v, kv_valid)
 
@@ -469,7 +487,11 @@ def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str, self_attention: 
 def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: int, need_mask: bool):
     """Attention of the local queries to the K/V of all `size` devices of `axis`, K/V rotating by
     `ppermute` and partial results merged by log-sum-exp. Device i of the axis holds the
-    contiguous sequence span i (of the local length)."""
+    contiguous sequence span i (of the local length). The strategy's `ring_layout` is the form:
+    K/V rotated in the model's (B,L,H,D) layout and laid out for the kernel at every step, or laid
+    out once and rotated as the kernel takes them (`_ring_heads_major`)."""
+    if setup.splash and setup.strategy is not None and setup.strategy.ring_layout == "heads_major":
+        return _ring_heads_major(setup, ql, kl, vl, axis, size, valid_len, need_mask)
     n = ql.shape[1]
     me = jax.lax.axis_index(axis)
     perm = [(i, (i + 1) % size) for i in range(size)]
@@ -479,7 +501,8 @@ def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: in
         valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
         if setup.splash:
             o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
-                                      interpret=setup.interpret, kernels=setup.kernels, **setup.blocks(True))
+                                      interpret=setup.interpret, kernels=setup.kernels, estimate=setup.estimate,
+                                      **setup.blocks(True))
             part = (o.astype(jnp.float32), lse, None)
             if acc is None:
                 acc = part
@@ -498,6 +521,44 @@ def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: in
     if setup.splash:
         return acc[0].astype(ql.dtype)
     return _finish(acc, ql.dtype)
+
+
+def _ring_heads_major(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: int, need_mask: bool):
+    """The ring in the splash kernel's own layout, the form of MaxDiffusion's ring kernels: the
+    queries, keys and values are padded to the call's blocks and made heads-major (B,H,L,D) once,
+    before the ring; K/V rotate in that layout, each step's output is merged heads-major, and the
+    result goes back to (B,L,H,D) once, after it. The sequence-major form lays out the rotated K/V
+    and every step's output anew; both compute the same attention."""
+    b, n, h, d = ql.shape
+    tiles = SplashTiles.of(n, n, **setup.blocks(True))
+    kernel = tiles.kernel(h, True, setup.interpret)
+    qt = scaled_heads_major(_pad_to(ql, tiles.lq))
+    kt, vt = (_pad_to(x, tiles.lk).transpose(0, 2, 1, 3) for x in (kl, vl))
+    cost = tiles.estimate(h, d, jnp.dtype(ql.dtype).itemsize, True) if setup.estimate else None
+    me = jax.lax.axis_index(axis)
+    perm = [(i, (i + 1) % size) for i in range(size)]
+    out = lse = None
+    for step in range(size):
+        # the next step's K/V leave before this step's kernel runs on the current ones
+        rotated = (jax.lax.ppermute(kt, axis, perm), jax.lax.ppermute(vt, axis, perm)) if step + 1 < size else None
+        src = (me - step) % size  # which sequence span this K/V block is
+        valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
+        if tiles.lk != n:
+            valid = tiles.padded_valid(valid, n)
+        _record(setup.kernels, "splash_ring_step", b, h, tiles.lq, tiles.lk, d, jnp.dtype(ql.dtype).itemsize,
+                tiles.block_q, tiles.block_kv, True)
+        o, (l_step,) = run_splash(kernel, qt, kt, vt, tiles.segments(valid), "splash_ring_step", cost)
+        o = o.astype(jnp.float32)
+        if out is None or lse is None:
+            out, lse = o, l_step
+        else:
+            merged = jnp.logaddexp(lse, l_step)
+            out = out * jnp.exp(lse - merged)[..., None] + o * jnp.exp(l_step - merged)[..., None]
+            lse = merged
+        if rotated is not None:
+            kt, vt = rotated
+    assert out is not None, "a ring has at least one device"
+    return out.astype(ql.dtype).transpose(0, 2, 1, 3)[:, :n]
 
 
 def _ulysses(ql, kl, vl, axis: str, size: int, chunks: int, attend):

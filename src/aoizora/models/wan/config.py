@@ -52,7 +52,9 @@ class WanConfig:
     config as `scale_factor_temporal` / `scale_factor_spatial`). `rope_partner` is how the
     rotary embedding forms each channel's pair partner (`aoizora.models.wan.rope`): the same
     rotation, a different compiled program. `ulysses_exchange` is likewise the form of Ulysses
-    attention's head/sequence exchange (`ULYSSES_EXCHANGES`).
+    attention's head/sequence exchange (`ULYSSES_EXCHANGES`), and `splash_cost_estimate` whether
+    each splash call carries its cost for the compiler's scheduler, as MaxDiffusion's tokamax
+    kernels do (`aoizora.models.wan.kernel_estimate`): the same attention, scheduled otherwise.
     """
 
     num_layers: int = 40
@@ -72,6 +74,7 @@ class WanConfig:
     rope_max_seq_len: int = 1024
     rope_partner: str = "matmul"
     ulysses_exchange: str = "all_to_all"
+    splash_cost_estimate: bool = False
     text_len: int = 512
     image_len: int = 257
     vae_stride: tuple[int, int, int] = VAE_STRIDE
@@ -125,6 +128,7 @@ class WanConfig:
         kw.pop("vae_stride", None)
         kw.pop("rope_partner", None)
         kw.pop("ulysses_exchange", None)
+        kw.pop("splash_cost_estimate", None)
         t, h, w = vae_stride
         return cls(**kw, dtype=dtype, vae_stride=(t, h, w))
 

@@ -238,7 +238,8 @@ def forward(
     kernel = resolve_kernel(strategy, mesh)
     if strategy is not None:
         validate_strategy(strategy, config, batch=b)
-    setup = attn.AttentionSetup(strategy, mesh, kernel, kernels, exchange=config.ulysses_exchange)
+    setup = attn.AttentionSetup(strategy, mesh, kernel, kernels, exchange=config.ulysses_exchange,
+                                estimate=config.splash_cost_estimate)
     sc = ShardingContext(strategy, mesh)
     from aoizora.models.wan.params import param_logical_axes
 

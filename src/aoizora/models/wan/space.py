@@ -34,7 +34,13 @@ from aoizora.models.wan import (
 from aoizora.models.wan.config import VideoShape, WanConfig
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import ATTENTION_VARIANTS, ULYSSES_CHUNK_CHOICES, WEIGHT_MODES, Strategy
+from aoizora.models.wan.strategy import (
+    ATTENTION_VARIANTS,
+    RING_LAYOUTS,
+    ULYSSES_CHUNK_CHOICES,
+    WEIGHT_MODES,
+    Strategy,
+)
 from aoizora.models.wan.vae_config import WanVAEConfig
 from aoizora.placement import MeshSpec
 from aoizora.toolchain import CompilerFlags
@@ -66,13 +72,19 @@ class WanSpace(StrategySpace[Strategy]):
                  ulysses_chunks: tuple[int, ...] = ULYSSES_CHUNK_CHOICES, generation: str | None = None,
                  user_deployment: ExpertDeployment[Strategy] | None = None,
                  kernel_profile: str = DEFAULT_KERNEL_PROFILE, program: str = "aoizora",
-                 vae: WanVAEConfig | None = None, scoped_vmem_kib: int | None = None):
+                 vae: WanVAEConfig | None = None, scoped_vmem_kib: int | None = None,
+                 ring_layouts: tuple[str, ...] = RING_LAYOUTS):
         if batch < 2 or batch % 2:
             raise ShapeError(f"the CFG batch is 2 per video (cond, uncond); got {batch}: pass an even batch >= 2")
         self.config, self.video, self.batch = config, video, batch
         self.videos = batch // 2  # videos a step denoises
         self.attentions, self.weights, self.kernel = attentions, weights, kernel
         self.ulysses_chunks = ulysses_chunks
+        # the forms of the ring's K/V rotation planned (`Strategy.ring_layout`), each a candidate of its own
+        unknown = set(ring_layouts) - set(RING_LAYOUTS)
+        if unknown or not ring_layouts:
+            raise StrategyError(f"unknown ring layouts {sorted(unknown)}; choose from {', '.join(RING_LAYOUTS)}")
+        self.ring_layouts = ring_layouts
         # Splash blocks fitted to each strategy's lengths and the generation's VMEM (`space_tiles`);
         # without a generation, or one whose limit was not measured, each call takes the kernel's pick.
         self.generation = generation

@@ -5,7 +5,9 @@ self-attention variants (allgather, ulysses, ring, ulysses_ring) and the weight 
 `aoizora.models.wan.strategy`. 2D context attention (ulysses_ring) comes with every split of
 context into Ulysses U × ring R with both at least 2 (`context_splits`: U = 1 is ring and
 U = context is Ulysses, the same program); the Ulysses variants come with 1, 2 or 4 head-group
-chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly. Each
+chunks (`ULYSSES_CHUNK_CHOICES`) where the heads each device attends to divide evenly, and the
+ring variants with each form of their K/V rotation the space plans (`WanSpace.ring_layouts`:
+which one overlaps its rotation better depends on the compiler's schedule for the slice). Each
 strategy carries the tiles the space fits to it (`aoizora.models.wan.space_tiles`).
 
 Legality is the model's own `check_strategy`; on top, variants that the model runs identically
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 from aoizora.models.wan.experts import legal_expert_strategies
 from aoizora.models.wan.kernel_profiles import KERNEL_PROFILES
 from aoizora.models.wan.space_tiles import as_compiled, with_blocks
-from aoizora.models.wan.strategy import MESH_AXES, Strategy, check_strategy, context_splits
+from aoizora.models.wan.strategy import MESH_AXES, RING_LAYOUTS, Strategy, check_strategy, context_splits
 from aoizora.workload import Candidate, ExpertDeployment, axis_assignments
 
 if TYPE_CHECKING:
@@ -35,15 +37,17 @@ def candidates(space: WanSpace, num_devices: int) -> list[Candidate[Strategy]]:
     for sizes in axis_assignments(num_devices, MESH_AXES):
         for attention in space.attentions:
             chunk_choices = space.ulysses_chunks if attention in ("ulysses", "ulysses_ring") else (1,)
+            layouts = space.ring_layouts if attention in ("ring", "ulysses_ring") else RING_LAYOUTS[:1]
             for uly in context_splits(sizes["context"], attention):
                 for chunks in chunk_choices:
                     for weights in space.weights:
-                        st = with_blocks(space, Strategy(
-                            **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
-                            kernel=space.kernel, context_ulysses=uly, ulysses_chunks=chunks,  # type: ignore[arg-type]
-                            weight_tile=space.weight_tile if weights == "replicated" else None,
-                            kernel_profile=space.kernel_profile))
-                        out.append(Candidate(st.key(), st, tuple(reasons(space, st, num_devices))))
+                        for layout in layouts:
+                            st = with_blocks(space, Strategy(
+                                **sizes, attention=attention, weights=weights,  # type: ignore[arg-type]
+                                kernel=space.kernel, context_ulysses=uly, ulysses_chunks=chunks,  # type: ignore[arg-type]
+                                weight_tile=space.weight_tile if weights == "replicated" else None,
+                                kernel_profile=space.kernel_profile, ring_layout=layout))
+                            out.append(Candidate(st.key(), st, tuple(reasons(space, st, num_devices))))
     return out
 
 
@@ -59,6 +63,15 @@ def reasons(space: WanSpace, st: Strategy, num_devices: int) -> list[str]:
         out.append(f"the {profile.name} kernel is deployed with {' and '.join(profile.variants)} attention only")
     if st.ulysses_chunks > 1 and st.ulysses_axis is not None and st.ulysses_axis[1] == 1:
         out.append(f"ulysses_chunks={st.ulysses_chunks} without an all-to-all has nothing to overlap (duplicate)")
+    if st.ring_layout != RING_LAYOUTS[0]:
+        if st.context == 1:
+            out.append(f"ring_layout={st.ring_layout} with context=1 has no ring (duplicate)")
+        elif space.program == "maxdiffusion":
+            out.append(f"ring_layout={st.ring_layout} is a form of aoizora's program; MaxDiffusion's program "
+                       "rotates K/V in its own kernel's form (duplicate)")
+        elif space.kernel == "xla":
+            out.append(f"ring_layout={st.ring_layout} lays K/V out for the splash kernel; the xla kernel runs "
+                       "the sequence-major ring (duplicate)")
     return out
 
 

@@ -56,6 +56,11 @@ MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
 ULYSSES_RING_MESH_AXES: tuple[str, ...] = ("data", "fsdp", "context_ring", "context_ulysses", "tensor")
 ATTENTION_VARIANTS: tuple[str, ...] = ("allgather", "ulysses", "ring", "ulysses_ring")
 WEIGHT_MODES: tuple[str, ...] = ("replicated", "gathered", "tensor", "gathered+tensor")
+#: Forms of the ring's K/V rotation with the splash kernel (`attention._ring`): ``sequence_major``
+#: rotates K/V in the model's (batch, length, heads, head_dim) layout and lays each step's K/V and
+#: output out for the kernel; ``heads_major`` lays them out once and rotates the kernel's padded
+#: heads-major K/V, the form of MaxDiffusion's ring kernels.
+RING_LAYOUTS: tuple[str, ...] = ("sequence_major", "heads_major")
 #: "splash-interpret" runs the splash kernel in the Pallas interpreter on any backend (tests).
 KERNELS: tuple[str, ...] = ("auto", "xla", "splash", "splash-interpret")
 
@@ -129,6 +134,8 @@ class Strategy:
     #: libtpu's scoped-VMEM limit (KiB, `toolchain.SCOPED_VMEM_FLAG`) the program is compiled
     #: with, chosen with the splash blocks; None: libtpu's default
     scoped_vmem_kib: int | None = None
+    #: ``ring``/``ulysses_ring`` with the splash kernel: the form of the K/V rotation (`RING_LAYOUTS`)
+    ring_layout: str = "sequence_major"
 
     @property
     def two_d_context(self) -> bool:
@@ -314,6 +321,7 @@ STRATEGY_FIELDS: tuple[StrategyField, ...] = (
     StrategyField("kernel_profile", "kernel", "kernel_profile", DEFAULT_KERNEL_PROFILE, str, str),
     StrategyField("scoped_vmem_kib", "vmem", "scoped_vmem_kib", None, str, int,
                   from_json=lambda v: int(v) if v else None),
+    StrategyField("ring_layout", "ring_layout", "ring_layout", "sequence_major", str, str),
 )
 
 
@@ -393,6 +401,11 @@ def _choice_reasons(strategy: Strategy) -> list[str]:
         reasons.append(f"unknown attention kernel {strategy.kernel!r}; choose one of {KERNELS}")
     if strategy.kernel_profile not in KERNEL_PROFILES:
         reasons.append(f"unknown kernel profile {strategy.kernel_profile!r}; choose one of {tuple(KERNEL_PROFILES)}")
+    if strategy.ring_layout not in RING_LAYOUTS:
+        reasons.append(f"unknown ring layout {strategy.ring_layout!r}; choose one of {RING_LAYOUTS}")
+    elif strategy.ring_layout != RING_LAYOUTS[0] and strategy.attention not in ("ring", "ulysses_ring"):
+        reasons.append(f"ring_layout={strategy.ring_layout} is a form of ring attention; "
+                       f"attention={strategy.attention} has no ring")
     return reasons
 
 
