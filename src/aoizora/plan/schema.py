@@ -254,7 +254,7 @@ PLAN_SCHEMA: dict[str, Any] = {
             "required": ["key"],
             "properties": {
                 "key": _doc({"type": "string"}, "the strategy's name: the mesh axes longer than 1, then "
-                            "`| weights=… | attn=… | blocks=q/kv/kv_compute[ | vmem=KiB]`"),
+                            "`| weights=… | attn=… | blocks=q/kv/kv_compute[ | vmem=KiB][ | ring_layout=heads_major]`"),
                 "mesh": _about("object",
                              "each mesh axis's size", "devices", "`aoizora run` and the export rebuild the strategy"),
                 "attention": _about("string", "attention variant: `allgather`, `ulysses`, `ring` or "
@@ -274,6 +274,9 @@ PLAN_SCHEMA: dict[str, Any] = {
                                     "lay the weights out so"),
                 "kernel_profile": _about("string", "the attention kernel's cost profile the plan was made "
                                        "with (`--kernel`)"),
+                "ring_layout": _about("string", "the layout the ring's K/V rotate in: `heads_major` (the "
+                                    "splash kernel's, laid out once) or, when absent, `sequence_major` (the "
+                                    "model's, laid out per step)", serving="how to run ring attention"),
                 "experts": _about("integer", "transformers the model switches between "
                                 "(2 for Wan 2.2 A14B)", "transformers"),
                 "expert_residency": _about("string", "`both` (both experts stay on the chips) or `swap`",
