@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -41,6 +42,8 @@ def plan_with(base: Path, strategy: Strategy, *, model: str | None = None, order
         desc["splash_blocks"] = vars(strategy.splash_blocks)
     if strategy.kernel_profile != "jax-splash":
         desc["kernel_profile"] = strategy.kernel_profile
+    if strategy.ring_layout != "sequence_major":
+        desc["ring_layout"] = strategy.ring_layout
     doc["strategy"] = desc
     coords = np.asarray(doc["placement"]["device_coords"]).reshape(-1, 4)
     coords = coords[np.random.default_rng(order_seed).permutation(len(coords))]
@@ -141,6 +144,18 @@ def test_exported_command_parses_back_to_the_plans_strategy(strategy):
     assert back == _as_run(strategy, run, plan)
 
 
+@pytest.mark.parametrize("attention,uly", [("ring", 1), ("ulysses_ring", 2)])
+def test_a_heads_major_ring_exports_as_maxdiffusions_ring_and_says_so(attention, uly):
+    strategy = Strategy(data=2, context=4, attention=attention, context_ulysses=uly, weights="gathered",
+                        splash_blocks=SplashBlocks(2816, 2048, 1024), ring_layout="heads_major")
+    plan = plan_with(TPU7X_PLAN, strategy)
+    back, run = _round_trip(plan)
+    assert back == _as_run(dataclasses.replace(strategy, ring_layout="sequence_major"), run, plan)
+    assert [d for d in run.differences if d.startswith("strategy.ring_layout")] == [
+        "strategy.ring_layout: the plan's ring rotates K/V in the heads_major layout; MaxDiffusion has no setting "
+        "for it: its ring kernels rotate them in their own kernel's layout"]
+
+
 @pytest.mark.parametrize("path", PLANS, ids=lambda p: p.name)
 def test_committed_plans_round_trip(path):
     plan = load_plan(path)
@@ -149,8 +164,11 @@ def test_committed_plans_round_trip(path):
     # the one setting MaxDiffusion lacks is named, not silently dropped
     if planned.weight_tile is not None:
         assert any(d.startswith("strategy.weight_tile") for d in run.differences)
-    # the scoped-VMEM limit chosen with the tile travels as a libtpu flag
-    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None, "scoped_vmem_kib": None}), run, plan)
+    assert any(d.startswith("strategy.ring_layout") for d in run.differences) == (
+        planned.ring_layout == "heads_major" and planned.context > 1)
+    # the scoped-VMEM limit chosen with the tile travels as a libtpu flag; MaxDiffusion's ring has its own layout
+    assert back == _as_run(Strategy(**{**vars(planned), "weight_tile": None, "scoped_vmem_kib": None,
+                                       "ring_layout": "sequence_major"}), run, plan)
     if planned.scoped_vmem_kib is not None:
         assert f"--xla_tpu_scoped_vmem_limit_kib={planned.scoped_vmem_kib}" in run.libtpu_args.split()
 

@@ -136,6 +136,10 @@ def export_plan(plan: Any) -> MaxDiffusionRun:
             f"strategy.weight_tile: the plan hands the replicated 16-bit layer weights to the program in "
             f"{strategy.weight_tile[0]}x{strategy.weight_tile[1]} tiles; MaxDiffusion has no setting for an "
             "argument's layout, so libtpu copies each such weight into that tile (more HBM per device)")
+    if strategy.ring_layout != "sequence_major" and strategy.context > 1:
+        differences.append(
+            f"strategy.ring_layout: the plan's ring rotates K/V in the {strategy.ring_layout} layout; MaxDiffusion "
+            "has no setting for it: its ring kernels rotate them in their own kernel's layout")
     topo = data["topology"]
     return shell_safe(MaxDiffusionRun(
         config=config, overrides=tuple(overrides), libtpu_args=str(plan.compiler_flags), mesh_axes=mesh_axes,
