@@ -54,7 +54,9 @@ class WanConfig:
     rotation, a different compiled program. `ulysses_exchange` is likewise the form of Ulysses
     attention's head/sequence exchange (`ULYSSES_EXCHANGES`), and `splash_cost_estimate` whether
     each splash call carries its cost for the compiler's scheduler, as MaxDiffusion's tokamax
-    kernels do (`aoizora.models.wan.kernel_estimate`): the same attention, scheduled otherwise.
+    kernels do (`aoizora.models.wan.kernel_estimate`): the same attention, scheduled otherwise. On
+    by default: with it libtpu overlaps a ring's K/V rotations with the kernels (without it, it
+    issues them all before the first kernel and leaves them exposed).
     """
 
     num_layers: int = 40
@@ -74,7 +76,7 @@ class WanConfig:
     rope_max_seq_len: int = 1024
     rope_partner: str = "matmul"
     ulysses_exchange: str = "all_to_all"
-    splash_cost_estimate: bool = False
+    splash_cost_estimate: bool = True
     text_len: int = 512
     image_len: int = 257
     vae_stride: tuple[int, int, int] = VAE_STRIDE
