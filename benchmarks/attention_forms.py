@@ -21,14 +21,11 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from program_form import pick, run
+from program_form import add_workload_arguments, pick, run
 
 from aoizora.models.wan.strategy import RING_LAYOUTS
-
-VARIANTS = ("allgather", "ulysses", "ring", "ulysses_ring")
 
 
 def forms(variant: str) -> list[tuple[str, bool]]:
@@ -46,12 +43,7 @@ def line(rec: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topology", default="tpu7x:2x2x1")
-    ap.add_argument("--model", default="wan2.1-t2v-14b")
-    ap.add_argument("--resolution", default="720p")
-    ap.add_argument("--frames", type=int, default=81)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--json", type=Path, default=None)
+    add_workload_arguments(ap, "tpu7x:2x2x1")
     args = ap.parse_args()
     from aoizora.models import registry
     from aoizora.stage2.compile_cache import default_compile_cache

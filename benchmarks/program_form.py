@@ -126,15 +126,19 @@ def line(variant: str, rec: dict[str, Any]) -> str:
             + ("  (cached)" if rec["cached"] else ""))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--topology", default="v6e:2x4")
+def add_workload_arguments(ap: argparse.ArgumentParser, topology: str) -> None:
+    """The request a side-by-side run compiles: slice, model, video, attention variants, output."""
+    ap.add_argument("--topology", default=topology)
     ap.add_argument("--model", default="wan2.1-t2v-14b")
     ap.add_argument("--resolution", default="720p")
     ap.add_argument("--frames", type=int, default=81)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--programs", default="aoizora,maxdiffusion")
     ap.add_argument("--json", type=Path, default=None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_workload_arguments(ap, "v6e:2x4")
     args = ap.parse_args()
     from aoizora.models import registry
     from aoizora.models.maxdiffusion.overrides import facts

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from attention_forms import VARIANTS, forms  # noqa: E402
+from attention_forms import forms  # noqa: E402
+from program_form import VARIANTS  # noqa: E402
 
 DATA = {name: ROOT / "docs" / "data" / "attention-forms" / f"{name}_wan2.1-t2v-14b_720p_81f.json"
         for name in ("tpu7x-2x2x1", "v6e-2x4")}
