@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from aoizora.errors import StrategyError
 from aoizora.models.registry import wan_space
 from aoizora.models.wan.experts import expert_key_suffixes
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
@@ -146,3 +147,13 @@ def test_committed_plans_hold_the_forms_the_strategy_writes():
         for key in keys:
             own = key.rsplit(" | ", 1)[0] if key.rsplit(" | ", 1)[-1] in suffixes else key
             assert Strategy.from_key(own).key() == own, (path, key)
+
+
+@pytest.mark.parametrize("layout", ["columns", "heads_major; rm -rf /", 3])
+def test_a_ring_layout_outside_the_known_ones_is_refused_in_a_key_and_a_description(layout):
+    st = Strategy(data=2, context=4, attention="ring", weights="replicated", ring_layout="heads_major")
+    description = {**st.description(), "ring_layout": layout}
+    with pytest.raises(StrategyError, match="not a Wan strategy"):
+        Strategy.from_description(description)
+    with pytest.raises(StrategyError, match="not a strategy key"):
+        Strategy.from_key(st.key().replace("heads_major", str(layout)))

@@ -295,6 +295,13 @@ def parse_tile(text: str) -> tuple[int, int]:
     return (rows_cols[0], rows_cols[1])
 
 
+def ring_layout(text: Any) -> str:
+    """`text` as a ring layout; ValueError unless it is one of `RING_LAYOUTS` (a plan is data)."""
+    if text not in RING_LAYOUTS:
+        raise ValueError(f"ring_layout {text!r} is not one of {', '.join(RING_LAYOUTS)}")
+    return str(text)
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyField:
     """An optional field of `Strategy` in its text forms. Its labels are those of the keys and
@@ -321,8 +328,10 @@ STRATEGY_FIELDS: tuple[StrategyField, ...] = (
     StrategyField("kernel_profile", "kernel", "kernel_profile", DEFAULT_KERNEL_PROFILE, str, str),
     StrategyField("scoped_vmem_kib", "vmem", "scoped_vmem_kib", None, str, int,
                   from_json=lambda v: int(v) if v else None),
-    StrategyField("ring_layout", "ring_layout", "ring_layout", "sequence_major", str, str),
+    StrategyField("ring_layout", "ring_layout", "ring_layout", "sequence_major", str, ring_layout,
+                  from_json=ring_layout),
 )
+
 
 
 def logical_rules(strategy: Strategy) -> dict[str, tuple[str, ...] | None]:
