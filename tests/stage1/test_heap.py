@@ -45,7 +45,8 @@ def test_outside_buffers_are_not_packed():
 
 def _replayed_program():
     topo = get_topology("v5e:2x2")
-    space = wan_space("wan2.1-t2v-1.3b", "480p", 21, generation=None, rope_partner="reshape")
+    space = wan_space("wan2.1-t2v-1.3b", "480p", 21, generation=None, rope_partner="reshape",
+                      splash_cost_estimate=False)
     strategy = next(c.strategy for c in space.candidates(4) if c.key == "context=4 | weights=gathered | attn=allgather")
     return lowering_inputs_on(space, strategy, topo).lower()
 
@@ -57,6 +58,10 @@ def test_replaying_libtpu_live_ranges_gives_its_temp_allocation(tmp_path):
     (Wan 1.3B, 480p/21f, v5e:2x2, all-gather attention over context=4, the rotary embedding's
     reshape form: its relayout buffers are what make packing costly; the matmul form's program
     packs within 1.2x of its live peak, which would not tell packing from a live-peak count).
+    The splash calls carry no cost estimate here: with one, libtpu schedules this program
+    otherwise and its temp allocation (184.8 MB) is 1.69x its own live ranges packed this way
+    (109.3 MB), which this rule does not describe (an open gap, `docs/results.md`, "The forms
+    aoizora's program takes from MaxDiffusion's").
     The compile stops once libtpu has written the assignment: its back end adds nothing read here."""
     assignment = buffer_assignment_of(_replayed_program, tmp_path)
     replay = _timeline([(b.start, b.end, b.size) for b in assignment.temp_buffers])
