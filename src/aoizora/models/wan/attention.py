@@ -484,6 +484,18 @@ def _local(setup: AttentionSetup, q, k, v, kv_valid, name: str, self_attention: 
     return xla_attention(q, k, v, kv_valid)
 
 
+def _ring_permutation(size: int) -> list[tuple[int, int]]:
+    """The ring's rotation: each device of the axis sends its K/V to the next."""
+    return [(i, (i + 1) % size) for i in range(size)]
+
+
+def _span_keys(me, step: int, size: int, n: int, valid_len: int) -> jnp.ndarray:
+    """Which of the `n` keys a device holds at ring step `step` are real (not padding): the block
+    it holds then is sequence span (me - step) mod size."""
+    src = (me - step) % size
+    return (src * n + jnp.arange(n)) < valid_len
+
+
 def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: int, need_mask: bool):
     """Attention of the local queries to the K/V of all `size` devices of `axis`, K/V rotating by
     `ppermute` and partial results merged by log-sum-exp. Device i of the axis holds the
@@ -493,12 +505,10 @@ def _ring(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, valid_len: in
     if setup.splash and setup.strategy is not None and setup.strategy.ring_layout == "heads_major":
         return _ring_heads_major(setup, ql, kl, vl, axis, size, valid_len, need_mask)
     n = ql.shape[1]
-    me = jax.lax.axis_index(axis)
-    perm = [(i, (i + 1) % size) for i in range(size)]
+    me, perm = jax.lax.axis_index(axis), _ring_permutation(size)
     acc = None
     for step in range(size):
-        src = (me - step) % size  # which sequence span this K/V block is
-        valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
+        valid = _span_keys(me, step, size, n, valid_len) if need_mask else None
         if setup.splash:
             o, lse = splash_attention(ql, kl, vl, valid, residuals=True, name="splash_ring_step",
                                       interpret=setup.interpret, kernels=setup.kernels, estimate=setup.estimate,
@@ -535,14 +545,12 @@ def _ring_heads_major(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, v
     qt = scaled_heads_major(_pad_to(ql, tiles.lq))
     kt, vt = (_pad_to(x, tiles.lk).transpose(0, 2, 1, 3) for x in (kl, vl))
     cost = tiles.estimate(h, d, jnp.dtype(ql.dtype).itemsize, True) if setup.estimate else None
-    me = jax.lax.axis_index(axis)
-    perm = [(i, (i + 1) % size) for i in range(size)]
+    me, perm = jax.lax.axis_index(axis), _ring_permutation(size)
     out = lse = None
     for step in range(size):
         # the next step's K/V leave before this step's kernel runs on the current ones
         rotated = (jax.lax.ppermute(kt, axis, perm), jax.lax.ppermute(vt, axis, perm)) if step + 1 < size else None
-        src = (me - step) % size  # which sequence span this K/V block is
-        valid = ((src * n + jnp.arange(n)) < valid_len) if need_mask else None
+        valid = _span_keys(me, step, size, n, valid_len) if need_mask else None
         if tiles.lk != n:
             valid = tiles.padded_valid(valid, n)
         _record(setup.kernels, "splash_ring_step", b, h, tiles.lq, tiles.lk, d, jnp.dtype(ql.dtype).itemsize,
