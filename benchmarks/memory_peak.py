@@ -8,7 +8,9 @@ libtpu's `memory_analysis()` temp is its buffer assignment's temp (what its out-
 counts) plus what it holds outside the assignment; Stage 1 estimates both (`temp_bytes`, of which
 `outside_bytes`). The assignment's temp is the span of the offsets it placed its buffers at, which
 can exceed the most bytes live at one point of the schedule (the live peak): the difference is
-how tightly libtpu packs them. The strategy is compiled (splash blocks fitted to the slice, as
+how tightly libtpu packs them. Printed beside it: libtpu's own live ranges packed by Stage 1's
+rule (`aoizora.stage1.heap`: best fit, in the order buffers are born), which gives its temp
+where the rule describes the allocation. The strategy is compiled (splash blocks fitted to the slice, as
 `aoizora plan` searches) only until libtpu has written its buffer assignment, a few seconds.
 """
 
@@ -29,6 +31,16 @@ def live_peak(buffers) -> tuple[int, list]:
     starts = sorted({b.start for b in buffers})
     at = max(starts, key=lambda t: sum(b.size for b in buffers if b.start <= t <= b.end))
     return at, sorted((b for b in buffers if b.start <= at <= b.end), key=lambda b: -b.size)
+
+
+def replayed_bytes(buffers) -> float:
+    """libtpu's temp buffers packed by Stage 1's rule: best fit, each placed when it is born."""
+    from aoizora.stage1.heap import Timeline
+
+    timeline = Timeline()
+    for b in buffers:
+        timeline.ends[timeline.open(b.size, start=b.start)] = b.end
+    return timeline.packed_bytes()
 
 
 def main() -> None:
@@ -54,7 +66,8 @@ def main() -> None:
         at, live = live_peak(a.temp_buffers)
         print(f"libtpu's assignment: parameters {a.parameter_bytes / GIB:.3f} GiB, outputs {a.output_bytes / GIB:.3f}, "
               f"temp {a.temp_bytes / GIB:.3f}; live peak of the temp {sum(b.size for b in live) / GIB:.3f} GiB "
-              f"at schedule position {at}, {len(live)} buffers, the largest:")
+              f"at schedule position {at}, {len(live)} buffers; its buffers packed best fit in birth order "
+              f"{replayed_bytes(a.temp_buffers) / GIB:.3f} GiB; the largest at the peak:")
         for b in live[:args.buffers]:
             print(f"  {b.size / MIB:9.1f} MiB  live {b.start}-{b.end}  {', '.join(b.values[:3])}")
         shapes = _shapes(dump, [v for b in live[:args.buffers] for v in b.values[:1]])

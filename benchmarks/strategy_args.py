@@ -8,12 +8,15 @@ from typing import Any
 
 
 def add_cell_and_strategy(ap: argparse.ArgumentParser) -> None:
-    """--model, --topology, --resolution, --frames and --strategy (a Stage 1 key)."""
+    """--model, --topology, --resolution, --frames, --strategy (a Stage 1 key) and
+    --no-splash-cost-estimate (the program form without the kernels' cost estimate)."""
     ap.add_argument("--model", default="wan2.1-t2v-14b")
     ap.add_argument("--topology", required=True)
     ap.add_argument("--resolution", required=True)
     ap.add_argument("--frames", type=int, required=True)
     ap.add_argument("--strategy", required=True, help="a strategy key, as `aoizora plan --stage1-only` prints it")
+    ap.add_argument("--no-splash-cost-estimate", dest="splash_cost_estimate", action="store_false",
+                    help="compile the splash calls without their cost estimate (WanConfig.splash_cost_estimate)")
 
 
 def chosen_strategy(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -23,7 +26,8 @@ def chosen_strategy(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from aoizora.topology import get_topology
 
     topo = get_topology(args.topology)
-    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation)
+    space = wan_space(args.model, args.resolution, args.frames, generation=topo.generation,
+                      splash_cost_estimate=args.splash_cost_estimate)
     return topo, space, strategy_named(space, topo, args.strategy)
 
 
