@@ -1,7 +1,9 @@
 """The plans of today's planner are the plans of `cdef60c`, the commit before the planning-speed
 changes (the order probe in place of the verifying recompile, the time budget, the companion
 compiles): on the demo's request and three held-out cells, the same strategy (tile and scoped-VMEM
-limit are in its key), placement and compiler flags, and a step within 1 %.
+limit are in its key), placement and compiler flags, and a step within 1 %. The demo's plan is also
+that of `8ff930f`, the commit before the ring's two layouts and the splash calls' cost estimate
+(`planning_speed_ring_layouts.json`), whose timing `docs/results.md` reports.
 
 Each file is one `benchmarks/planning_speed.py` run of a request, planned cold by each tree in turn
 (`docs/data/planning/planning_speed.json` and `planning_speed_three_trees.json`: the demo;
@@ -23,9 +25,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANNING = ROOT / "docs" / "data" / "planning"
+RING_LAYOUTS = PLANNING / "planning_speed_ring_layouts.json"
 FILES = [PLANNING / "planning_speed.json", PLANNING / "planning_speed_three_trees.json",
-         *sorted((PLANNING / "plan_equality").glob("*.json"))]
-REFERENCE = "cdef60c"
+         *sorted((PLANNING / "plan_equality").glob("*.json")), RING_LAYOUTS]
+#: the tree each file's other trees are compared with
+REFERENCES = {path: "8ff930f" if path == RING_LAYOUTS else "cdef60c" for path in FILES}
 #: commits timed beside the others but planned before the tile search: their plans differ by design
 TIMED_ONLY = ("f589b5c",)
 DEMO = {"model": "wan2.1-t2v-14b", "topology": "v5e:2x4", "resolution": "720p", "frames": 81}
@@ -55,7 +59,7 @@ def test_the_demo_and_three_held_out_cells_are_pinned():
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_every_later_tree_plans_what_the_reference_planned(path):
     data = _load(path)
-    (ref_name,) = [name for name, commit in data["trees"].items() if commit.startswith(REFERENCE)]
+    (ref_name,) = [name for name, commit in data["trees"].items() if commit.startswith(REFERENCES[path])]
     reference = data["runs"][ref_name]
     assert reference and all("error" not in r for r in reference)
     compared = [name for name, commit in data["trees"].items()
@@ -86,3 +90,20 @@ def test_the_compared_trees_are_this_project_history():
             ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
                                       capture_output=True)
             assert ancestor.returncode == 0, (path.name, name, commit)
+
+
+def test_the_timing_table_of_the_ring_layouts_is_the_data():
+    """docs/results.md's medians of the two trees' cold plans are those of the committed runs."""
+    import statistics
+
+    runs = _load(RING_LAYOUTS)["runs"]
+    text = (ROOT / "docs" / "results.md").read_text()
+    section = text[text.index("### Planning speed: the demo's cold plan before and after the ring layouts"):]
+    for name, commit in _load(RING_LAYOUTS)["trees"].items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{commit}` |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        walls = [r["wall_s"] for r in runs[name]]
+        assert cells[1] == ", ".join(f"{w:.1f}" for w in walls)
+        assert float(cells[2]) == round(statistics.median(walls), 1)
+        for cell, timing in zip(cells[3:6], ("stage1", "compile_wall", "verify"), strict=True):
+            assert float(cell) == round(statistics.median(r["timings"][timing] for r in runs[name]), 1), timing
