@@ -10,7 +10,10 @@ the predicted step, its compute and exposed-collective parts, fusions and HBM. S
 runs. One compile runs at a time; each goes through the compile cache.
 
     python benchmarks/attention_forms.py [--topology tpu7x:2x2x1] [--model wan2.1-t2v-14b]
-        [--resolution 720p] [--frames 81] [--variants allgather,ulysses,ring,ulysses_ring] [--json OUT]
+        [--resolution 720p] [--frames 81] [--variants allgather,ulysses,ring,ulysses_ring]
+        [--layouts sequence_major,heads_major] [--estimate both|yes|no] [--json OUT]
+
+`--layouts` and `--estimate` keep only the forms named (a ring layout applies to ring variants).
 
 `--json` writes every record as it comes (`docs/data/attention-forms/` holds the committed runs).
 """
@@ -44,7 +47,14 @@ def line(rec: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_workload_arguments(ap, "tpu7x:2x2x1")
+    ap.add_argument("--layouts", default=",".join(RING_LAYOUTS), help="ring layouts to compile")
+    ap.add_argument("--estimate", choices=("both", "yes", "no"), default="both",
+                    help="forms with the splash calls' cost estimate, without it, or both")
     args = ap.parse_args()
+    layouts = args.layouts.split(",")
+    if unknown := set(layouts) - set(RING_LAYOUTS):
+        ap.error(f"unknown ring layout(s) {sorted(unknown)}: choose from {', '.join(RING_LAYOUTS)}")
+    estimates = {"both": (False, True), "yes": (True,), "no": (False,)}[args.estimate]
     from aoizora.models import registry
     from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.topology import get_topology
@@ -57,6 +67,8 @@ def main() -> None:
     for variant in args.variants.split(","):
         base = pick(spaces[False], topo.num_devices, variant)
         for layout, estimate in forms(variant):
+            if estimate not in estimates or (variant in ("ring", "ulysses_ring") and layout not in layouts):
+                continue
             strategy = dataclasses.replace(base, ring_layout=layout)
             rec = {"variant": variant, "ring_layout": layout, "splash_cost_estimate": estimate,
                    "strategy": strategy.key(), **run(spaces[estimate], strategy, topo, cache)}
