@@ -295,3 +295,23 @@ def test_the_splash_cost_estimate_reaches_the_lowered_tpu_program(topo_2x4, layo
     calls = texts[True].count("tpu_custom_call")
     assert calls >= 2 and texts[True].count(r"\22cost_estimate\22: {") == calls
     assert texts[False].count("tpu_custom_call") >= 2 and texts[False].count("cost_estimate") == 0
+
+
+@pytest.mark.parametrize("attention, ulysses", [("ring", 1), ("ulysses_ring", 2)])
+def test_the_heads_major_ring_writes_out_each_steps_merge(topo_2x4, attention, ulysses):
+    """Each ring step's merge sits behind an optimization barrier: without one, libtpu fuses the
+    merges of all steps into one and holds every step's output and statistics at once (v6e:2x4,
+    Wan 14B 720p/81, ring over context 4: a temp of 5.5 GiB against 2.5 GiB with the barriers;
+    `docs/notebook/memory-model.md`)."""
+    from aoizora.workload import lowering_inputs_on
+
+    space = WanSpace(PRESETS["t2v-1.3b"], VIDEO)
+    counts = {}
+    for layout in ("sequence_major", "heads_major"):
+        st = Strategy(data=2, context=4, context_ulysses=ulysses, attention=attention, weights="replicated",
+                      ring_layout=layout)
+        text = lowering_inputs_on(space, st, topo_2x4).lower().as_text()
+        counts[layout] = text.count("stablehlo.optimization_barrier")
+    ring = 4 // ulysses
+    assert counts["sequence_major"] == 0
+    assert counts["heads_major"] > 0 and counts["heads_major"] % ring == 0

@@ -563,6 +563,9 @@ def _ring_heads_major(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, v
             merged = jnp.logaddexp(lse, l_step)
             out = out * jnp.exp(lse - merged)[..., None] + o * jnp.exp(l_step - merged)[..., None]
             lse = merged
+        # each step's merge is written out before the next kernel: otherwise XLA fuses the merges of
+        # all steps into one, which holds every step's output and statistics at once
+        out, lse = jax.lax.optimization_barrier((out, lse))
         if rotated is not None:
             kt, vt = rotated
     assert out is not None, "a ring has at least one device"
