@@ -113,12 +113,13 @@ def test_the_plan_waits_for_a_companion_no_longer_than_the_budget(monkeypatch):
 
     monkeypatch.setattr(companions, "compile_companion", lambda *args: time.sleep(4))
     topo = get_topology("v5e:2x2")
+    # The program is lowered and the pool is up before the budget starts: on a loaded host either
+    # may take longer than the budget, and a compile begun after the budget's end is never started.
+    program = _program(topo)
     with CompileWorkers(1) as pool:
-        # The budget starts once the pool is up: a loaded host may take longer than the budget to
-        # start the pool's process, and a compile begun after the budget's end is never started.
         budget = TimeBudget(1.0)
         t0 = time.perf_counter()
-        with CompanionCompiles([_program(topo)], topo, 900, budget, None, None, pool) as c:
+        with CompanionCompiles([program], topo, 900, budget, None, None, pool) as c:
             c.start()
             assert c.waiting() == ["extra program"]
             costs = c.costs()
