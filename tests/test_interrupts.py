@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +143,36 @@ def test_a_child_whose_parent_is_already_gone_exits_at_once():
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert (code.returncode, code.stdout) == (1, "")
 
+
+
+def _child_hung_up_while_starting(held: bool) -> subprocess.CompletedProcess:
+    """A child that takes a second to start, then ignores SIGHUP, hung up while it starts."""
+    import contextlib
+
+    from aoizora.interrupts import children_start_with_stop_signals_held
+
+    code = ("import signal, time; time.sleep(1.0); from aoizora.interrupts import ignore_stop_signals; "
+            "ignore_stop_signals((signal.SIGHUP,)); time.sleep(0.3); print('alive')")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    with children_start_with_stop_signals_held() if held else contextlib.nullcontext():
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    time.sleep(0.2)
+    child.send_signal(signal.SIGHUP)
+    out, _ = child.communicate(timeout=60)
+    return subprocess.CompletedProcess(child.args, child.returncode, out)
+
+
+def test_a_child_started_with_the_stop_signals_held_outlives_a_hangup_while_it_starts():
+    done = _child_hung_up_while_starting(held=True)
+    assert done.returncode == 0 and done.stdout.strip() == "alive"
+    # without the mask the hangup kills it before it can ignore it
+    assert _child_hung_up_while_starting(held=False).returncode == -signal.SIGHUP
+
+
+def test_the_stop_signals_are_held_only_inside_the_block():
+    from aoizora.interrupts import STOP_SIGNALS, children_start_with_stop_signals_held
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with children_start_with_stop_signals_held():
+        assert set(STOP_SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before

@@ -84,6 +84,30 @@ def interrupts_not_lost() -> Iterator[None]:
         raise raised[0]
 
 
+@contextlib.contextmanager
+def children_start_with_stop_signals_held() -> Iterator[None]:
+    """Child processes started inside the block begin with the stop signals blocked (a child
+    inherits the signal mask of the thread that starts it): Ctrl-C or a closing terminal's SIGHUP,
+    which reach the whole process group, then wait in a child still starting up (importing for
+    seconds) instead of killing it before it can ignore them (`ignore_stop_signals`, at its start);
+    its parent stops it itself. In this thread a stop signal that comes inside the block is
+    delivered when the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOP_SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def ignore_stop_signals(signums: tuple[int, ...]) -> None:
+    """In a child at its start: ignore `signums` (its parent stops it on those), then take the stop
+    signals again that its parent held while starting it; one sent meanwhile is then delivered
+    (discarded if ignored)."""
+    for signum in signums:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
+
+
 def start_resource_tracker_deaf_to_hangups() -> None:
     """Start multiprocessing's resource tracker (shared by every worker pool of this process) with
     SIGHUP blocked, which it keeps: it ignores SIGINT and SIGTERM on its own, but a closing

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.defaults import DEFAULT_TOP_K
-from aoizora.interrupts import start_child
+from aoizora.interrupts import children_start_with_stop_signals_held, ignore_stop_signals, start_child
 from aoizora.progress import progress_reporter
 from aoizora.stage1.cache import Stage1Cache, stage1_cache_key
 from aoizora.stage1.dag import Prediction
@@ -224,8 +224,7 @@ def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory
     import aoizora  # noqa: F401  (libtpu's multi-process switch, before jax starts)
 
     # Ctrl-C and a closing terminal's SIGHUP reach the whole group: the parent stops the workers
-    for signum in (signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    ignore_stop_signals((signal.SIGINT, signal.SIGHUP))
     from aoizora.topology import get_topology
 
     _WORKER.update(space=pickle.loads(space_blob), topology=get_topology(topology_name), overlap=overlap,
@@ -401,7 +400,8 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
     def feed(pool: ProcessPoolExecutor) -> None:
         while pending and len(running) < 2 * (n_workers - 1):
             g = pending.popleft()
-            running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
+            with children_start_with_stop_signals_held():  # a submit may start a worker
+                running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
 
     # the workers die with this process, even SIGKILLed; started by this thread, which outlives them
     pool = ProcessPoolExecutor(n_workers - 1, mp_context=context, initializer=start_child,

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from aoizora.interrupts import children_start_with_stop_signals_held, ignore_stop_signals
 from aoizora.placement import Placement
 from aoizora.stage2.compile_limits import CompileLimit, LimitWatch
 from aoizora.toolchain import CompilerFlags
@@ -165,10 +166,11 @@ class _Child(CompileChild):
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", "from aoizora.stage2.compile_workers import main; main()", str(from_parent),
-                 str(to_parent), str(os.getpid())],
-                pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
+            with children_start_with_stop_signals_held():
+                self.process = subprocess.Popen(
+                    [sys.executable, "-c", "from aoizora.stage2.compile_workers import main; main()", str(from_parent),
+                     str(to_parent), str(os.getpid())],
+                    pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL)
         except BaseException:
             for fd in (to_child, from_parent, from_child, to_parent):
                 os.close(fd)
@@ -461,8 +463,7 @@ def main() -> None:
 
     # Ctrl-C, a scheduler's SIGTERM and a closing terminal's SIGHUP reach the whole group: the
     # parent kills us (and if it is gone, `_exit_when_orphaned` ends us)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
+    ignore_stop_signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     threading.Thread(target=_exit_when_orphaned, args=(int(sys.argv[3]),), daemon=True).start()
     _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))
 
