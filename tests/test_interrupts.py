@@ -154,8 +154,17 @@ def _child_hung_up_while_starting(held: bool) -> subprocess.CompletedProcess:
     code = ("import signal, time; time.sleep(1.0); from aoizora.interrupts import ignore_stop_signals; "
             "ignore_stop_signals((signal.SIGHUP,)); time.sleep(0.3); print('alive')")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+
+    def as_a_terminal_leaves_it() -> None:
+        # a test runner's worker may ignore or block SIGHUP, and a child inherits both: the child
+        # takes SIGHUP's default action, and its mask is the starting thread's only when held
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        if not held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+
     with children_start_with_stop_signals_held() if held else contextlib.nullcontext():
-        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                                 preexec_fn=as_a_terminal_leaves_it)
     time.sleep(0.2)
     child.send_signal(signal.SIGHUP)
     out, _ = child.communicate(timeout=60)
