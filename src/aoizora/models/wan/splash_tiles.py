@@ -194,28 +194,55 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
                          head_dim: int = 128, fixed_limit_kib: int | None = None
                          ) -> tuple[SplashBlocks, int | None] | None:
     """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
-    strategy's self-attention calls cost least in JAX's splash model, without a compile.
+    strategy's self-attention calls cost least in JAX's splash model, without a compile: the
+    cheapest of `splash_tile_candidates` (the first of equals, so a tie keeps the default-limit
+    blocks). A raised limit is chosen only when its tile costs less; the model charges nothing
+    else for it. None where no limit was measured for the call."""
+    from aoizora.topology import hardware_profile
+
+    hw = hardware_profile(generation)
+    candidates = splash_tile_candidates(strategy, tokens, batch, generation, fixed_limit_kib)
+    if not candidates:
+        return None
+    lq, lk = self_attention_lengths(strategy, tokens)
+
+    def cost(tile: SplashBlocks) -> float:
+        return splash_call_seconds(hw, lq, lk, head_dim, tile)
+
+    if fixed_limit_kib is not None:
+        return min((tile for tile, _ in candidates), key=cost), fixed_limit_kib
+    best, best_cost = candidates[0], cost(candidates[0][0])
+    for tile, limit in candidates[1:]:
+        if cost(tile) < best_cost * (1 - 1e-9):
+            best, best_cost = (tile, limit), cost(tile)
+    return best
+
+
+def splash_tile_candidates(strategy: Strategy, tokens: int, batch: int, generation: str,
+                           fixed_limit_kib: int | None = None) -> list[tuple[SplashBlocks, int | None]]:
+    """The (tile, scoped-VMEM limit KiB or None for libtpu's default) pairs the tile search weighs
+    for the strategy's self-attention calls, in the order it weighs them; empty where no limit was
+    measured for the call.
 
     The candidates: the blocks fitted at libtpu's default limit (`fitted_splash_blocks`, whose
     limit was bisected by compiling), and at each raised limit of `RAISED_SCOPED_VMEM_KIB` the
     chip allows, for each K/V cap of `KV_TILE_CAPS`, the fewest Q blocks whose tile the measured
     VMEM rule (`aoizora.models.wan.vmem.splash_blocks_fit`) admits, and MaxDiffusion's own block_q
-    values where the rule admits them. A raised limit is chosen only when its tile costs less;
-    the model charges nothing else for it. A strategy whose export runs MaxDiffusion's ring kernel
+    values where the rule admits them. A strategy whose export runs MaxDiffusion's ring kernel
     (`runs_maxdiffusion_ring`) takes only tiles that kernel's rule admits too, at every limit (at
-    the default limit: `ring_fitted_blocks`). None where no limit was measured for the call.
+    the default limit: `ring_fitted_blocks`).
 
     `fixed_limit_kib`: a limit the plan's compiler flags fix (the user's own), under which every
-    compile runs. The search is then at that limit alone: the default-limit blocks unless the rule
-    refuses them there, and that limit's tiles; the limit returned is it. Where no tile is left,
-    the default-limit blocks are returned with it and the compile decides."""
+    compile runs. The candidates are then at that limit alone: the default-limit blocks unless the
+    rule refuses them there, and that limit's tiles. Where no tile is left, the default-limit
+    blocks alone, at that limit, and the compile decides."""
     from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
     from aoizora.topology import hardware_profile
 
     hw = hardware_profile(generation)
     fitted = ring_fitted_blocks(strategy, tokens, batch, hw.splash_max_block_q, hw)
     if fitted is None:
-        return None
+        return []
     lq, lk = self_attention_lengths(strategy, tokens)
     nb = local_batch(strategy, batch)
     ring = runs_maxdiffusion_ring(strategy)
@@ -223,26 +250,20 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     def admitted(tile: SplashBlocks, limit: int) -> bool:
         return bool(splash_blocks_fit(hw, nb, tile, limit)) and (not ring or ring_kernel_admits(hw, nb, tile, limit))
 
-    def cost(tile: SplashBlocks) -> float:
-        return splash_call_seconds(hw, lq, lk, head_dim, tile)
-
     if fixed_limit_kib is not None:
         tiles = list(_tiles_at_limit(lq, lk, fixed_limit_kib, admitted))
         if splash_blocks_fit(hw, nb, fitted, fixed_limit_kib) is not False:
             tiles.insert(0, fitted)  # first: a tie keeps the default-limit blocks
-        return (min(tiles, key=cost) if tiles else fitted), fixed_limit_kib
+        return [(tile, fixed_limit_kib) for tile in (tiles or [fitted])]
 
-    best: tuple[SplashBlocks, int | None] = (fitted, None)
-    best_cost = cost(fitted)
+    candidates: list[tuple[SplashBlocks, int | None]] = [(fitted, None)]
     default = effective_limit_kib(hw)
     for limit in RAISED_SCOPED_VMEM_KIB:
         raised = effective_limit_kib(hw, limit)
         if default is None or raised is None or raised <= default:
             continue  # the chip gives no more than the default
-        for tile in _tiles_at_limit(lq, lk, limit, admitted):
-            if cost(tile) < best_cost * (1 - 1e-9):
-                best, best_cost = (tile, limit), cost(tile)
-    return best
+        candidates.extend((tile, limit) for tile in _tiles_at_limit(lq, lk, limit, admitted))
+    return candidates
 
 
 def _tiles_at_limit(lq: int, lk: int, limit: int,
