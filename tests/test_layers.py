@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"stage1", "cost", "sim"},
     {"stage2"},
     {"plan"},
-    {"report", "runtime", "export"},
+    {"report", "runtime", "export", "measure"},  # measure: timing on the chip present (`aoizora measure`)
     {"api"},  # the Python API's Wan entry point (reads MaxDiffusion commands)
     {"compare"},  # `aoizora compare`: plans a Wan video on several slices (through `api`) and prices them
     {"evaluation"},  # `aoizora bench` and `aoizora validate`: the harness and the validation the CLI runs

@@ -114,6 +114,16 @@ class MaxDiffusionUnavailable(AoizoraError):
     imported: neither installed in this Python nor named by `MAXDIFFUSION_DIR` with its requirements."""
 
 
+class MeasureError(AoizoraError):
+    """A chip measurement (`aoizora measure --per-device` or `--splash`) asked for where it cannot
+    run: no TPU attached, or a program that the attached chip cannot hold."""
+
+
+class LocalizeError(AoizoraError):
+    """A partitioned module holds an operation that `aoizora.measure.local_program.localize` cannot
+    replace by a local one of the same output shape."""
+
+
 class ArgumentError(AoizoraError, ValueError):
     """A Python API argument out of its range or not one of its choices; the message names it."""
 

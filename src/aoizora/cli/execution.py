@@ -55,24 +55,64 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
 
 
 @cli.command()
-@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--plan", "plan_path", default=None, type=click.Path(dir_okay=False),
+              help="A plan from `aoizora plan`: its strategy (with --per-device/--splash, also the Stage 1 Top-K "
+                   "it kept).")
+@click.option("--model", default=None, metavar="MODEL", help="With --per-device/--splash and no --plan: the model of "
+              "the request whose Stage 1 Top-K is measured.")
+@click.option("--topology", "topology_name", default=None, metavar="TOPO",
+              help="The slice the request is planned for, e.g. v5e:2x4 (any slice of the attached chip's generation).")
+@click.option("--resolution", default=None, help="480p, 720p or WIDTHxHEIGHT.  [default: 720p]")
+@click.option("--frames", type=int, default=None, help="Video frames (4n+1).  [default: 81]")
+@click.option("--top-k", type=click.IntRange(min=1), default=8, show_default=True,
+              help="With a request: Stage 1's best strategies measured.")
+@click.option("--strategy", "strategy_keys", multiple=True, metavar="KEY",
+              help="Measure this strategy (its key, as plans name it; repeatable) instead of Stage 1's Top-K.")
+@click.option("--per-device", is_flag=True, help="Time each strategy's per-device program (the slice's local shapes, "
+              "collectives replaced by local operations) on the attached chip, beside Q2's compute for it.")
+@click.option("--splash", is_flag=True, help="Time every splash call of the strategies at each tile and scoped-VMEM "
+              "limit the tile search weighs, beside the splash model.")
+@click.option("--layers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --per-device: transformer blocks in each program.")
+@click.option("--runs", type=click.IntRange(min=1, max=100), default=3, show_default=True,
+              help="With --per-device/--splash: timed runs of each program after a warm-up.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="With --per-device/--splash: write measured against predicted here (JSON).")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
+              help="With --per-device/--splash: also write an HTML page of measured against predicted here.")
 @click.option("--steps", type=click.IntRange(min=1, max=MAX_STEPS), default=5, show_default=True,
-              help="Timed steps (after warm-up).")
+              help="Without --per-device/--splash: timed steps (after warm-up).")
 @click.option("--checkpoint", type=click.Path(), default=None)
 @click.option("--distributed", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def measure(plan_path: str, steps: int, checkpoint: str | None, distributed: bool, as_json: bool) -> None:
-    """Time denoising steps of a plan on the devices present (warm-up excluded, median)."""
-    from aoizora.plan import load_plan
-    from aoizora.runtime.plan_run import run_plan
+@_libtpu_args_option
+def measure(plan_path: str | None, model: str | None, topology_name: str | None, resolution: str | None,
+            frames: int | None, top_k: int, strategy_keys: tuple[str, ...], per_device: bool, splash: bool,
+            layers: int, runs: int, out_path: str | None, report_dir: str | None, steps: int,
+            checkpoint: str | None, distributed: bool, as_json: bool, libtpu_args: str | None) -> None:
+    """Time a plan on the devices present: its whole steps (default), or, with --per-device and
+    --splash, its candidates' per-device programs and splash calls on the attached chip, which may
+    be fewer chips than the slice planned for."""
+    if not (per_device or splash):
+        if plan_path is None:
+            raise click.UsageError("give --plan PLAN (or --per-device/--splash with a plan or a request)")
+        from aoizora.plan import load_plan
+        from aoizora.runtime.plan_run import run_plan
 
-    report = run_plan(load_plan(plan_path), steps=steps, checkpoint=checkpoint, distributed=distributed)
-    if as_json:
-        print_json({"platform": report.platform, "on_planned_slice": report.on_planned_slice, "config": report.config,
-                     "median_step_seconds": report.median_step_seconds, "step_seconds": report.step_seconds,
-                     "compile_seconds": report.compile_seconds})
-    else:
-        _run_report(report, "measure")
+        report = run_plan(load_plan(plan_path), steps=steps, checkpoint=checkpoint, distributed=distributed)
+        if as_json:
+            print_json({"platform": report.platform, "on_planned_slice": report.on_planned_slice,
+                        "config": report.config, "median_step_seconds": report.median_step_seconds,
+                        "step_seconds": report.step_seconds, "compile_seconds": report.compile_seconds})
+        else:
+            _run_report(report, "measure")
+        return
+    from aoizora.cli.measuring import measure_candidates
+
+    measure_candidates(plan_path=plan_path, model=model, topology_name=topology_name, resolution=resolution,
+                       frames=frames, top_k=top_k, strategy_keys=strategy_keys, per_device=per_device, splash=splash,
+                       layers=layers, runs=runs, out_path=out_path, report_dir=report_dir, as_json=as_json,
+                       libtpu_args=libtpu_args)
 
 
 @cli.command()

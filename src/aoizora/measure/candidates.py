@@ -1,0 +1,90 @@
+"""`aoizora measure --per-device` and `--splash`: a request's or plan's candidates timed on the chip
+present, each beside what aoizora predicts for it.
+
+For each strategy, `per_device_rows` times one device's program (`per_device`: the step with
+`layers` blocks at the slice's local shapes, collectives replaced by local operations) compiled
+for the attached chip at the strategy's own flags, and predicts it with Q2's compute of the very
+module the chip's compiler produced; `splash_rows` times every splash call of the strategies at
+every tile and limit the tile search weighs (`splash_calls`). Both need a TPU on this host
+(`chip.tpu_device` refuses otherwise); the slice is only described (compile-only devices), so a
+host with one chip measures plans made for any slice of its generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aoizora.errors import MeasureError
+from aoizora.measure import chip
+from aoizora.measure.per_device import (
+    kernel_cost_hook,
+    per_device_program,
+    predicted_compute_seconds,
+    strategy_flags,
+    with_layers,
+)
+from aoizora.measure.splash_calls import splash_cases
+
+if TYPE_CHECKING:
+    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.strategy import Strategy
+    from aoizora.toolchain import CompilerFlags
+    from aoizora.topology import Topology
+
+Say = Callable[[str], None]
+
+
+def check_generation(topology: Topology) -> None:
+    """Refuse (MeasureError) a slice of another generation than the attached chip's."""
+    device = chip.tpu_device()
+    kinds = topology.hardware.device_kinds
+    if kinds and device.device_kind not in kinds:
+        raise MeasureError(f"the attached chip is a {device.device_kind!r}, but the plan is for {topology.name} "
+                           f"({'/'.join(kinds)}); measure on a chip of the slice's generation")
+
+
+def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, layers: int = 1,
+                    runs: int = 3, flags: CompilerFlags | None = None, say: Say = print,
+                    on_row: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """One row per strategy: its per-device program with `layers` blocks, measured and predicted
+    (`on_row` sees the rows so far after each, e.g. to keep a partial file)."""
+    check_generation(topology)
+    small = with_layers(space, layers)
+    hw = topology.hardware
+    rows = []
+    for i, st in enumerate(strategies):
+        options = strategy_flags(small, st, flags).compiler_options()
+        local = per_device_program(small, st, topology, flags)
+        timing, text = chip.time_module_text(local.text, options, runs=runs)
+        predicted = (predicted_compute_seconds(text, hw, kernel_cost_hook(small, st, topology))
+                     if text is not None else None)
+        rows.append({"key": st.key(), "layers": layers, "compiler_options": options,
+                     "replaced": local.replaced_json(), "predicted": predicted, **timing.to_json()})
+        med = timing.median_seconds
+        say(f"[{i + 1}/{len(strategies)}] {st.key()}: "
+            + (f"refused ({timing.refused})" if med is None else
+               f"{med * 1e3:.2f} ms measured, {predicted['seconds'] * 1e3:.2f} ms predicted" if predicted else ""))
+        if on_row is not None:
+            on_row(rows)
+    return rows
+
+
+def splash_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, runs: int = 5,
+                say: Say = print, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+                ) -> list[dict[str, Any]]:
+    """One row per distinct splash call, tile and limit the strategies' tile search weighs."""
+    check_generation(topology)
+    hw = topology.hardware
+    rows = []
+    cases = splash_cases(space, strategies)
+    for i, case in enumerate(cases):
+        timing = chip.time_splash_case(case, runs=runs)
+        rows.append({**case.to_json(), "predicted_seconds": case.predicted_seconds(hw), **timing.to_json()})
+        med = timing.median_seconds
+        say(f"[{i + 1}/{len(cases)}] {case.call.label()} {case.blocks.describe()} limit {case.limit_kib}: "
+            + ("refused" if med is None else f"{med * 1e3:.2f} ms measured, "
+                                              f"{case.predicted_seconds(hw) * 1e3:.2f} ms predicted"))
+        if on_row is not None:
+            on_row(rows)
+    return rows
