@@ -1,5 +1,6 @@
 """The hardware roofline for work the compiler gives no estimate for (opaque kernels such as splash)."""
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -18,7 +19,7 @@ DEVICES_PER_CHIP = {"tpu7x": 2, "v6e": 1, "v5p": 1}  # one tokamax device: a TPU
 
 
 def test_without_a_measured_rate_a_kernel_is_bound_by_the_mxu_and_hbm_alone():
-    hw = hardware_profile("v5e")  # MXU 128 wide, no published splash measurement
+    hw = dataclasses.replace(hardware_profile("v5e"), attention_score_elements_per_s=None)  # MXU 128 wide
     flops, hbm = 4.0 * 40 * 18900 * 75600 * 128, 3e9
     plain = max(flops / hw.peak_bf16_flops, hbm / hw.hbm_bandwidth_Bps)
     assert hw.roofline_seconds(flops, hbm, KernelWork(matmul_dim=128, score_elements=40 * 18900 * 75600)) == plain
@@ -148,3 +149,28 @@ def test_a_node_takes_supplied_seconds_then_compiler_cycles_then_the_roofline():
     assert Node(**base).compute_seconds(hw) == hw.roofline_seconds(1e12, 10**9)
     assert Node(**base, estimated_cycles=1500).compute_seconds(hw) == 1500 / hw.clock_hz
     assert Node(**base, estimated_cycles=1500, seconds=2).compute_seconds(hw) == 2.0
+
+
+def test_a_splash_step_with_one_compute_sub_block_pays_its_chain_on_every_element():
+    """v5e's splash figures (measured on the chip): one K/V compute sub-block per grid step leaves
+    its QK^T -> softmax -> PV chain un-overlapped for all of its elements, two for half of them."""
+    hw = hardware_profile("v5e")
+    score = 40 * 18944 * 75776.0
+    flops = 4.0 * 128 * score
+
+    def call(per_step: int) -> float:
+        return hw.roofline_seconds(flops, 0, KernelWork(matmul_dim=128, score_elements=score, grid_steps=0,
+                                                        compute_blocks_per_step=per_step))
+
+    assert call(1) - call(2) == pytest.approx(score * hw.splash_unoverlapped_element_s / 2)
+    assert call(2) == pytest.approx(score / hw.attention_score_elements_per_s
+                                    + score * hw.splash_unoverlapped_element_s / 2)
+
+
+def test_only_a_splash_call_pays_the_splash_kernels_own_step_cost():
+    hw = hardware_profile("v5e")
+    other = hw.roofline_seconds(0, 0, KernelWork(grid_steps=1000))
+    splash = hw.roofline_seconds(0, 0, KernelWork(grid_steps=1000, compute_blocks_per_step=2))
+    assert other == pytest.approx(1000 * hw.pallas_grid_step_s)
+    assert splash == pytest.approx(1000 * hw.splash_grid_step_s)
+    assert hardware_profile("v6e").splash_grid_step_s is None  # measured on v5e only

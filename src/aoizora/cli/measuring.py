@@ -59,8 +59,8 @@ def measure_candidates(*, plan_path: str | None, model: str | None, topology_nam
                        per_device: bool, splash: bool, layers: int, runs: int, out_path: str | None,
                        report_dir: str | None, as_json: bool, libtpu_args: str | None) -> None:
     from aoizora.measure import chip
-    from aoizora.measure.records import document, write_document
     from aoizora.measure.candidates import per_device_rows, splash_rows
+    from aoizora.measure.records import document, write_document
     from aoizora.report.measured import PAGE, write_measured_page
     from aoizora.toolchain import CompilerFlags
 

@@ -28,6 +28,10 @@ class KernelWork:
     `narrow_fraction`: the share of its FLOPs in matmuls whose contraction is `matmul_dim` (the
     rest run at the full array); `mxu_efficiency`: the fraction of that MXU roofline the kernel
     reaches, where a measurement of the kernel says so (1: the roofline itself).
+    `compute_blocks_per_step`: for JAX's splash kernel, the K/V compute sub-blocks each grid step
+    runs (block_kv / block_kv_compute); None for any other kernel. It marks the call as a splash
+    call, costed with the splash kernel's own measured figures where the profile has them
+    (`HardwareProfile.splash_unoverlapped_element_s`, `splash_grid_step_s`).
     """
 
     matmul_dim: int | None = None
@@ -35,6 +39,7 @@ class KernelWork:
     grid_steps: int | None = None
     narrow_fraction: float = 1.0
     mxu_efficiency: float = 1.0
+    compute_blocks_per_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,12 @@ class HardwareProfile:
     #: fixed time of one iteration of a Pallas kernel's grid on one TensorCore (its pipeline's DMA
     #: issue and wait, loop control), paid on top of the iteration's work
     pallas_grid_step_s: float = 0.0
+    #: JAX's splash kernel, where measured on the chip (None: not measured; the generic figures
+    #: above cost it): per score element, the part of a grid step's QK^T -> softmax -> PV chain on
+    #: one K/V compute sub-block that nothing overlaps (paid once per grid step, so 1/n of the
+    #: elements with n sub-blocks per step), and the fixed cost of one of its grid steps
+    splash_unoverlapped_element_s: float | None = None
+    splash_grid_step_s: float | None = None
     tensorcores_per_chip: int = 1
     #: whether libtpu compiles an all-gather of an activation the program computes as an
     #: asynchronous collective fusion, which holds a second buffer of the result outside its
@@ -115,6 +126,8 @@ class HardwareProfile:
             peak_bf16_flops=self.peak_bf16_flops * share,
             attention_score_elements_per_s=(None if self.attention_score_elements_per_s is None
                                             else self.attention_score_elements_per_s * share),
+            splash_unoverlapped_element_s=(None if self.splash_unoverlapped_element_s is None
+                                           else self.splash_unoverlapped_element_s / share),
             devices_per_chip=devices_per_chip,
         )
 
@@ -127,7 +140,10 @@ class HardwareProfile:
         `kernel.mxu_efficiency` of that roofline); HBM at its bandwidth; and, for an attention kernel,
         its per-element vector work (`kernel.score_elements` at `attention_score_elements_per_s`).
         A Pallas kernel also pays `pallas_grid_step_s` per iteration of its grid
-        (`kernel.grid_steps`) on top: small blocks mean many short iterations.
+        (`kernel.grid_steps`) on top: small blocks mean many short iterations. A splash call
+        (`kernel.compute_blocks_per_step` set) on a generation where the kernel was measured pays
+        its own per-step cost instead, and the un-overlapped part of each step's chain
+        (`splash_unoverlapped_element_s` per score element over the sub-blocks per step).
         Q1, Q2 and the simulator all cost such work here.
         """
         kernel = kernel or KernelWork()
@@ -139,7 +155,13 @@ class HardwareProfile:
         seconds = max(mxu / kernel.mxu_efficiency, hbm_bytes / self.hbm_bandwidth_Bps)
         if kernel.score_elements and self.attention_score_elements_per_s:
             seconds = max(seconds, kernel.score_elements / self.attention_score_elements_per_s)
-        return seconds + (kernel.grid_steps or 0) * self.grid_step_seconds
+        step = self.grid_step_seconds
+        if kernel.compute_blocks_per_step is not None:
+            if kernel.score_elements and self.splash_unoverlapped_element_s:
+                seconds += kernel.score_elements * self.splash_unoverlapped_element_s / kernel.compute_blocks_per_step
+            if self.splash_grid_step_s is not None:
+                step = self.splash_grid_step_s * self.devices_per_chip / self.tensorcores_per_chip
+        return seconds + (kernel.grid_steps or 0) * step
 
     @property
     def grid_step_seconds(self) -> float:
@@ -176,6 +198,8 @@ class HardwareProfile:
             "hop_latency_s": self.hop_latency_s,
             "collective_launch_s": self.collective_launch_s,
             "pallas_grid_step_s": self.pallas_grid_step_s,
+            "splash_unoverlapped_element_s": self.splash_unoverlapped_element_s,
+            "splash_grid_step_s": self.splash_grid_step_s,
             "tensorcores_per_chip": self.tensorcores_per_chip,
             "async_collective_fusion": self.async_collective_fusion,
             "tile_16bit": list(self.tile_16bit),

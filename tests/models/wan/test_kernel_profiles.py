@@ -51,8 +51,10 @@ def test_custom_profiles_do_not_depend_on_the_tile_and_jax_splash_does():
 
 
 def test_jax_splash_work_is_aoizoras_splash_model():
+    # one K/V compute sub-block per grid step unless the call says otherwise (the kernel's own default)
     assert KERNEL_PROFILES["jax-splash"].work(4.0e12, 128, 77) == KernelWork(
-        matmul_dim=128, score_elements=4.0e12 / (4 * 128), grid_steps=77)
+        matmul_dim=128, score_elements=4.0e12 / (4 * 128), grid_steps=77, compute_blocks_per_step=1)
+    assert KERNEL_PROFILES["jax-splash"].work(4.0e12, 128, 77, 2).compute_blocks_per_step == 2
 
 
 def test_a_space_costs_every_candidate_with_its_kernel_profile():

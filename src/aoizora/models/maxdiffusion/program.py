@@ -437,7 +437,9 @@ def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     residuals = "no_residuals" not in name
     flops, hbm = splash_cost(heads, lq, lk, d, 2, residuals, blocks.get("block_q"))
     steps = splash_grid_steps(heads, lq, lk, blocks.get("block_q"), blocks.get("block_kv"))
-    return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile)
+    kv, kv_compute = blocks.get("block_kv"), blocks.get("block_kv_compute")
+    per_step = max(1, kv // kv_compute) if kv and kv_compute else 1
+    return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile, per_step)
 
 
 def _attention_kernel(op: OpaqueOp) -> bool:
@@ -456,4 +458,5 @@ def _metadata_blocks(attributes: str | None) -> dict[str, int]:
         found = json.loads(text[start:end + 1].replace('\\"', '"'))
     except ValueError:
         return {}
-    return {k: int(v) for k, v in found.items() if k in ("block_q", "block_kv") and isinstance(v, int)}
+    return {k: int(v) for k, v in found.items()
+            if k in ("block_q", "block_kv", "block_kv_compute") and isinstance(v, int)}

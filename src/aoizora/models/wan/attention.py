@@ -80,6 +80,12 @@ class KernelCost:
     transcendentals: float
     bytes_accessed: float
     calls: int
+    block_kv_compute: int | None = None  # None: block_kv (one compute sub-block per grid step)
+
+    @property
+    def compute_blocks_per_step(self) -> int:
+        """The K/V compute sub-blocks each grid step runs."""
+        return max(1, self.block_kv // (self.block_kv_compute or self.block_kv))
 
     @property
     def grid_steps(self) -> int:
@@ -142,7 +148,7 @@ def splash_grid_steps(batch_heads: int, lq: int, lk: int, block_q: int | None = 
 
 
 def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: int, lk: int, d: int,
-            itemsize: int, bq: int, bkv: int, residuals: bool) -> None:
+            itemsize: int, bq: int, bkv: int, residuals: bool, bkv_compute: int | None = None) -> None:
     if kernels is None:
         return
     flops, hbm_bytes = splash_cost(batch * heads, lq, lk, d, itemsize, residuals, bq)
@@ -151,7 +157,7 @@ def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: in
         hlo_name=f"splash_mha_fwd_segmented_{'residuals' if residuals else 'no_residuals'}",
         q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops,
-        transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0,
+        transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0, block_kv_compute=bkv_compute,
     ))
 
 
@@ -324,7 +330,7 @@ def splash_attention(q, k, v, kv_valid: jnp.ndarray | None, *, residuals: bool =
     q = _pad_to(q, tiles.lq)
     kernel = tiles.kernel(h, residuals, interpret)
     _record(kernels, name, b, h, tiles.lq, tiles.lk, d, jnp.dtype(q.dtype).itemsize, tiles.block_q, tiles.block_kv,
-            residuals)
+            residuals, tiles.block_kv_compute)
     qt = scaled_heads_major(q)
     kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
     cost = tiles.estimate(h, d, jnp.dtype(q.dtype).itemsize, residuals) if estimate else None
@@ -554,7 +560,7 @@ def _ring_heads_major(setup: AttentionSetup, ql, kl, vl, axis: str, size: int, v
         if tiles.lk != n:
             valid = tiles.padded_valid(valid, n)
         _record(setup.kernels, "splash_ring_step", b, h, tiles.lq, tiles.lk, d, jnp.dtype(ql.dtype).itemsize,
-                tiles.block_q, tiles.block_kv, True)
+                tiles.block_q, tiles.block_kv, True, tiles.block_kv_compute)
         o, (l_step,) = run_splash(kernel, qt, kt, vt, tiles.segments(valid), "splash_ring_step", cost)
         o = o.astype(jnp.float32)
         if out is None or lse is None:

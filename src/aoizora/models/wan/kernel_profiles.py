@@ -63,10 +63,12 @@ class KernelProfile:
     #: local attention, which each kernel runs)
     variants: tuple[str, ...] = ("allgather", "ulysses", "ring", "ulysses_ring")
 
-    def work(self, flops: float, head_dim: int, grid_steps: int) -> KernelWork:
-        """What bounds one call of `flops` FLOPs with this head dim and grid."""
+    def work(self, flops: float, head_dim: int, grid_steps: int, compute_blocks_per_step: int = 1) -> KernelWork:
+        """What bounds one call of `flops` FLOPs with this head dim and grid (JAX's and tokamax's
+        splash: `compute_blocks_per_step` K/V compute sub-blocks in each grid step)."""
         if self.mxu_efficiency is None:
-            return KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim), grid_steps=grid_steps)
+            return KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim), grid_steps=grid_steps,
+                              compute_blocks_per_step=compute_blocks_per_step)
         return KernelWork(matmul_dim=head_dim, narrow_fraction=self.narrow_fraction,
                           mxu_efficiency=self.mxu_efficiency)
 

@@ -37,7 +37,7 @@ def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
     itemsize = q.bytes // q.elements  # a float: Stage 1's IR counts bytes as floats
     flops, hbm = splash_cost(batch_heads, lq, lk, d, itemsize, residuals, block_q)  # type: ignore[arg-type]
     return splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv),
-                              strategy.kernel_profile)
+                              strategy.kernel_profile, blocks.compute_blocks_per_step if blocks is not None else 1)
 
 
 def compiled_kernel_cost(space: WanSpace, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
@@ -61,15 +61,17 @@ def compiled_kernel_cost(space: WanSpace, strategy: Strategy, op: OpaqueOp) -> O
             matches = shaped
     if matches:
         kc = matches[0]
-        return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile)
+        return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
+                                  kc.compute_blocks_per_step)
     return None
 
 
 def splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int,
-                       profile: str = DEFAULT_KERNEL_PROFILE) -> OpaqueCost:
+                       profile: str = DEFAULT_KERNEL_PROFILE, compute_blocks_per_step: int = 1) -> OpaqueCost:
     """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
     bytes, and what bounds it besides, per the kernel the deployment runs (`kernel_profiles`):
     for JAX's splash its score-matrix elements (the softmax's vector work per element), its head
-    dim (the narrowest dimension of both matmuls) and its grid iterations."""
-    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps)
+    dim (the narrowest dimension of both matmuls), its grid iterations and the K/V compute
+    sub-blocks each runs (`compute_blocks_per_step`)."""
+    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps, compute_blocks_per_step)
     return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), kernel=work)

@@ -140,15 +140,18 @@ MAX_SEARCHED_BLOCK_Q = 9472
 def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, blocks: SplashBlocks) -> float:
     """JAX's splash cost model (`HardwareProfile.roofline_seconds`) for one head of one sample of
     a call over `lq` queries and `lk` keys, padded to the blocks: the padded score matrix's MXU and
-    vector work, K/V streamed once per Q block, one fixed cost per grid step. A tile's cost relative
-    to another's does not depend on the number of heads and samples (every term scales with it)."""
+    vector work, K/V streamed once per Q block, one fixed cost per grid step, and where the kernel
+    was measured (v5e) the part of each step's chain its K/V compute sub-blocks leave un-overlapped.
+    A tile's cost relative to another's does not depend on the number of heads and samples (every
+    term scales with it)."""
     from aoizora.models.wan.attention import splash_cost, splash_grid_steps
     from aoizora.topology import KernelWork
 
     lqp, lkp = _round_up(lq, blocks.block_q), _round_up(lk, blocks.block_kv)
     flops, hbm = splash_cost(1, lqp, lkp, head_dim, 2, False, blocks.block_q)
     work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim),
-                      grid_steps=splash_grid_steps(1, lqp, lkp, blocks.block_q, blocks.block_kv))
+                      grid_steps=splash_grid_steps(1, lqp, lkp, blocks.block_q, blocks.block_kv),
+                      compute_blocks_per_step=blocks.compute_blocks_per_step)
     return hw.roofline_seconds(flops, hbm, work)
 
 

@@ -88,6 +88,11 @@ class SplashBlocks:
     block_kv: int
     block_kv_compute: int
 
+    @property
+    def compute_blocks_per_step(self) -> int:
+        """The K/V compute sub-blocks each grid step of the kernel runs (block_kv / block_kv_compute)."""
+        return max(1, self.block_kv // self.block_kv_compute)
+
     def describe(self) -> str:
         return f"{self.block_q}/{self.block_kv}/{self.block_kv_compute}"
 

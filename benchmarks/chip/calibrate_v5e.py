@@ -1,0 +1,160 @@
+"""The v5e splash model fitted to the kernel's times on a TPU v5e chip, and checked on held-out calls.
+
+    python benchmarks/chip/calibrate_v5e.py [--json docs/data/chip/v5e_splash_calibration.json]
+
+Reads the splash rows of `docs/data/chip/v5e_splash_grid_*.json` (`benchmarks/chip/splash_grid.py`
+on the chip; refused tiles left out). The split is fixed before any fit, by call shape: the
+distinct (local batch, queries, keys, residuals) shapes in ascending order, the 1st, 3rd, 5th, ...
+are the fit set, the 2nd, 4th, ... the test set, so no shape's tiles are on both sides.
+
+Per map (one batch element and head), over the lengths padded to the blocks (S score elements,
+G grid steps, n = block_kv / block_kv_compute compute sub-blocks per grid step):
+
+    t = S / r  +  S * u / n  +  G * c
+
+`r`: the score elements per second the kernel sustains while its matmuls (QK^T, PV on the MXU)
+and its softmax (max, exp, sum on the vector unit) overlap; `u`: per element, the part of one
+sub-block's chain (QK^T, then the softmax on its scores, then PV) that nothing overlaps within a
+grid step: with two sub-blocks per step the second's matmul runs beside the first's softmax, so
+it is paid once per step, `1/n` of the elements; `c`: the fixed cost of a grid step. The three
+are fitted by non-negative least squares on relative error over the fit set. The script prints
+the fit and test tables for the profile before (the MXU roofline, `pallas_grid_step_s`) and after,
+and says where `data/hardware.json` differs from the fit by more than 1%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from aoizora.measure.splash_calls import SplashCase
+from aoizora.topology import hardware_profile
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
+
+
+def load_rows(data: Path = DATA) -> list[dict]:
+    rows = []
+    for path in sorted(data.glob("v5e_splash_grid_*.json")):
+        doc = json.loads(path.read_text())
+        rows += [dict(r, source=path.name) for r in doc["rows"] if r["median_seconds"] is not None]
+    return rows
+
+
+def shape_of(row: dict) -> tuple[int, int, int, bool]:
+    return (row["batch"], row["lq"], row["lk"], row["residuals"])
+
+
+def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(fit, test): alternate call shapes in ascending order (module docstring)."""
+    shapes = sorted({shape_of(r) for r in rows})
+    fit_shapes = set(shapes[0::2])
+    return [r for r in rows if shape_of(r) in fit_shapes], [r for r in rows if shape_of(r) not in fit_shapes]
+
+
+def features(row: dict) -> np.ndarray:
+    """Per call: (S, S / n, G), summed over its maps."""
+    b = SplashCase.from_json(row).blocks
+    lqp = -(-row["lq"] // b.block_q) * b.block_q
+    lkp = -(-row["lk"] // b.block_kv) * b.block_kv
+    maps = row["batch"] * row["heads"]
+    score = maps * lqp * lkp
+    return np.array([score, score * b.block_kv_compute / b.block_kv, maps * (lqp // b.block_q) * (lkp // b.block_kv)],
+                    dtype=float)
+
+
+def fit(rows: list[dict]) -> np.ndarray:
+    """(1 / r, u, c) minimising the relative error over `rows`."""
+    a = np.array([features(r) / r["median_seconds"] for r in rows])
+    coef, _ = nnls(a, np.ones(len(rows)))
+    return coef
+
+
+def table(rows: list[dict], predict) -> tuple[list[list], dict]:
+    out, errors = [], []
+    for r in rows:
+        p = predict(r)
+        err = p / r["median_seconds"] - 1
+        errors.append(err)
+        out.append([f"b{r['batch']} h{r['heads']} q{r['lq']} k{r['lk']}{' lse' if r['residuals'] else ''}",
+                    r["blocks"], r["limit_kib"] or "default", round(r["median_seconds"] * 1e3, 3),
+                    round(p * 1e3, 3), round(100 * err, 1)])
+    abs_err = [abs(e) for e in errors]
+    return out, {"rows": len(rows), "median_abs_error_pct": round(100 * statistics.median(abs_err), 1),
+                 "max_abs_error_pct": round(100 * max(abs_err), 1),
+                 "within_7pct": sum(e <= 0.07 for e in abs_err)}
+
+
+def tile_picks(rows: list[dict], predict) -> dict:
+    """Per call with two or more measured tiles: whether the model's cheapest tile measures within
+    1% of the fastest measured one (the tile search's target)."""
+    calls: dict[tuple, list[dict]] = {}
+    for r in rows:
+        calls.setdefault((r["batch"], r["heads"], r["lq"], r["lk"], r["residuals"]), []).append(r)
+    picks = []
+    for call, tiles in sorted(calls.items()):
+        if len(tiles) < 2:
+            continue
+        chosen = min(tiles, key=predict)
+        fastest = min(t["median_seconds"] for t in tiles)
+        picks.append({"call": list(call), "picked": chosen["blocks"], "picked_limit": chosen["limit_kib"],
+                      "slower_than_fastest_pct": round(100 * (chosen["median_seconds"] / fastest - 1), 2)})
+    good = sum(p["slower_than_fastest_pct"] <= 1.0 for p in picks)
+    return {"calls": len(picks), "within_1pct": good, "picks": picks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path, default=None, help="write the fit, its split and both tables here")
+    args = ap.parse_args(argv)
+    rows = load_rows()
+    fit_rows, test_rows = split(rows)
+    inv_rate, unoverlapped, step = (float(x) for x in fit(fit_rows))
+    committed = hardware_profile("v5e")
+    # before: the profile as it was (no splash figures measured on v5e: the MXU roofline and the
+    # Pallas matmul's grid-step cost); after: the fitted figures in the same model code
+    before = dataclasses.replace(committed, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
+                                 splash_grid_step_s=None)
+    after = dataclasses.replace(committed, attention_score_elements_per_s=1 / inv_rate,
+                                splash_unoverlapped_element_s=unoverlapped, splash_grid_step_s=step)
+
+    def predicted_before(r: dict) -> float:
+        return SplashCase.from_json(r).predicted_seconds(before)
+
+    def predicted_after(r: dict) -> float:
+        return SplashCase.from_json(r).predicted_seconds(after)
+
+    result = {"fit_shapes": sorted({shape_of(r) for r in fit_rows}),
+              "test_shapes": sorted({shape_of(r) for r in test_rows}),
+              "parameters": {"attention_score_elements_per_s": 1 / inv_rate if inv_rate else None,
+                             "splash_unoverlapped_element_s": unoverlapped, "splash_grid_step_s": step}}
+    for name, subset in (("fit", fit_rows), ("test", test_rows)):
+        for when, predict in (("before", predicted_before), ("after", predicted_after)):
+            body, summary = table(subset, predict)
+            result[f"{name}_{when}"] = {"summary": summary, "table": body}
+            picks = tile_picks(subset, predict)
+            result[f"{name}_{when}"]["tile_picks"] = picks
+            print(f"## {name} set, {when}: {summary}; tile picks within 1% of the fastest: "
+                  f"{picks['within_1pct']} of {picks['calls']} calls")
+            for line in body:
+                print("  ", *line)
+    print("parameters:", json.dumps(result["parameters"]))
+    fitted = result["parameters"]
+    for name, value in fitted.items():
+        mine = getattr(committed, name)
+        if value and (mine is None or abs(mine / value - 1) > 0.01):
+            print(f"note: data/hardware.json's v5e {name} is {mine}, not the fitted {value:.4g}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

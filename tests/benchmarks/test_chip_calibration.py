@@ -1,0 +1,48 @@
+"""The v5e splash figures are the fit of the committed chip measurements, and hold on their test set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from aoizora.topology import hardware_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "chip"))
+import calibrate_v5e  # noqa: E402
+
+DATA = ROOT / "docs" / "data" / "chip"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return calibrate_v5e.load_rows(DATA)
+
+
+def test_the_split_puts_no_call_shape_on_both_sides(rows):
+    fit, test = calibrate_v5e.split(rows)
+    assert fit and test and len(fit) + len(test) == len(rows)
+    assert not {calibrate_v5e.shape_of(r) for r in fit} & {calibrate_v5e.shape_of(r) for r in test}
+
+
+def test_the_profile_holds_the_fit_of_the_fit_set(rows):
+    fit, _ = calibrate_v5e.split(rows)
+    inv_rate, unoverlapped, step = calibrate_v5e.fit(fit)
+    hw = hardware_profile("v5e")
+    assert hw.attention_score_elements_per_s == pytest.approx(1 / inv_rate, rel=0.01)
+    assert hw.splash_unoverlapped_element_s == pytest.approx(unoverlapped, rel=0.01)
+    assert hw.splash_grid_step_s == pytest.approx(step, rel=0.01)
+
+
+def test_the_committed_calibration_tables_are_what_the_script_computes_now(tmp_path):
+    out = tmp_path / "calibration.json"
+    calibrate_v5e.main(["--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads((DATA / "v5e_splash_calibration.json").read_text())
+
+
+def test_on_the_test_set_every_splash_call_is_within_seven_percent(rows):
+    summary = json.loads((DATA / "v5e_splash_calibration.json").read_text())["test_after"]["summary"]
+    assert summary["within_7pct"] == summary["rows"] == len(calibrate_v5e.split(rows)[1])
