@@ -219,7 +219,7 @@ def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any
         raise ArgumentTypeError(f"space must be a StrategySpace (e.g. aoizora.models.registry.wan_space(...)), not "
                                 f"{type(space).__name__}")
     check_topology(topology)
-    check_plan_space_options(options)
+    check_plan_space_options(options, PLAN_SPACE_OPTIONS)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     check_stage1(options["stage1"], topo, options["top_k"])
     return topo
