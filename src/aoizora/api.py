@@ -120,7 +120,7 @@ def plan_wan(model: str | None, topology: Topology | str, resolution: str | None
 
     arguments.check_plan_wan_arguments(model, topology, resolution, frames, expert_residency, options,
                                        from_maxdiffusion=from_maxdiffusion, kernel=kernel, program=program,
-                                       programs=PROGRAMS)
+                                       programs=PROGRAMS, plan_space_options=planner.PLAN_SPACE_OPTIONS)
     check_objective(objective, from_maxdiffusion, max_videos_per_replica)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     request = wan_request(model, resolution, frames, kernel=kernel, from_maxdiffusion=from_maxdiffusion,

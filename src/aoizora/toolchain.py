@@ -237,15 +237,18 @@ def _installed_version(name: str) -> str:
 @functools.lru_cache(maxsize=1)
 def source_fingerprint() -> str:
     """Hash of aoizora's own source files: a cached plan is only reused by the code that made it."""
-    import aoizora
-
-    root = Path(aoizora.__file__).parent
+    root = Path(__file__).parent  # the `aoizora` package, which holds this module
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         if path.suffix in (".py", ".json") and path.is_file():
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def aoizora_version() -> str:
+    """aoizora's version (`aoizora.__version__`): pyproject.toml states it, the installed metadata carries it."""
+    return importlib.metadata.version("aoizora")
 
 
 def toolchain_versions() -> dict[str, str]:

@@ -11,6 +11,7 @@ or checked here against what the request assumes (a given Stage 1 result, for on
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from aoizora.errors import ArgumentError, ArgumentTypeError
@@ -34,10 +35,13 @@ def whole_number(name: str, value: Any, minimum: int) -> None:
 
 def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames: Any, expert_residency: Any,
                              options: dict[str, Any], *, from_maxdiffusion: Any = None, kernel: Any = None,
-                             program: Any = "aoizora", programs: tuple[str, ...] = ("aoizora",)) -> None:
+                             program: Any = "aoizora", programs: tuple[str, ...] = ("aoizora",),
+                             plan_space_options: Sequence[str]) -> None:
     """`plan_wan`'s own arguments, and the keywords it passes on to `plan_space`. With a MaxDiffusion
     command, `model`, `resolution`, `frames` and `kernel` may be None (the command says them).
-    `programs`: the programs Stage 2 can compile (the models' own list; this module imports no model)."""
+    `programs`: the programs Stage 2 can compile (the models' own list; this module imports no model).
+    `plan_space_options`: the keywords `plan_space` takes (the planner's `PLAN_SPACE_OPTIONS`; this
+    module imports no planner)."""
     if from_maxdiffusion is not None and not isinstance(from_maxdiffusion, str):
         raise ArgumentTypeError(f"from_maxdiffusion must be a MaxDiffusion command (str) or None, not "
                                 f"{_type_name(from_maxdiffusion)}")
@@ -58,7 +62,7 @@ def check_plan_wan_arguments(model: Any, topology: Any, resolution: Any, frames:
     if expert_residency not in EXPERT_RESIDENCIES:
         raise ArgumentError(f"expert_residency must be one of {', '.join(map(repr, EXPERT_RESIDENCIES))}, "
                             f"not {_type_name(expert_residency)}")
-    check_plan_space_options(options)
+    check_plan_space_options(options, plan_space_options)
 
 
 def check_topology(topology: Any) -> None:
@@ -70,18 +74,18 @@ def check_topology(topology: Any) -> None:
                                 f"not {_type_name(topology)}")
 
 
-def check_plan_space_options(options: dict[str, Any]) -> None:
-    """`plan_space`'s keyword arguments: known names, each of its type and range."""
+def check_plan_space_options(options: dict[str, Any], known: Sequence[str]) -> None:
+    """`plan_space`'s keyword arguments: known names (`known`: the planner's `PLAN_SPACE_OPTIONS`, in
+    its order), each of its type and range."""
     from aoizora.cost import Q2Options
-    from aoizora.plan.planner import PLAN_SPACE_OPTIONS
     from aoizora.stage1 import Stage1Result
     from aoizora.stage2.compile_cache import CompileCache
     from aoizora.toolchain import CompilerFlags
 
-    unknown = sorted(set(options) - set(PLAN_SPACE_OPTIONS))
+    unknown = sorted(set(options) - set(known))
     if unknown:
         raise ArgumentTypeError(f"unknown keyword argument(s) {', '.join(unknown)}; plan_space takes "
-                                f"{', '.join(PLAN_SPACE_OPTIONS)}")
+                                f"{', '.join(known)}")
     kinds: dict[str, tuple[tuple[type, ...], str]] = {
         "options": ((Q2Options,), "a Q2Options"), "use_cache": ((bool,), "True or False"),
         "progress": ((bool,), "True or False"), "include_experts": ((bool,), "True or False"),

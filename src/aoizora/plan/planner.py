@@ -31,6 +31,7 @@ from aoizora.stage2.search import Stage2Config, Stage2Result, run_stage2
 from aoizora.stage2.sweep import Stage2Summary
 from aoizora.toolchain import (
     CompilerFlags,
+    aoizora_version,
     check_compiler_flags,
     environment_flags,
     source_fingerprint,
@@ -218,7 +219,7 @@ def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any
         raise ArgumentTypeError(f"space must be a StrategySpace (e.g. aoizora.models.registry.wan_space(...)), not "
                                 f"{type(space).__name__}")
     check_topology(topology)
-    check_plan_space_options(options)
+    check_plan_space_options(options, PLAN_SPACE_OPTIONS)
     topo = get_topology(topology) if isinstance(topology, str) else topology
     check_stage1(options["stage1"], topo, options["top_k"])
     return topo
@@ -279,14 +280,12 @@ def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]
 def _request(space: StrategySpace, topology: Topology, flags: CompilerFlags, options: Q2Options, *, top_k: int,
              verify_top: int, include_experts: bool) -> dict[str, Any]:
     """Everything a plan depends on: the plan cache's key, recorded in the plan."""
-    import aoizora
-
     return {
         "workload": space.workload(),
         "topology": topology.name,
         "libtpu_args": str(flags),
         "toolchain": toolchain_versions(),
-        "aoizora": aoizora.__version__,
+        "aoizora": aoizora_version(),
         "source": source_fingerprint(),
         "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
                     "verify_top": verify_top, "include_experts": include_experts},
@@ -431,14 +430,12 @@ def _pair_json(pair: Scored, best: Scored | None = None) -> dict[str, Any]:
 
 def _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes,
               flags: CompilerFlags) -> dict[str, Any]:
-    import aoizora
-
     chosen = next(o for o in outcomes if o.key == best.key)
     q2 = best.q2
     return {
         **space.plan_details(chosen.strategy, topology),
         "schema_version": SCHEMA_VERSION,
-        "aoizora_version": aoizora.__version__,
+        "aoizora_version": aoizora_version(),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "request": request,
         "workload": space.workload(),

@@ -1,15 +1,16 @@
 """Sharding rules per op: result shardings, the collectives they need, the compute they cost.
 
-Each rule takes the propagator, the op, its operands' shardings (replicated inside a shard_map
-body, `manual`) and the execution count, emits the op's nodes and collectives through the
-propagator, and returns the result shardings. `propagate.py` has the rules in prose.
+Each rule takes the propagator (what of it the rules use: `Propagator`, which `propagate.py`'s
+`ShardingPropagator` is), the op, its operands' shardings (replicated inside a shard_map body,
+`manual`) and the execution count, emits the op's nodes and collectives through the propagator,
+and returns the result shardings. `propagate.py` has the rules in prose.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aoizora.stage1.ir import (
     COLLECTIVE_OPS,
@@ -26,9 +27,46 @@ from aoizora.stage1.shardings import fit, merge, replicated, reshape_groups, wit
 from aoizora.workload import KernelCall
 
 if TYPE_CHECKING:
-    from aoizora.stage1.propagate import ShardingPropagator
+    from aoizora.stage1.dag import KernelCostHook, Node
+    from aoizora.stage1.events import CollectiveCause
+    from aoizora.stage1.hints import BackwardHints
+    from aoizora.stage1.ir import IRModule, Region, ShardyMesh
+    from aoizora.stage1.shardings import AxisSizes
 
-Rule = Callable[["ShardingPropagator", Op, list[Sharding], int, bool], list[Sharding]]
+
+class Propagator(Protocol):
+    """What the rules read and call of the propagator walking the program (`ShardingPropagator`)."""
+
+    module: IRModule
+    mesh: ShardyMesh
+    sizes: AxisSizes
+    kernel_cost: KernelCostHook | None
+    nodes: list[Node]
+    producer: dict[int, int]  # value -> index of the node that computes it
+    frame: int  # one per function-call walk
+    frames: int
+    hints: BackwardHints
+    prefetchable: set[tuple[int, int]]  # (frame, value) made from parameters alone
+
+    def deps(self, values: tuple[int, ...]) -> tuple[int, ...]: ...
+
+    def op_node(self, op: Op, flops: float, hbm: float, min_hbm: float, mult: int, **kw: Any) -> int: ...
+
+    def collective(self, kind: str, axes: tuple[str, ...], payload: float, recv: float, mult: int, *,
+                   cause: CollectiveCause, result_bytes: float, reason: str, deps: tuple[int, ...] = (),
+                   prefetchable: bool = False) -> int: ...
+
+    def note(self, text: str) -> None: ...
+
+    def reshard(self, value: int, t: TensorType | None, src: Sharding, dst: Sharding, mult: int, reason: str,
+                cause: CollectiveCause = "reshard") -> None: ...
+
+    def resolve_partial(self, v: int, t: TensorType | None, s: Sharding, mult: int, reason: str) -> Sharding: ...
+
+    def region(self, region: Region, arg_shardings: list[Sharding], mult: int, manual: bool) -> list[Sharding]: ...
+
+
+Rule = Callable[[Propagator, Op, list[Sharding], int, bool], list[Sharding]]
 
 # Ops that are pure plumbing (no compute, no HBM traffic of their own).
 NO_COST = {
@@ -45,7 +83,7 @@ def _rep_of(t: TensorType | None) -> Sharding:
     return replicated(t.rank if t else 0)
 
 
-def cost_simple(w: ShardingPropagator, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int,
+def cost_simple(w: Propagator, op: Op, ins: list[Sharding], outs: list[Sharding], mult: int,
                 flops_per_elem: float = 1.0, min_bytes: float = 0.0) -> None:
     """An op node reading its operands and writing its results once, `flops_per_elem` per result element."""
     if op.name in NO_COST:
@@ -58,7 +96,7 @@ def cost_simple(w: ShardingPropagator, op: Op, ins: list[Sharding], outs: list[S
     w.op_node(op, flops_per_elem * elems, in_bytes + out_bytes, min_bytes, mult)
 
 
-def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _elementwise(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     rank = op.result_type(0).rank  # `same_shape` chose this rule: the result is a tensor
     ranks = [t.rank if t is not None else 0 for t in op.operand_types]
     partials = {s.unreduced for s, r in zip(ins, ranks, strict=True) if r == rank}
@@ -83,7 +121,7 @@ def _elementwise(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
 # --- contractions
 
 
-def _dot(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _dot(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     lt, rt = op.operand_type(0), op.operand_type(1)
     ot = op.result_type(0)
     L = w.resolve_partial(op.operands[0], lt, ins[0], mult, "dot operand")
@@ -114,7 +152,7 @@ def _dot(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: 
     return [out]
 
 
-def _honour_requests(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding, mult: int) -> tuple[Sharding, Sharding]:
+def _honour_requests(w: Propagator, op: Op, L: Sharding, R: Sharding, mult: int) -> tuple[Sharding, Sharding]:
     """Reshard each operand toward what constraints on the dot's result request (`hints.py`)."""
     lt, rt = op.operand_type(0), op.operand_type(1)
     ob = op.result_type(0).bytes / max(1, w.sizes.n(L.axes + R.axes))
@@ -130,7 +168,7 @@ def _honour_requests(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding, mu
     return L, R
 
 
-def _dot_axes(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding):
+def _dot_axes(w: Propagator, op: Op, L: Sharding, R: Sharding):
     """Axes of the batch, contracted (both sides split) and free dimensions, each axis used once."""
     lb, rb, lc, rc = op.attrs["lhs_batch"], op.attrs["rhs_batch"], op.attrs["lhs_contract"], op.attrs["rhs_contract"]
     lf, rf = dot_free_dims(op)
@@ -157,7 +195,7 @@ def _dot_axes(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding):
     return batch, contract, lfree, rfree, used
 
 
-def _split_one_sided_contractions(w: ShardingPropagator, op: Op, L: Sharding, R: Sharding,
+def _split_one_sided_contractions(w: Propagator, op: Op, L: Sharding, R: Sharding,
                                   contract: list[tuple[str, ...]], used: set[str], out_local: float) -> None:
     """A contraction axis only one operand splits: gather that operand, or slice the other one and
     reduce the result, whichever moves fewer bytes (the latter adds the axis to `contract`)."""
@@ -195,7 +233,7 @@ def _dot_operand_targets(op: Op, L: Sharding, R: Sharding, batch, contract, lfre
     return with_dims(L, Lw), with_dims(R, Rw)
 
 
-def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _reduce(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dims = op.attrs.get("dimensions", ())
     ins = [w.resolve_partial(v, t, s, mult, "reduce")
            for v, t, s in zip(op.operands, op.operand_types, ins, strict=True)]
@@ -220,7 +258,7 @@ def _reduce(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
 # --- layout and data movement
 
 
-def _transpose(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _transpose(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     perm = op.attrs["permutation"]
     s = ins[0]
     out = with_dims(s, [s.dims[p] for p in perm], s.unreduced) if len(s.dims) == len(perm) else replicated(len(perm))
@@ -228,7 +266,7 @@ def _transpose(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
     return [out]
 
 
-def _reshape(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _reshape(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """Axes follow the most major non-unit dimension of each merged or split group while they
     divide the output dimensions; axes that cannot follow are gathered first."""
     src_t, dst_t = op.operand_type(0), op.result_type(0)
@@ -250,7 +288,7 @@ def _reshape(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manu
     return [with_dims(s, out_dims, s.unreduced)]
 
 
-def _hand_axes(w: ShardingPropagator, axes_in: tuple[str, ...], dst_t: TensorType, out_dims: list[tuple[str, ...]],
+def _hand_axes(w: Propagator, axes_in: tuple[str, ...], dst_t: TensorType, out_dims: list[tuple[str, ...]],
                o0: int, o1: int) -> list[str]:
     """Hand `axes_in` to output dims [o0, o1), major to minor, while they divide; returns the
     axes that found no dimension."""
@@ -269,7 +307,7 @@ def _hand_axes(w: ShardingPropagator, axes_in: tuple[str, ...], dst_t: TensorTyp
     return lost
 
 
-def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _broadcast(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     bd = op.attrs["broadcast_dimensions"]
     src_t, dst_t = op.operand_type(0), op.result_type(0)
     s = w.resolve_partial(op.operands[0], src_t, ins[0], mult, "broadcast")
@@ -283,7 +321,7 @@ def _broadcast(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, ma
     return [out]
 
 
-def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _concatenate(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     dim = op.attrs["dimension"]
     rank = op.result_type(0).rank
     ins = [w.resolve_partial(v, t, s, mult, "concatenate")
@@ -296,7 +334,7 @@ def _concatenate(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
     return [target]
 
 
-def _slice_like(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _slice_like(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """slice / dynamic_slice / pad / reverse: dimensions that change size lose their sharding, but
     for a pad that only appends to a dimension: the partitioner pads each shard in place."""
     src_t, dst_t = op.operand_type(0), op.result_type(0)
@@ -324,7 +362,7 @@ def _appended(op: Op, dim: int) -> bool:
             and op.attrs["interior_padding"][dim] == 0)
 
 
-def _dynamic_update_slice(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int,
+def _dynamic_update_slice(w: Propagator, op: Op, ins: list[Sharding], mult: int,
                           manual: bool) -> list[Sharding]:
     t0, tu = op.operand_type(0), op.operand_type(1)
     base = w.resolve_partial(op.operands[0], t0, ins[0], mult, "update")
@@ -337,7 +375,7 @@ def _dynamic_update_slice(w: ShardingPropagator, op: Op, ins: list[Sharding], mu
     return [base]
 
 
-def _constraint(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _constraint(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     t = op.result_types[0]
     target = fit(op.attrs["sharding"], t, w.sizes) if t is not None else replicated(0)
     if manual:
@@ -351,7 +389,7 @@ def _constraint(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, m
 # --- kernels, shard_map bodies, collectives written in the program
 
 
-def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _custom_call(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """An opaque kernel. Outside shard_map its operands must arrive replicated (no sharding rule)."""
     given = op.attrs.get("result_shardings")
     if not manual:
@@ -379,7 +417,7 @@ def _custom_call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, 
     return outs
 
 
-def _manual(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _manual(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """A shard_map: operands reshard to `in_shardings`, the body runs on local shapes."""
     in_sh, out_sh = op.attrs["in_shardings"], op.attrs["out_shardings"]
     body = op.regions[0]
@@ -396,7 +434,7 @@ def _manual(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manua
             for s, t in zip(out_sh, op.result_types, strict=True)]
 
 
-def _collective(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _collective(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """A collective written in the program: its groups mapped back to mesh axes."""
     c = op.attrs["collective"]
     axes = group_axes(c.replica_groups, w.mesh) if c.replica_groups else ()
@@ -426,7 +464,7 @@ def _collective(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, m
 # --- regions: loops, calls, branches
 
 
-def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _while(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     trips = op.attrs.get("trip_count")
     if trips is None:
         w.note("a while loop without a recognisable trip count was counted once")
@@ -446,7 +484,7 @@ def _while(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
     return carried
 
 
-def _call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _call(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     f = w.module.funcs[op.attrs["callee"]]
     saved = w.frame
     prefetchable_in = [(saved, v) in w.prefetchable for v in op.operands]
@@ -465,14 +503,14 @@ def _call(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual:
     return [returned[k] if k < len(returned) else _rep_of(t) for k, t in enumerate(op.result_types)]
 
 
-def _case(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _case(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     outs: list[Sharding] = []
     for r in op.regions:  # one branch runs: walked until one returns shardings
         outs = outs or w.region(r, [], mult, manual)
     return outs or [_rep_of(t) for t in op.result_types]
 
 
-def _other(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _other(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     """Ops without a rule (gather, scatter, sort, ...): first operand's sharding if shapes agree."""
     outs = []
     first = op.operand_types[0] if op.operand_types else None
@@ -485,7 +523,7 @@ def _other(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual
     return outs
 
 
-def _plumbing(w: ShardingPropagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+def _plumbing(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     return [_rep_of(t) for t in op.result_types]
 
 

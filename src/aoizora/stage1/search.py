@@ -221,8 +221,6 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(space_blob: bytes, topology_name: str, overlap: Overlap, memory_slack: float, keep: bool) -> None:
     import signal
 
-    import aoizora  # noqa: F401  (libtpu's multi-process switch, before jax starts)
-
     # Ctrl-C and a closing terminal's SIGHUP reach the whole group: the parent stops the workers
     ignore_stop_signals((signal.SIGINT, signal.SIGHUP))
     from aoizora.topology import get_topology

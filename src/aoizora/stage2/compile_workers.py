@@ -391,8 +391,6 @@ def _serve(recv_conn: Any, send_conn: Any) -> None:
     sys.path[:] = recv_conn.recv()
     import jax  # noqa: F401  (the imports a compile needs, before the parent's clock starts)
 
-    import aoizora  # noqa: F401  (libtpu's multi-process switch, before libtpu loads)
-
     send_conn.send(("ready",))
     spaces: dict[bytes, Any] = {}
     while True:

@@ -52,8 +52,6 @@ log = logging.getLogger("aoizora.stage2")
 
 def _environment_here() -> dict[str, Any]:
     """What this Ray worker compiles with, and where it runs."""
-    import aoizora  # noqa: F401  (libtpu's multi-process switch, before libtpu loads)
-
     return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(), "environment": compile_environment()}
 
 

@@ -58,7 +58,7 @@ from aoizora.models.wan.strategy import Strategy
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
 
 #: the environment variable naming a MaxDiffusion checkout (its `src` is imported)
 CHECKOUT_VARIABLE = "MAXDIFFUSION_DIR"
@@ -115,7 +115,7 @@ def adjustments(generation: str | None) -> list[str]:
 MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b")
 
 
-def check_program(program: str, space: WanSpace) -> None:
+def check_program(program: str, space: WanSpaceFields) -> None:
     """Raise ArgumentError unless `program` is one of `PROGRAMS` and, for MaxDiffusion's, the
     space plans a model whose MaxDiffusion step this module builds (`MODELS`)."""
     from aoizora.errors import ArgumentError
@@ -164,7 +164,7 @@ def _commit(package: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def step_overrides(space: WanSpace, strategy: Strategy) -> tuple[str, list[tuple[str, str]]]:
+def step_overrides(space: WanSpaceFields, strategy: Strategy) -> tuple[str, list[tuple[str, str]]]:
     """The config that ships the space's model and the overrides that run `strategy` on it: the
     export's (mesh, attention, blocks, axis rules) and the video's shape."""
     config = maxdiffusion_config(space.name, field="model")
@@ -243,7 +243,7 @@ class MaxDiffusionStep:
     `settings` are overrides a run set beyond the strategy's (a published run's own attention name,
     say); each replaces the strategy's override of the same key."""
 
-    def __init__(self, space: WanSpace, strategy: Strategy, mesh: Mesh,
+    def __init__(self, space: WanSpaceFields, strategy: Strategy, mesh: Mesh,
                  settings: tuple[tuple[str, str], ...] = ()) -> None:
         self.space, self.strategy, self.mesh, self.settings = space, strategy, mesh, settings
         #: after `lower()`: how the program lowered differs from MaxDiffusion's (`adjustments`; none
@@ -289,7 +289,7 @@ class MaxDiffusionStep:
                                   **table)
 
 
-def _resident_experts(space: WanSpace) -> tuple[Any, ...]:
+def _resident_experts(space: WanSpaceFields) -> tuple[Any, ...]:
     """The WanConfigs of the experts whose weights stay in HBM beside the running one (none for Wan 2.1)."""
     return tuple(getattr(space, "resident_experts", ()))
 
@@ -367,7 +367,7 @@ def _value(config: Any, key: str, default: Any) -> Any:
         return default
 
 
-def _abstract_model(space: WanSpace, config: Any, mesh: Mesh, wan: Any) -> tuple[Any, Any, Any, Any]:
+def _abstract_model(space: WanSpaceFields, config: Any, mesh: Mesh, wan: Any) -> tuple[Any, Any, Any, Any]:
     """(graphdef, parameters, the rest of the state, the rotary embedding) of the transformer of
     dimensions `wan` (a WanConfig), all abstract: each parameter a shaped stand-in in the dtype
     MaxDiffusion loads it in, sharded by its logical axes."""
@@ -399,7 +399,7 @@ def _abstract_model(space: WanSpace, config: Any, mesh: Mesh, wan: Any) -> tuple
     return graphdef, params, rest, rope
 
 
-def _abstract_inputs(space: WanSpace, mesh: Mesh) -> tuple[Any, Any, Any]:
+def _abstract_inputs(space: WanSpaceFields, mesh: Mesh) -> tuple[Any, Any, Any]:
     """The step's latents (the CFG pair doubled), timesteps and prompt embeddings, replicated as
     `_prepare_model_inputs` puts them."""
     import jax

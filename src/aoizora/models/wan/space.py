@@ -13,6 +13,9 @@ kernel) and answers the `StrategySpace` protocol from one module per concern:
 * `space_plan_file` — the plan's `strategy` object and `workload` section, and the checks of a
   Wan plan's fields. A strategy's text forms are the strategy's own (`Strategy.key`,
   `Strategy.description`).
+
+Those modules, and MaxDiffusion's step, take the space as `space_fields.WanSpaceFields` (what
+they read of it), so that none of them imports this module.
 """
 
 from __future__ import annotations

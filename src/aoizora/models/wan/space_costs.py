@@ -18,7 +18,7 @@ from aoizora.models.wan.strategy import Strategy
 from aoizora.workload import KernelCall
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
 
 
 def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
@@ -40,7 +40,7 @@ def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
                               strategy.kernel_profile, blocks.compute_blocks_per_step if blocks is not None else 1)
 
 
-def compiled_kernel_cost(space: WanSpace, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     """The model's own record of the kernel this custom call is (matched by its HLO name)."""
     if strategy not in space._kernel_costs and strategy in space._meshes:
         space._kernel_costs[strategy] = opaque_kernel_costs(

@@ -27,11 +27,11 @@ from aoizora.models.wan.strategy import MESH_AXES, RING_LAYOUTS, Strategy, check
 from aoizora.workload import Candidate, ExpertDeployment, axis_assignments
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
     from aoizora.topology import Topology
 
 
-def candidates(space: WanSpace, num_devices: int) -> list[Candidate[Strategy]]:
+def candidates(space: WanSpaceFields, num_devices: int) -> list[Candidate[Strategy]]:
     """Every strategy of the space on `num_devices`, with the reasons of the illegal ones."""
     out = []
     for sizes in axis_assignments(num_devices, MESH_AXES):
@@ -51,7 +51,7 @@ def candidates(space: WanSpace, num_devices: int) -> list[Candidate[Strategy]]:
     return out
 
 
-def reasons(space: WanSpace, st: Strategy, num_devices: int) -> list[str]:
+def reasons(space: WanSpaceFields, st: Strategy, num_devices: int) -> list[str]:
     """Why `st` is not one of the space's strategies: illegal for the model, or a duplicate."""
     out = check_strategy(st, space.config, space.video, space.batch, num_devices)
     if st.fsdp > 1 and not st.shards_embed:
@@ -75,7 +75,7 @@ def reasons(space: WanSpace, st: Strategy, num_devices: int) -> list[str]:
     return out
 
 
-def expert_strategy(space: WanSpace, num_devices: int) -> Strategy | None:
+def expert_strategy(space: WanSpaceFields, num_devices: int) -> Strategy | None:
     """MaxDiffusion's generation-agnostic Wan deployment (its README's command): CFG on
     data=2, the rest on context, K/V all-gathered, weights' embed dimension sharded over
     context and gathered per layer, the command's splash block sizes."""
@@ -83,7 +83,7 @@ def expert_strategy(space: WanSpace, num_devices: int) -> Strategy | None:
     return rows[0][1] if rows else None
 
 
-def expert_deployments(space: WanSpace, topology: Topology) -> list[ExpertDeployment[Strategy]]:
+def expert_deployments(space: WanSpaceFields, topology: Topology) -> list[ExpertDeployment[Strategy]]:
     """The deployments MaxDiffusion documents for the slice's generation (`wan_experts`), then the
     user's own, each as aoizora compiles it (`space_tiles.as_compiled`)."""
     rows = legal_expert_strategies(space.config, space.video, topology.generation, topology.num_devices,

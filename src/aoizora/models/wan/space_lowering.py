@@ -21,7 +21,7 @@ from aoizora.workload import LoweringInputs
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
 
 
 def mesh_spec(strategy: Strategy) -> MeshSpec:
@@ -30,7 +30,7 @@ def mesh_spec(strategy: Strategy) -> MeshSpec:
     return MeshSpec(strategy.mesh_axes, strategy.mesh_shape)
 
 
-def lowering_inputs(space: WanSpace, strategy: Strategy, mesh: Mesh) -> LoweringInputs:
+def lowering_inputs(space: WanSpaceFields, strategy: Strategy, mesh: Mesh) -> LoweringInputs:
     """The denoising step of the space's CFG batch (batch / 2 videos a step, as its kernels are
     costed) and its abstract arguments on `mesh`; the mesh is kept for costing the strategy's
     kernels if Stage 2 compiles it (`space_costs.compiled_kernel_cost`)."""

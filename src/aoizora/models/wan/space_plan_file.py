@@ -24,7 +24,7 @@ from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 from aoizora.workload import PlanDisagreement
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
 
 _MESH_SEGMENT = re.compile(r"(single|[A-Za-z_][A-Za-z0-9_]*=[0-9]+(,[A-Za-z_][A-Za-z0-9_]*=[0-9]+)*)")
 
@@ -108,7 +108,7 @@ def _key_restated(parsed: Strategy, given: str) -> PlanDisagreement | None:
     return None
 
 
-def describe(space: WanSpace, strategy: Strategy) -> dict[str, Any]:
+def describe(space: WanSpaceFields, strategy: Strategy) -> dict[str, Any]:
     """The plan's `strategy` object: the strategy's description with the space's video and the
     tile MaxDiffusion's own kernel runs it with (compiled at `splash_blocks`), when it runs one."""
     tile = custom_kernel_tile(strategy, space.video.tokens(space.config), space.generation)
@@ -116,7 +116,7 @@ def describe(space: WanSpace, strategy: Strategy) -> dict[str, Any]:
                                 kernel_tile=tile.to_json() if tile is not None else None)
 
 
-def workload(space: WanSpace) -> dict[str, Any]:
+def workload(space: WanSpaceFields) -> dict[str, Any]:
     """The plan's `workload` section (and its cache key): the model, video, sampler and kernels."""
     return {
         "name": space.name,

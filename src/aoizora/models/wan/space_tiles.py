@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax.numpy as jnp
 
@@ -29,7 +29,10 @@ from aoizora.workload import ExpertDeployment
 
 if TYPE_CHECKING:
     from aoizora.models.wan.config import WanConfig
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
+
+#: a space given to `under_flags`, and the copy it returns (a `WanSpace` or a subclass)
+Space = TypeVar("Space", bound="WanSpaceFields")
 
 
 def splash_max_block_q(generation: str | None) -> dict[int, int]:
@@ -45,7 +48,7 @@ def replicated_weight_tile(generation: str | None, config: WanConfig) -> tuple[i
     return tile if tile != RUNTIME_TILE_16BIT and jnp.dtype(config.dtype).itemsize == 2 else None
 
 
-def with_blocks(space: WanSpace, st: Strategy) -> Strategy:
+def with_blocks(space: WanSpaceFields, st: Strategy) -> Strategy:
     """The strategy with splash blocks fitted to it, when the space fits blocks and it runs splash:
     JAX's splash (whose cost depends on them) with the tile and scoped-VMEM limit the search finds
     fastest (`blocks.searched_splash_tile`), another kernel (costed by a tile-independent profile)
@@ -87,7 +90,7 @@ def fixed_limit(flags: CompilerFlags) -> int | None:
     return limit
 
 
-def under_flags(space: WanSpace, flags: CompilerFlags) -> WanSpace:
+def under_flags(space: Space, flags: CompilerFlags) -> Space:
     """The space as planned under the plan's compiler flags: where they set the scoped-VMEM limit,
     a copy whose tiles are searched at that limit alone (the flags given to a plan win over a
     strategy's own, so a tile chosen for another limit would be compiled under this one)."""
@@ -107,7 +110,7 @@ def compile_flags(strategy: Strategy) -> str:
     return f"--{SCOPED_VMEM_FLAG}={strategy.scoped_vmem_kib}"
 
 
-def order_probe(space: WanSpace, strategy: Strategy) -> Strategy | None:
+def order_probe(space: WanSpaceFields, strategy: Strategy) -> Strategy | None:
     """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
     libtpu's default limit, and that limit: the limit makes libtpu's back end several times
     slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
@@ -122,7 +125,7 @@ def order_probe(space: WanSpace, strategy: Strategy) -> Strategy | None:
     return dataclasses.replace(strategy, splash_blocks=blocks, scoped_vmem_kib=None)
 
 
-def as_compiled(space: WanSpace, deployment: ExpertDeployment[Strategy]) -> ExpertDeployment[Strategy]:
+def as_compiled(space: WanSpaceFields, deployment: ExpertDeployment[Strategy]) -> ExpertDeployment[Strategy]:
     """A deployment of another kernel than JAX's splash as aoizora compiles it: its kernel is
     costed by its profile, which does not depend on the tile, and the program is compiled with
     JAX's splash at blocks that kernel accepts (its own tile may need the other kernel)."""

@@ -13,25 +13,25 @@ from aoizora.models.wan.video_time import VideoTime, decode_part
 from aoizora.workload import CompanionProgram
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space_fields import WanSpaceFields
     from aoizora.models.wan.strategy import Strategy
     from aoizora.topology import Topology
 
 
-def decode_latent(space: WanSpace) -> tuple[int, ...]:
+def decode_latent(space: WanSpaceFields) -> tuple[int, ...]:
     """The latent the VAE decodes after the last step: the space's videos (the CFG pair is one video)."""
     assert space.vae is not None
     v = space.video
     return latent_shape(v.height, v.width, v.frames, space.videos, space.vae)
 
 
-def companion_programs(space: WanSpace, topology: Topology) -> list[CompanionProgram]:
+def companion_programs(space: WanSpaceFields, topology: Topology) -> list[CompanionProgram]:
     if space.vae is None:
         return []
     return [decode_program(topology, decode_latent(space), space.vae)]
 
 
-def video_time(space: WanSpace, strategy: Strategy, topology: Topology, step_seconds: float,
+def video_time(space: WanSpaceFields, strategy: Strategy, topology: Topology, step_seconds: float,
                companions: dict[str, dict[str, Any]]) -> VideoTime:
     swap, swap_basis = space.expert_swap(strategy, topology)
     decode, decode_basis = decode_part(companions.get(VAE_DECODE))
@@ -40,7 +40,7 @@ def video_time(space: WanSpace, strategy: Strategy, topology: Topology, step_sec
                      expert_swap_basis=swap_basis, vae_decode_seconds=decode, vae_decode_basis=decode_basis)
 
 
-def video_time_json(space: WanSpace, strategy: Strategy, topology: Topology, step_seconds: float,
+def video_time_json(space: WanSpaceFields, strategy: Strategy, topology: Topology, step_seconds: float,
                     companions: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The plan's `video_time` section: `VideoTime.to_json()`, the decode's whole cost beside its seconds."""
     out = video_time(space, strategy, topology, step_seconds, companions).to_json()
