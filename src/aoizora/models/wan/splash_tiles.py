@@ -22,6 +22,7 @@ measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -209,7 +210,6 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     compile runs. The search is then at that limit alone: the default-limit blocks unless the rule
     refuses them there, and that limit's tiles; the limit returned is it. Where no tile is left,
     the default-limit blocks are returned with it and the compile decides."""
-    from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
     from aoizora.topology import hardware_profile
 
     hw = hardware_profile(generation)
@@ -217,8 +217,21 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     if fitted is None:
         return None
     lq, lk = self_attention_lengths(strategy, tokens)
-    nb = local_batch(strategy, batch)
-    ring = runs_maxdiffusion_ring(strategy)
+    return _searched_tile(generation, fitted, lq, lk, local_batch(strategy, batch), runs_maxdiffusion_ring(strategy),
+                          head_dim, fixed_limit_kib)
+
+
+@functools.lru_cache(maxsize=4096)
+def _searched_tile(generation: str, fitted: SplashBlocks, lq: int, lk: int, nb: int, ring: bool, head_dim: int,
+                   fixed_limit_kib: int | None) -> tuple[SplashBlocks, int | None]:
+    """`searched_splash_tile` from the default-limit blocks on: it depends on the call's lengths,
+    local batch and kernel alone, which many strategies of a space share (a space of 600
+    strategies searched ~330,000 tiles through the VMEM rule, 2.3 s of the planning process's
+    time before any lowering, for a few dozen distinct calls)."""
+    from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
+    from aoizora.topology import hardware_profile
+
+    hw = hardware_profile(generation)
 
     def admitted(tile: SplashBlocks, limit: int) -> bool:
         return bool(splash_blocks_fit(hw, nb, tile, limit)) and (not ring or ring_kernel_admits(hw, nb, tile, limit))
