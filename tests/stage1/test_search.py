@@ -181,3 +181,18 @@ def test_strategies_sharing_lowering_work_are_grouped():
     for g in groups:
         assert len({(e.candidate.strategy.context, e.candidate.strategy.tensor) for e in g}) == 1
     assert len(groups) < len(legal)
+
+
+def test_workers_are_handed_single_strategies_near_the_end():
+    """A worker holds two hand-outs, which the planning process waits for once nothing is left to
+    lower: they are small near the end (whole affinity groups left it waiting ~3 s of the demo's 28)."""
+    from collections import deque
+
+    from aoizora.stage1.search import POOL_RUN, hand_out
+
+    pending = deque(range(104))
+    sizes = []
+    while pending:
+        sizes.append(len(hand_out(pending, 2)))
+    assert sum(sizes) == 104 and max(sizes) == POOL_RUN
+    assert sizes == sorted(sizes, reverse=True) and sizes[-8:] == [1] * 8

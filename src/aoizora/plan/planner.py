@@ -151,12 +151,15 @@ def plan_space(
                               executor) as companions:
         for ex in experts:
             early.start(ex.key, ex.deployment.strategy, ex.flags)
-        companions.start()  # strategy-independent (a video's VAE decode): compiled once, beside the steps
         if stage1 is None:
             stage1 = run_stage1(space, topology, top_k=top_k, progress=progress, console=console,
                                 cache=default_stage1_cache() if use_cache else None)
         else:
             t_start -= stage1.seconds  # planning time includes the Stage 1 done beforehand
+        # strategy-independent (a video's VAE decode): compiled once, beside Stage 2's compiles. Not
+        # beside Stage 1: its lowering (this process) and its compile (minutes of a core) took the
+        # cores Stage 1's lowerings run on, which it needs before Stage 2 can start.
+        companions.start()
         if not stage1.kept:
             raise nothing_fits(space, topology, stage1)
         kept, extra_notes, reserve, bounds = _stage2_candidates(stage1, experts)

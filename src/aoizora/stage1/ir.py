@@ -377,6 +377,13 @@ def _scalar_constant(attr: ir.Attribute) -> int | float | None:
 class _Reader:
     def __init__(self) -> None:
         self.ids: dict[ir.Value, int] = {}
+        # MLIR uniques a context's types: a module of ~1,000 ops has a few dozen distinct ones
+        self.types: dict[ir.Type, TensorType | None] = {}
+
+    def tensor_type(self, t: ir.Type) -> TensorType | None:
+        if t not in self.types:
+            self.types[t] = tensor_type(t)
+        return self.types[t]
 
     def vid(self, v: ir.Value) -> int:
         i = self.ids.get(v)
@@ -393,7 +400,7 @@ class _Reader:
             raise IRReadError("multi-block regions do not occur in lowered JAX programs; cannot read this one")
         b = blocks[0]
         args = tuple(self.vid(a) for a in b.arguments)
-        types = tuple(tensor_type(a.type) for a in b.arguments)
+        types = tuple(self.tensor_type(a.type) for a in b.arguments)
         return Region(args, types, [self.op(o.operation) for o in b.operations])
 
     def op(self, o: ir.Operation) -> Op:
@@ -402,8 +409,8 @@ class _Reader:
             name,
             tuple(self.vid(v) for v in o.operands),
             tuple(self.vid(v) for v in o.results),
-            tuple(tensor_type(v.type) for v in o.operands),
-            tuple(tensor_type(v.type) for v in o.results),
+            tuple(self.tensor_type(v.type) for v in o.operands),
+            tuple(self.tensor_type(v.type) for v in o.results),
             _attrs(name, o),
         )
         op.regions = [self.region(r) for r in o.regions]

@@ -37,6 +37,7 @@ from aoizora.topology import Topology
 from aoizora.workload import LOWERING_LOCK, Candidate, LoweringInputs, StrategySpace, lowering_inputs_on
 
 PARALLEL_MIN_STRATEGIES = 24  # below this, worker start-up costs more than it saves
+POOL_RUN = 4  # strategies a worker is handed at once (`_analyse_in_pool`)
 
 
 class Verdict(StrEnum):
@@ -377,15 +378,26 @@ def _analyse_groups(space: StrategySpace, topology: Topology, groups: list[list[
     _analyse_in_pool(space, topology, groups, settings, n_workers, blob, apply, advance)
 
 
+def hand_out(pending: deque[Entry], n_workers: int) -> list[Entry]:
+    """The next strategies a worker is handed, from the front of `pending`: up to `POOL_RUN`, fewer
+    as the end nears, one at a time for the last 4 per process."""
+    run = max(1, min(POOL_RUN, len(pending) // (4 * n_workers)))
+    return [pending.popleft() for _ in range(min(run, len(pending)))]
+
+
 def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list[Entry]], settings: _Settings,
                      n_workers: int, blob: bytes, apply: Callable[[Entry, _Analysed], None],
                      advance: Callable[[], None]) -> None:
     """`n_workers - 1` spawned workers and this process analyse the groups.
 
     This process is one of the workers: it lowers while the others start (each imports jax and
-    libtpu for ~4 s) and keeps them fed, two groups ahead, between its own lowerings."""
+    libtpu for ~4 s) and keeps them fed, two hand-outs ahead, between its own lowerings."""
     context = multiprocessing.get_context("spawn")
-    pending = deque(groups)
+    # the strategies in group order: the workers take the large groups' from the front, this process
+    # the small ones' from the back, each lowering a group's strategies one after another. A worker
+    # is handed up to POOL_RUN at once, one at a time near the end: it holds two hand-outs, which
+    # this process waits for once nothing is left (whole groups: 3 s of the demo's 28 s)
+    pending = deque(e for g in groups for e in g)
     running: dict[Future, list[Entry]] = {}
 
     def collect(block: bool) -> None:
@@ -397,7 +409,7 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
 
     def feed(pool: ProcessPoolExecutor) -> None:
         while pending and len(running) < 2 * (n_workers - 1):
-            g = pending.popleft()
+            g = hand_out(pending, n_workers)
             with children_start_with_stop_signals_held():  # a submit may start a worker
                 running[pool.submit(_worker_analyse, [e.candidate.strategy for e in g])] = g
 
@@ -408,12 +420,12 @@ def _analyse_in_pool(space: StrategySpace, topology: Topology, groups: list[list
     try:
         feed(pool)
         while pending:
-            for e in pending.pop():  # the smallest group left: the others may take the large ones
-                apply(e, _analyse_one(space, e.candidate.strategy, topology, settings.overlap, settings.memory_slack,
-                                      settings.keep_predictions))
-                advance()
-                collect(block=False)
-                feed(pool)
+            e = pending.pop()  # of the smallest group left: the workers take the large ones
+            apply(e, _analyse_one(space, e.candidate.strategy, topology, settings.overlap, settings.memory_slack,
+                                  settings.keep_predictions))
+            advance()
+            collect(block=False)
+            feed(pool)
         while running:
             collect(block=True)
     except BaseException:

@@ -1,5 +1,5 @@
 """The pipeline's programs besides the step (`CompanionProgram`: a video's VAE decode), compiled
-while Stage 1 lowers and Stage 2 compiles, and costed by Q2 and the simulator as a step is.
+while Stage 2 compiles, and costed by Q2 and the simulator as a step is.
 
 Each depends on the slice and its own inputs, never on the strategy: one compile per program,
 through the compile cache (so a re-plan reads it back), in the executor Stage 2 uses (so the

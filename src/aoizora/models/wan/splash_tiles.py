@@ -22,6 +22,7 @@ measured rule of `aoizora.models.wan.vmem`; the fitted blocks do not use it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -239,7 +240,6 @@ def splash_tile_candidates(strategy: Strategy, tokens: int, batch: int, generati
     compile runs. The candidates are then at that limit alone: the default-limit blocks unless the
     rule refuses them there, and that limit's tiles. Where no tile is left, the default-limit
     blocks alone, at that limit, and the compile decides."""
-    from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
     from aoizora.topology import hardware_profile
 
     hw = hardware_profile(generation)
@@ -247,8 +247,21 @@ def splash_tile_candidates(strategy: Strategy, tokens: int, batch: int, generati
     if fitted is None:
         return []
     lq, lk = self_attention_lengths(strategy, tokens)
-    nb = local_batch(strategy, batch)
-    ring = runs_maxdiffusion_ring(strategy)
+    return list(_tile_candidates(generation, fitted, lq, lk, local_batch(strategy, batch),
+                                 runs_maxdiffusion_ring(strategy), fixed_limit_kib))
+
+
+@functools.lru_cache(maxsize=4096)
+def _tile_candidates(generation: str, fitted: SplashBlocks, lq: int, lk: int, nb: int, ring: bool,
+                     fixed_limit_kib: int | None) -> tuple[tuple[SplashBlocks, int | None], ...]:
+    """`splash_tile_candidates` from the default-limit blocks on: it depends on the call's lengths,
+    local batch and kernel alone, which many strategies of a space share (a space of 600
+    strategies searched ~330,000 tiles through the VMEM rule, 2.3 s of the planning process's
+    time before any lowering, for a few dozen distinct calls)."""
+    from aoizora.models.wan.vmem import effective_limit_kib, splash_blocks_fit
+    from aoizora.topology import hardware_profile
+
+    hw = hardware_profile(generation)
 
     def admitted(tile: SplashBlocks, limit: int) -> bool:
         return bool(splash_blocks_fit(hw, nb, tile, limit)) and (not ring or ring_kernel_admits(hw, nb, tile, limit))
@@ -257,7 +270,7 @@ def splash_tile_candidates(strategy: Strategy, tokens: int, batch: int, generati
         tiles = list(_tiles_at_limit(lq, lk, fixed_limit_kib, admitted))
         if splash_blocks_fit(hw, nb, fitted, fixed_limit_kib) is not False:
             tiles.insert(0, fitted)  # first: a tie keeps the default-limit blocks
-        return [(tile, fixed_limit_kib) for tile in (tiles or [fitted])]
+        return tuple((tile, fixed_limit_kib) for tile in (tiles or [fitted]))
 
     candidates: list[tuple[SplashBlocks, int | None]] = [(fitted, None)]
     default = effective_limit_kib(hw)
@@ -266,7 +279,7 @@ def splash_tile_candidates(strategy: Strategy, tokens: int, batch: int, generati
         if default is None or raised is None or raised <= default:
             continue  # the chip gives no more than the default
         candidates.extend((tile, limit) for tile in _tiles_at_limit(lq, lk, limit, admitted))
-    return candidates
+    return tuple(candidates)
 
 
 def _tiles_at_limit(lq: int, lk: int, limit: int,
