@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                               topo, vae_decode=False)
     now = topo.hardware
     measured_under = dataclasses.replace(now, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
-                                         splash_grid_step_s=None)
+                                         splash_grid_step_s=None, splash_call_s=None)
     rows = []
     for r in doc["rows"]:
         st = Strategy.from_key(r["key"])

@@ -30,11 +30,12 @@ def test_the_split_puts_no_call_shape_on_both_sides(rows):
 
 def test_the_profile_holds_the_fit_of_the_fit_set(rows):
     fit, _ = calibrate_v5e.split(rows)
-    inv_rate, unoverlapped, step = calibrate_v5e.fit(fit)
+    inv_rate, unoverlapped, step, call = calibrate_v5e.fit(fit)
     hw = hardware_profile("v5e")
     assert hw.attention_score_elements_per_s == pytest.approx(1 / inv_rate, rel=0.01)
     assert hw.splash_unoverlapped_element_s == pytest.approx(unoverlapped, rel=0.01)
     assert hw.splash_grid_step_s == pytest.approx(step, rel=0.01)
+    assert hw.splash_call_s == pytest.approx(call, rel=0.01)
 
 
 def test_the_committed_calibration_tables_are_what_the_script_computes_now(tmp_path):
@@ -46,3 +47,22 @@ def test_the_committed_calibration_tables_are_what_the_script_computes_now(tmp_p
 def test_on_the_test_set_every_splash_call_is_within_seven_percent(rows):
     summary = json.loads((DATA / "v5e_splash_calibration.json").read_text())["test_after"]["summary"]
     assert summary["within_7pct"] == summary["rows"] == len(calibrate_v5e.split(rows)[1])
+
+
+def test_the_committed_per_device_check_is_what_the_script_computes_now(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks" / "chip"))
+    import per_device_check
+
+    out = tmp_path / "check.json"
+    per_device_check.main(["--json", str(out)])
+    got = json.loads(out.read_text())
+    committed = json.loads((DATA / "v5e_per_device_check.json").read_text())
+    assert [r["key"] for r in got["rows"]] == [r["key"] for r in committed["rows"]]
+    for mine, theirs in zip(got["rows"], committed["rows"], strict=True):
+        assert {k: v for k, v in mine.items() if k != "key"} == pytest.approx(
+            {k: v for k, v in theirs.items() if k != "key"}, rel=1e-9)
+    assert (got["spearman_before"], got["spearman_after"]) == pytest.approx(
+        (committed["spearman_before"], committed["spearman_after"]))
+    for row in got["rows"]:  # the re-traced kernels are the recorded ones under the profile measured with
+        assert row["kernels_retraced_s"] == pytest.approx(row["kernels_recorded_s"], rel=1e-6)
+    assert got["spearman_after"] >= 0.9

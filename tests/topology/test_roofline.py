@@ -164,7 +164,7 @@ def test_a_splash_step_with_one_compute_sub_block_pays_its_chain_on_every_elemen
 
     assert call(1) - call(2) == pytest.approx(score * hw.splash_unoverlapped_element_s / 2)
     assert call(2) == pytest.approx(score / hw.attention_score_elements_per_s
-                                    + score * hw.splash_unoverlapped_element_s / 2)
+                                    + score * hw.splash_unoverlapped_element_s / 2 + hw.splash_call_s)
 
 
 def test_only_a_splash_call_pays_the_splash_kernels_own_step_cost():
@@ -172,5 +172,6 @@ def test_only_a_splash_call_pays_the_splash_kernels_own_step_cost():
     other = hw.roofline_seconds(0, 0, KernelWork(grid_steps=1000))
     splash = hw.roofline_seconds(0, 0, KernelWork(grid_steps=1000, compute_blocks_per_step=2))
     assert other == pytest.approx(1000 * hw.pallas_grid_step_s)
-    assert splash == pytest.approx(1000 * hw.splash_grid_step_s)
+    assert splash == pytest.approx(1000 * hw.splash_grid_step_s + hw.splash_call_s)
     assert hardware_profile("v6e").splash_grid_step_s is None  # measured on v5e only
+    assert hardware_profile("v6e").splash_call_s is None

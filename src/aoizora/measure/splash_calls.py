@@ -61,9 +61,9 @@ class SplashCase:
     limit_kib: int | None
 
     def predicted_seconds(self, hw: HardwareProfile) -> float:
-        """JAX's splash model for the whole call (`splash_tiles.splash_call_seconds` per map)."""
-        per_map = splash_call_seconds(hw, self.call.lq, self.call.lk, self.call.head_dim, self.blocks)
-        return self.call.batch * self.call.heads * per_map
+        """JAX's splash model for the whole call (`splash_tiles.splash_call_seconds` over its maps)."""
+        return splash_call_seconds(hw, self.call.lq, self.call.lk, self.call.head_dim, self.blocks,
+                                   maps=self.call.batch * self.call.heads)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.call.to_json(), "blocks": self.blocks.describe(), "limit_kib": self.limit_kib}

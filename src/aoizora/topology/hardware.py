@@ -78,9 +78,12 @@ class HardwareProfile:
     #: JAX's splash kernel, where measured on the chip (None: not measured; the generic figures
     #: above cost it): per score element, the part of a grid step's QK^T -> softmax -> PV chain on
     #: one K/V compute sub-block that nothing overlaps (paid once per grid step, so 1/n of the
-    #: elements with n sub-blocks per step), and the fixed cost of one of its grid steps
+    #: elements with n sub-blocks per step), the fixed cost of one of its grid steps, and the
+    #: fixed cost of one call (its launch, the prefetch of the mask's block tables, the pipeline's
+    #: first and last copies)
     splash_unoverlapped_element_s: float | None = None
     splash_grid_step_s: float | None = None
+    splash_call_s: float | None = None
     tensorcores_per_chip: int = 1
     #: whether libtpu compiles an all-gather of an activation the program computes as an
     #: asynchronous collective fusion, which holds a second buffer of the result outside its
@@ -142,8 +145,9 @@ class HardwareProfile:
         A Pallas kernel also pays `pallas_grid_step_s` per iteration of its grid
         (`kernel.grid_steps`) on top: small blocks mean many short iterations. A splash call
         (`kernel.compute_blocks_per_step` set) on a generation where the kernel was measured pays
-        its own per-step cost instead, and the un-overlapped part of each step's chain
-        (`splash_unoverlapped_element_s` per score element over the sub-blocks per step).
+        its own per-step cost instead, the un-overlapped part of each step's chain
+        (`splash_unoverlapped_element_s` per score element over the sub-blocks per step), and its
+        fixed cost per call (`splash_call_s`): `flops`, bytes, elements and steps are one call's.
         Q1, Q2 and the simulator all cost such work here.
         """
         kernel = kernel or KernelWork()
@@ -161,6 +165,7 @@ class HardwareProfile:
                 seconds += kernel.score_elements * self.splash_unoverlapped_element_s / kernel.compute_blocks_per_step
             if self.splash_grid_step_s is not None:
                 step = self.splash_grid_step_s * self.devices_per_chip / self.tensorcores_per_chip
+            seconds += self.splash_call_s or 0.0
         return seconds + (kernel.grid_steps or 0) * step
 
     @property
@@ -200,6 +205,7 @@ class HardwareProfile:
             "pallas_grid_step_s": self.pallas_grid_step_s,
             "splash_unoverlapped_element_s": self.splash_unoverlapped_element_s,
             "splash_grid_step_s": self.splash_grid_step_s,
+            "splash_call_s": self.splash_call_s,
             "tensorcores_per_chip": self.tensorcores_per_chip,
             "async_collective_fusion": self.async_collective_fusion,
             "tile_16bit": list(self.tile_16bit),

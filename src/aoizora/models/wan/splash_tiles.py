@@ -138,20 +138,22 @@ EXPERT_BLOCK_Q: tuple[int, ...] = (3024, 3328, 4864, 6400, 8448, 9472)
 MAX_SEARCHED_BLOCK_Q = 9472
 
 
-def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, blocks: SplashBlocks) -> float:
-    """JAX's splash cost model (`HardwareProfile.roofline_seconds`) for one head of one sample of
-    a call over `lq` queries and `lk` keys, padded to the blocks: the padded score matrix's MXU and
-    vector work, K/V streamed once per Q block, one fixed cost per grid step, and where the kernel
-    was measured (v5e) the part of each step's chain its K/V compute sub-blocks leave un-overlapped.
-    A tile's cost relative to another's does not depend on the number of heads and samples (every
-    term scales with it)."""
+def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, blocks: SplashBlocks,
+                        maps: int = 1) -> float:
+    """JAX's splash cost model (`HardwareProfile.roofline_seconds`) for a call over `maps` maps
+    (samples x heads; by default one) of `lq` queries and `lk` keys, padded to the blocks: the
+    padded score matrix's MXU and vector work, K/V streamed once per Q block, one fixed cost per
+    grid step, and where the kernel was measured (v5e) the part of each step's chain its K/V
+    compute sub-blocks leave un-overlapped and a fixed cost per call. A tile's cost relative to
+    another's does not depend on the number of maps (every term but the call's, the same for
+    every tile, scales with it)."""
     from aoizora.models.wan.attention import splash_cost, splash_grid_steps
     from aoizora.topology import KernelWork
 
     lqp, lkp = _round_up(lq, blocks.block_q), _round_up(lk, blocks.block_kv)
-    flops, hbm = splash_cost(1, lqp, lkp, head_dim, 2, False, blocks.block_q)
+    flops, hbm = splash_cost(maps, lqp, lkp, head_dim, 2, False, blocks.block_q)
     work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim),
-                      grid_steps=splash_grid_steps(1, lqp, lkp, blocks.block_q, blocks.block_kv),
+                      grid_steps=splash_grid_steps(maps, lqp, lkp, blocks.block_q, blocks.block_kv),
                       compute_blocks_per_step=blocks.compute_blocks_per_step)
     return hw.roofline_seconds(flops, hbm, work)
 
