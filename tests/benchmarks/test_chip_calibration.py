@@ -66,3 +66,19 @@ def test_the_committed_per_device_check_is_what_the_script_computes_now(tmp_path
     for row in got["rows"]:  # the re-traced kernels are the recorded ones under the profile measured with
         assert row["kernels_retraced_s"] == pytest.approx(row["kernels_recorded_s"], rel=1e-6)
     assert got["spearman_after"] >= 0.9
+
+
+def test_the_grid_keeps_per_limit_and_kv_cap_the_largest_block_q():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "chip"))
+    import splash_grid
+
+    from aoizora.measure.splash_calls import SplashCall, SplashCase
+    from aoizora.models.wan.strategy import SplashBlocks
+
+    call = SplashCall(1, 40, 18944, 75776, 128, False)
+    cases = [SplashCase(call, SplashBlocks.parse(t), lim) for t, lim in (
+        ("1280/2048/1024", None), ("2432/2048/1024", 32768), ("3024/2048/1024", 32768),
+        ("3200/1024/1024", 32768), ("4736/2048/1024", 65536), ("3024/2048/1024", 65536))]
+    kept = splash_grid._largest_block_q(cases)
+    assert [(c.blocks.describe(), c.limit_kib) for c in kept] == [
+        ("1280/2048/1024", None), ("3024/2048/1024", 32768), ("3200/1024/1024", 32768), ("4736/2048/1024", 65536)]
