@@ -15,7 +15,7 @@ an entry that publishes no total says so in that column. With `--maxdiffusion-pr
 (`maxdiffusion_programs.py --json`), a last column gives each figure as Q2 predicts it on
 MaxDiffusion's own program at the commit the run ran, with its error (a pipeline's measured ratio
 taken with that program's step of the fastest); blank where the commit's program was not compiled.
-The table in docs/results.md is this script's output on the committed data, checked by
+The table in docs/results/fidelity.md is this script's output on the committed data, checked by
 tests/benchmarks/test_hardware_suite.py.
 """
 

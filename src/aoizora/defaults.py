@@ -12,7 +12,7 @@ DEFAULT_TOP_K = 8
 
 #: CPU seconds one TPU compile's process may use before its strategy is dropped (on the clock where
 #: CPU time is not read: `stage2.compile_limits`): a Wan 14B 720p/81-frame step under a raised
-#: scoped-VMEM limit used 120-215 CPU seconds on a 2-core host (docs/results.md, "Where a Stage 2
+#: scoped-VMEM limit used 120-215 CPU seconds on a 2-core host (docs/results/planning-speed.md, "Where a Stage 2
 #: compile's time goes"), whatever the host's load.
 DEFAULT_COMPILE_TIMEOUT_S = 900.0
 

@@ -93,7 +93,7 @@ def test_the_wan_table_in_results_is_the_generators_output_on_the_committed_data
     expected = wan_table.table(wan_table.load([root / "docs" / "data" / "hardware" / "wan_on_tpu.json"]), totals,
                                programs)
     assert expected.count("\n") >= 10
-    assert expected in (root / "docs" / "results.md").read_text()
+    assert expected in (root / "docs" / "results" / "fidelity.md").read_text()
     # every Wan entry of the suite is in the committed run, and the run says which were fitted
     keys = {e["key"] for e in data["entries"]}
     assert {e.key for e in run.all_entries() if e.key.startswith(wan_table.WAN_SOURCES)} <= keys

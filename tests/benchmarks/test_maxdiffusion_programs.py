@@ -90,7 +90,7 @@ def test_a_figure_whose_programs_did_not_compile_says_so_and_one_not_tried_is_bl
 
 
 def test_the_committed_records_are_configurations_of_the_suite_compiled_at_their_commits():
-    # the table in docs/results.md is checked with this column in test_hardware_suite.py
+    # the table in docs/results/fidelity.md is checked with this column in test_hardware_suite.py
     programs = wan_table.load_programs(ROOT / "docs" / "data" / "hardware" / "maxdiffusion_programs.json")
     compiled = [r for r in programs.values() if r["compiled"]]
     assert compiled and all(r["q2_seconds"] > 0 and r["commit"] for r in compiled)

@@ -3,7 +3,7 @@ changes (the order probe in place of the verifying recompile, the time budget, t
 compiles): on the demo's request and three held-out cells, the same strategy (tile and scoped-VMEM
 limit are in its key), placement and compiler flags, and a step within 1 %. The demo's plan is also
 that of `8ff930f`, the commit before the ring's two layouts and the splash calls' cost estimate
-(`planning_speed_ring_layouts.json`), whose timing `docs/results.md` reports.
+(`planning_speed_ring_layouts.json`), whose timing `docs/results/planning-speed.md` reports.
 
 Each file is one `benchmarks/planning_speed.py` run of a request, planned cold by each tree in turn
 (`docs/data/planning/planning_speed.json` and `planning_speed_three_trees.json`: the demo;
@@ -93,11 +93,11 @@ def test_the_compared_trees_are_this_project_history():
 
 
 def test_the_timing_table_of_the_ring_layouts_is_the_data():
-    """docs/results.md's medians of the two trees' cold plans are those of the committed runs."""
+    """docs/results/planning-speed.md's medians of the two trees' cold plans are those of the committed runs."""
     import statistics
 
     runs = _load(RING_LAYOUTS)["runs"]
-    text = (ROOT / "docs" / "results.md").read_text()
+    text = (ROOT / "docs" / "results" / "planning-speed.md").read_text()
     section = text[text.index("### Planning speed: the demo's cold plan before and after the ring layouts"):]
     for name, commit in _load(RING_LAYOUTS)["trees"].items():
         row = next(line for line in section.splitlines() if line.startswith(f"| `{commit}` |"))

@@ -109,9 +109,9 @@ def test_every_wan_entry_says_what_its_figures_time_and_cites_it():
 def test_the_results_note_counts_the_totals_it_states():
     import re
 
-    text = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    text = " ".join((ROOT / "docs" / "results" / "fidelity.md").read_text().split())
     said = re.search(r"Of the (\d+) predicted totals, (\d+) are within 5 % .*? and (\d+) within 10 %", text)
-    assert said, "results.md no longer counts the predicted totals"
+    assert said, "docs/results/fidelity.md no longer counts the predicted totals"
     errors = [abs(c["error"]) for e in _committed()["entries"] for c in e.get("configs", [])
               if c["predicted_total_seconds"] is not None]
     assert [int(g) for g in said.groups()] == [len(errors), sum(e <= 0.05 for e in errors),

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.results_pages import PAGES, all_pages, page
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 DATA = DOCS / "data"
@@ -29,10 +31,10 @@ def _flat(text: str) -> str:
 
 
 def _section(heading: str) -> str:
-    text = (DOCS / "results.md").read_text()
+    text = all_pages()
     start = text.index(f"\n## {heading}")
-    end = text.find("\n## ", start + 1)
-    return _flat(text[start:end if end > 0 else None])
+    ends = [i for i in (text.find("\n## ", start + 1), text.find("\n# ", start + 1)) if i > 0]
+    return _flat(text[start:min(ends, default=None)])
 
 
 def _number(text: str) -> float:
@@ -158,16 +160,18 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_the_summary_table_links_to_sections_that_exist_and_covers_the_hardware_suite():
-    text = (DOCS / "results.md").read_text()
-    summary = text.split("\n## Summary\n", 1)[1].split("\n## ", 1)[0]
-    anchors = {_anchor(h) for h in re.findall(r"^#{2,4} (.+)$", text, re.M)}
-    links = re.findall(r"^\|.*\]\(#([\w-]+)\) \|$", summary, re.M)
-    rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| claim")]
-    assert rows and len(links) == len(rows), "every summary row ends with a link to its section"
-    assert not set(links) - anchors, sorted(set(links) - anchors)
-    assert "hardware-reference-suite" in links
-    assert text.index("## Summary") < text.index("\n## Bench:"), "the summary comes before the tables"
+def test_the_index_puts_the_conclusions_first_each_linking_to_a_section_that_exists():
+    index = page("README.md")
+    conclusions = index.split("\n## Conclusions\n", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"^\|.*\]\(([\w.-]+\.md)#([\w-]+)\) \|$", conclusions, re.M)
+    rows = [line for line in conclusions.splitlines() if line.startswith("| ") and not line.startswith("| conclusion")]
+    assert rows and len(links) == len(rows), "every conclusion ends with a link to its page and section"
+    for name, anchor in links:
+        anchors = {_anchor(h) for h in re.findall(r"^#{2,4} (.+)$", page(name), re.M)}
+        assert anchor in anchors, f"{name}#{anchor}"
+    assert ("fidelity.md", "hardware-reference-suite") in links
+    assert index.index("\n## Conclusions") < index.index("\n## Pages"), "the conclusions come before the pages"
+    assert all(f"]({name})" in index for name in PAGES), "the index lists every page"
 
 
 def test_guide_wan22_stage1_table_is_its_raw_output():

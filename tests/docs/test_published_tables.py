@@ -1,6 +1,6 @@
-"""The bench tables published in docs/results.md are what the committed per-cell data gives at HEAD.
+"""The bench tables published in docs/results/bench.md are what the committed per-cell data gives at HEAD.
 
-Each bench section of the results document names its raw data (`data/bench/<dir>/`); its table's
+Each bench section names its raw data (`../data/bench/<dir>/`); its table's
 rows must be the rows this code's report computes from that directory's cells, and the committed
 `table.md` beside them must be that report (bar the line naming the running code's fingerprint).
 A table edited by hand, data committed without its table, or a report change that alters a
@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from aoizora.evaluation.bench.report import COLUMNS, markdown, row
+from tests.results_pages import all_pages, page
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "results.md"
-RAW_DATA_LINK = re.compile(r"\(data/bench/([\w.-]+)/\)")
+RAW_DATA_LINK = re.compile(r"\(\.\./data/bench/([\w.-]+)/\)")
 
 
 def _sections() -> dict[str, str]:
     """Bench sections of the results document by the data directory their raw-data line names."""
     out = {}
-    for section in RESULTS.read_text().split("\n## ")[1:]:
+    for section in page("bench.md").split("\n## ")[1:]:
         raw = next((line for line in section.splitlines() if line.startswith("- **Raw data:**")), None)
         match = RAW_DATA_LINK.search(raw or "")
         if section.startswith("Bench:") and match:
@@ -114,19 +114,19 @@ def _excerpt_and_prose(readme: str) -> tuple[str, str]:
 
 
 def test_every_readme_figure_is_in_the_results_document():
-    """The README promises that every figure is in results.md with its raw data."""
+    """The README promises that every figure is in the results pages with its raw data."""
     _, prose = _excerpt_and_prose(README.read_text())
-    results = _figures(RESULTS.read_text())
+    results = _figures(all_pages())
     missing = sorted(_figures(prose) - results)
-    assert not missing, f"README figures not found in docs/results.md: {missing}"
+    assert not missing, f"README figures not found in docs/results/: {missing}"
 
 
 def test_every_results_summary_figure_is_in_the_results_documents():
-    """docs/results-summary.md (the README's results in full) quotes results.md and its provenance
+    """docs/results-summary.md (the README's results in full) quotes the results pages and their provenance
     page, at their precision."""
-    results = _figures(RESULTS.read_text()) | _figures((ROOT / "docs" / "results-provenance.md").read_text())
+    results = _figures(all_pages()) | _figures((ROOT / "docs" / "results-provenance.md").read_text())
     missing = sorted(_figures((ROOT / "docs" / "results-summary.md").read_text()) - results)
-    assert not missing, f"docs/results-summary.md figures not found in docs/results.md: {missing}"
+    assert not missing, f"docs/results-summary.md figures not found in docs/results/: {missing}"
 
 
 def test_the_readme_plan_excerpt_is_the_committed_plan_it_names():

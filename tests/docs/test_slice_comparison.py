@@ -18,6 +18,7 @@ from aoizora.slice_costs import (
     pick_cheapest,
     videos_per_hour,
 )
+from tests.results_pages import page
 
 ROOT = Path(__file__).parents[2]
 DATA = ROOT / "docs" / "data" / "compare" / "wan2.1-t2v-14b_720p_81f"
@@ -61,7 +62,7 @@ def test_the_run_with_a_target_repeats_the_cold_runs_plans_and_picks_by_the_rule
 
 def test_the_published_figures_are_the_datas():
     readme = (DATA / "README.md").read_text()
-    results = (ROOT / "docs" / "results.md").read_text()
+    results = page("slices-and-throughput.md")
     guide = (ROOT / "docs" / "guide.md").read_text()
     for row in COLD["slices"]:
         line = next(x for x in readme.splitlines() if x.startswith(f"| {row['topology']} |"))
@@ -75,7 +76,7 @@ def test_the_break_even_prices_stated_follow_from_the_data():
     """The guide and results state, per unpriced slice, the price per chip-hour below which it is
     cheaper per video than the pick: the pick's cost per video over the slice's chip-hours."""
     pick = next(r for r in TARGET["slices"] if r["topology"] == TARGET["pick"]["topology"])
-    texts = [(ROOT / "docs" / name).read_text() for name in ("guide.md", "results.md")]
+    texts = [(ROOT / "docs" / "guide.md").read_text(), page("slices-and-throughput.md")]
     for row in TARGET["slices"]:
         if row["cost_per_video"] is None:
             break_even = f"below {pick['cost_per_video'] / row['chip_hours_per_video']:.3f}"

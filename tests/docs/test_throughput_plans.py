@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.slice_costs import videos_per_hour
+from tests.results_pages import page
 
 ROOT = Path(__file__).parents[2]
 DIR = ROOT / "docs" / "data" / "plans" / "throughput"
@@ -35,7 +36,7 @@ def test_the_choice_is_the_most_videos_per_hour_by_the_rule(path):
 def test_the_published_figures_are_the_datas(path):
     plan = json.loads(path.read_text())
     readme = " ".join((DIR / "README.md").read_text().split())
-    results = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    results = " ".join(page("slices-and-throughput.md").split())
     rows = {(r["count"], r["videos_per_replica"]): r for r in plan["replicas"]["splits"] if "not_planned" not in r}
     for key, row in rows.items():
         assert f"| {row['videos_per_hour']:.2f} |" in readme or f"| **{row['videos_per_hour']:.2f}** |" in readme

@@ -3,7 +3,7 @@
 Wan 2.1 1.3B, 480p, 5 frames on v5e:2x4, `data=2, context=4`, all-gather attention, compiled
 twice: weights gathered per layer (libtpu fuses the all-gathers with the dots that consume them,
 in async collective fusions) and weights replicated (the same dots, no weight all-gathers).
-docs/results.md ("Compute inside collective fusions") reports the numbers and explains the 6 %
+docs/results/fidelity.md ("Compute inside collective fusions") reports the numbers and explains the 6 %
 the gathered program adds (each layer's weight slice written out before its all-gather).
 """
 

@@ -60,7 +60,7 @@ def test_replaying_libtpu_live_ranges_gives_its_temp_allocation(tmp_path):
     packs within 1.2x of its live peak, which would not tell packing from a live-peak count).
     The splash calls carry no cost estimate here: with one, libtpu schedules this program
     otherwise and its temp allocation (184.8 MB) is 1.69x its own live ranges packed this way
-    (109.3 MB), which this rule does not describe (an open gap, `docs/results.md`, "The forms
+    (109.3 MB), which this rule does not describe (an open gap, `docs/results/maxdiffusion.md`, "The forms
     aoizora's program takes from MaxDiffusion's").
     The compile stops once libtpu has written the assignment: its back end adds nothing read here."""
     assignment = buffer_assignment_of(_replayed_program, tmp_path)
