@@ -163,7 +163,11 @@ def test_a_budgeted_plan_says_what_it_cut_and_is_not_cached(small, monkeypatch, 
     assert cache.lookup(result.plan.data["request"]) is None
 
 
-def test_no_strategy_within_the_budget_is_a_planning_error(small, monkeypatch, tmp_path):
+def test_with_no_compile_within_the_budget_the_plan_is_stage1s_best_marked_not_compiled_and_not_cached(
+        small, monkeypatch, tmp_path):
+    from aoizora.plan.plan import Plan
+    from aoizora.plan.planner import stage1_fallback_note
+
     space, topo, _, _, _ = small
     monkeypatch.setenv("AOIZORA_CACHE_DIR", str(tmp_path / "cache"))
 
@@ -171,8 +175,42 @@ def test_no_strategy_within_the_budget_is_a_planning_error(small, monkeypatch, t
         raise CompileTimeout("compile did not finish", wall_clock=True)
 
     monkeypatch.setattr(compiling, "compile_strategy", stopped)
-    with pytest.raises(PlanningError, match="within the time budget of 1 s"):
-        plan_space(space, topo, top_k=1, progress=False, time_budget_s=1, include_experts=False, use_cache=False)
+    result = plan_space(space, topo, top_k=2, progress=False, time_budget_s=1, include_experts=False)
+    d = result.plan.data
+    first = result.stage1.kept[0]
+    assert d["strategy"]["key"] == first.key  # Stage 1's rank 1
+    assert d["prediction"]["basis"] == "q1"
+    assert d["prediction"]["step_seconds"] == first.q1.seconds
+    assert d["prediction"]["compute_seconds"] == first.q1.compute_seconds
+    assert d["prediction"]["collectives"] == [] and len(d["prediction"]["link_bytes"]) == len(topo.links)
+    assert d["placement"]["verified_compile"] is False
+    assert d["notes"][0] == stage1_fallback_note(1)
+    assert d["stage2"]["time_budget"]["nothing_compiled"] and d["stage2"]["time_budget"]["cut"]
+    assert all(a["dropped"] for a in d["alternatives"])
+    assert cache.degraded(d) and cache.lookup(d["request"]) is None
+    assert cache.store(d["request"], result.plan) is None  # refused even when offered
+    Plan(d)  # a valid plan (the schema, the consistency checks)
+    import io
+
+    from rich.console import Console
+
+    from aoizora.report.tables import print_plan
+
+    out = io.StringIO()
+    print_plan(result.plan, console=Console(file=out, width=400))
+    assert "(not compiled: Stage 1's Q1 bound; see the note)" in out.getvalue()
+    assert "note: not compiled: the time budget of 1 s ran out" in out.getvalue()
+
+
+def test_without_a_budget_no_compile_is_still_a_planning_error(small, monkeypatch):
+    space, topo, _, _, _ = small
+
+    def failed(*args, **kwargs):
+        raise CompileTimeout("compile did not finish within 5 s")
+
+    monkeypatch.setattr(compiling, "compile_strategy", failed)
+    with pytest.raises(PlanningError, match="none of the 1 strategies compiled"):
+        plan_space(space, topo, top_k=1, progress=False, include_experts=False, use_cache=False)
 
 
 def test_stage2s_progress_line_says_the_time_left_at_the_pace_so_far_within_the_budget(monkeypatch):

@@ -89,8 +89,9 @@ def demo(ctx: click.Context, out_dir: str) -> None:
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
 @click.option("--time-budget", type=_Seconds(), default=None,
-              help="Answer within about this many seconds with the best plan found by then; the plan says what "
-                   "was not compiled or verified, and is not cached.  [default: plan fully]")
+              help="Answer within about this many seconds with the best plan found by then (Stage 1's best, "
+                   "marked not compiled, if no compile finished); the plan says what was not compiled or "
+                   "verified, and is not cached.  [default: plan fully]")
 @_workers_option
 @_libtpu_args_option
 @click.option("--expert-residency", type=click.Choice(["both", "swap"]), default="both", show_default=True,

@@ -45,6 +45,9 @@ def generation_time_comment(plan: dict[str, Any]) -> list[str]:
                    "prompt): the warmup encodes the same prompts and the timed run reads them from its cache.")
     out.append(f"End to end for a new prompt: {sec(vt['total_seconds'])}. Not predicted: the decoded video's copy "
                "to the host, which generation_time also counts.")
+    if plan.get("prediction", {}).get("basis") == "q1":
+        out.append("Not compiled: the plan's time budget ran out before any compile finished; its step is Stage 1's "
+                   "Q1 lower bound for its best strategy, not checked by Q2 (re-plan with a larger --time-budget).")
     return out
 
 

@@ -95,10 +95,13 @@ def store(request: dict[str, Any], plan: Plan) -> Path | None:
 def degraded(plan_data: dict[str, Any]) -> str | None:
     """Why a plan lost a candidate to its circumstances rather than its request, or None.
 
-    The losses: a time budget that cut Stage 2 short, a Stage 2 candidate or expert deployment
-    dropped for any reason but the compiler's refusal for memory (a timeout, a failed compile), a
-    verifying recompile that failed, a Stage 1 strategy that failed to lower."""
+    The losses: a plan of Stage 1's alone (nothing compiled in its time budget), a time budget that
+    cut Stage 2 short, a Stage 2 candidate or expert deployment dropped for any reason but the
+    compiler's refusal for memory (a timeout, a failed compile), a verifying recompile that failed,
+    a Stage 1 strategy that failed to lower."""
     budget = plan_data.get("stage2", {}).get("time_budget")
+    if plan_data.get("prediction", {}).get("basis") == "q1":
+        return "nothing compiled: the plan is Stage 1's best strategy, not checked by Q2"
     if isinstance(budget, dict) and budget.get("cut"):
         return f"the time budget of {budget.get('seconds')} s cut Stage 2 short"
     rows = [*plan_data.get("alternatives", []), *plan_data.get("baselines", {}).get("experts", [])]

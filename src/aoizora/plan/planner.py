@@ -22,8 +22,9 @@ from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
 from aoizora.stage2 import CompanionCompiles, TimeBudget, compile_timeout
+from aoizora.stage2.budget import NOT_COMPILED
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
-from aoizora.stage2.compile_order import CompilePlacements
+from aoizora.stage2.compile_order import CompilePlacements, predicted_best_placement
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
@@ -114,7 +115,9 @@ def plan_space(
     `time_budget_s`: plan for at most about this many seconds (None: plan fully). Like a solver's
     time limit, Stage 2 stops compiling and verifying when it runs out and the plan is the best pair
     found by then; the plan's `stage2.time_budget` says what was not compiled or verified, and a
-    plan anything was cut from is not cached (`aoizora.stage2.budget`).
+    plan anything was cut from is not cached (`aoizora.stage2.budget`). When no compile finished in
+    time, the plan is Stage 1's rank 1 on its predicted placement, its step Q1's bound
+    (`prediction.basis` "q1", `stage2.time_budget.nothing_compiled`, a note saying so).
 
     Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
     steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
@@ -180,11 +183,20 @@ def plan_space(
         companion_wait = time.perf_counter() - t_wait
     outcomes, timings, notes, summary = stage2.outcomes, stage2.timings, stage2.notes, stage2.summary
     notes = extra_notes + notes + _compile_order_notes(outcomes, topology) + _budget_notes(budget)
-    best = _best_pair(outcomes, len(kept), topology, budget)
-    baselines = _baselines(outcomes, best, experts, topology, options)
     if programs:  # what waiting for the companion programs (and costing them) added after Stage 2
         timings["companions"] = companion_wait
     timings = {"stage1": stage1.seconds, **timings, "total": time.perf_counter() - t_start}
+    if budget is not None and budget.record.cut and not any(o.scored for o in outcomes):
+        # like a solver's time limit: an answer all the same, Stage 1's best, never cached (its
+        # budget cut Stage 2 short: `cache.degraded`)
+        doc = _stage1_document(space, topology, request, stage1, outcomes, experts, timings, notes, options,
+                               flags_by_key.get(stage1.kept[0].key, flags), budget, companion_costs)
+        doc["stage2"] = {**summary.to_json(), **compile_record(outcomes)}
+        doc["stage2"]["time_budget"] = {**budget.record.to_json(), "nothing_compiled": True}
+        return PlanResult(Plan(plain_strings(doc)), from_cache=False, stage1=stage1, outcomes=outcomes,
+                          stage2=summary)
+    best = _best_pair(outcomes, len(kept), topology)
+    baselines = _baselines(outcomes, best, experts, topology, options)
     # the plan records the flags its chosen program was compiled with (an expert's own, if it won)
     chosen_flags = flags_by_key.get(best.key, flags)
     doc = _document(space, topology, request, stage1, outcomes, best, baselines, timings, notes, chosen_flags)
@@ -239,13 +251,10 @@ def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerF
     return out
 
 
-def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology,
-               budget: TimeBudget | None = None) -> Scored:
-    """The pair with the lowest Q2 (a verified one on a tie); PlanningError when no strategy compiled."""
+def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology) -> Scored:
+    """The pair with the lowest Q2 (a verified one on a tie); PlanningError when no strategy compiled
+    (under a time budget that cut Stage 2 short, the plan is Stage 1's best instead: `_stage1_document`)."""
     pairs = [s for o in outcomes for s in o.scored]
-    if not pairs and budget is not None and budget.record.cut:
-        raise PlanningError(f"no strategy finished compiling within the time budget of {budget.seconds:g} s on "
-                            f"{topology.name}; give a larger --time-budget, or none to plan fully")
     if not pairs:
         reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
         raise PlanningError(f"none of the {attempted} strategies compiled for {topology.name} ({reasons})")
@@ -436,31 +445,7 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
     chosen = next(o for o in outcomes if o.key == best.key)
     q2 = best.q2
     return {
-        **space.plan_details(chosen.strategy, topology),
-        "schema_version": SCHEMA_VERSION,
-        "aoizora_version": aoizora_version(),
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "request": request,
-        "workload": space.workload(),
-        "topology": {
-            "name": topology.name,
-            "generation": topology.generation,
-            "shape": list(topology.shape),
-            "wrap": list(topology.wrap),
-            "cores_per_chip": topology.cores_per_chip,
-            "device_kinds": sorted({d.device_kind for d in topology.devices}),
-        },
-        "toolchain": request["toolchain"],
-        "compiler": {"libtpu_args": str(flags)},
-        "mesh": {"axis_names": list(best.placement.mesh.axis_names),
-                 "axis_sizes": list(best.placement.mesh.axis_sizes)},
-        "strategy": {"key": best.key, **space.describe(chosen.strategy)},
-        "placement": {
-            "name": best.placement.name,
-            "description": best.placement.description,
-            "device_coords": best.placement.coords(topology).tolist(),
-            "verified_compile": best.verified,
-        },
+        **_header(space, topology, request, chosen.strategy, best.key, best.placement, best.verified, flags),
         "prediction": {
             "step_seconds": q2.step_seconds,
             "compute_seconds": q2.compute_seconds,
@@ -476,6 +461,87 @@ def _document(space, topology, request, stage1, outcomes, best, baselines, timin
         "stage1": {"counts": stage1.counts(), "entries": [e.to_json() for e in stage1.entries]},
         "timings": timings,
         "notes": notes,
+    }
+
+
+def stage1_fallback_note(seconds: float) -> str:
+    """The note of a plan no compile finished for within its time budget (`_stage1_document`)."""
+    return (f"not compiled: the time budget of {seconds:g} s ran out before any strategy finished compiling; "
+            "this plan is Stage 1's best strategy (Q1 rank 1) on the placement predicted best from its Stage 1 "
+            "collectives, not checked by Q2: its predicted step is Q1's placement-independent lower bound "
+            "(prediction.basis q1); plan with a larger --time-budget, or none, for a compiled plan")
+
+
+def _stage1_document(space: StrategySpace, topology: Topology, request: dict[str, Any], stage1: Stage1Result,
+                     outcomes: list[StrategyOutcome], experts: list[ExpertEntry], timings: dict[str, float],
+                     notes: list[str], options: Q2Options, flags: CompilerFlags, budget: TimeBudget,
+                     companion_costs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The plan when the time budget ran out before any compile finished: Stage 1's rank 1 on the
+    placement Q2 ranks first on its predicted collectives, its step Q1's bound (`prediction.basis`
+    `q1`), with the link loads of those collectives and no compiled collectives or timeline."""
+    entry = stage1.kept[0]
+    q1, strategy = entry.analysis()[0], entry.candidate.strategy
+    model = CostModel(topology, options)
+    placement, program = predicted_best_placement(space, topology, strategy, entry.summary, model)
+    link_bytes = (model.evaluate(program, placement).link_bytes.tolist() if program is not None
+                  else [0.0] * len(topology.links))
+    baselines: dict[str, Any] = {}
+    if experts:
+        dropped = {o.key: o.dropped for o in outcomes}
+        baselines["experts"] = [{"strategy": ex.key, "dropped": dropped.get(ex.key) or NOT_COMPILED,
+                                 **ex.deployment.to_json()} for ex in experts]
+        baselines["expert"] = baselines["experts"][0]
+    doc = {
+        **_header(space, topology, request, strategy, entry.key, placement, False, flags),
+        "prediction": {
+            "basis": "q1",
+            "step_seconds": q1.seconds,
+            "compute_seconds": q1.compute_seconds,
+            "exposed_comm_seconds": max(q1.seconds - q1.compute_seconds, 0.0),
+            "comm_seconds": q1.comm_seconds,
+            "memory_bytes_per_device": None,
+            "collectives": [],
+            "link_bytes": link_bytes,
+        },
+        "baselines": baselines,
+        "alternatives": [_alternative(o) for o in outcomes],
+        "stage1": {"counts": stage1.counts(), "entries": [e.to_json() for e in stage1.entries]},
+        "timings": timings,
+        "notes": [stage1_fallback_note(budget.seconds), *notes],
+    }
+    doc.update(space.plan_totals(strategy, topology, q1.seconds, companion_costs))
+    return doc
+
+
+def _header(space: StrategySpace, topology: Topology, request: dict[str, Any], strategy: Any, key: str,
+            placement: Any, verified: bool, flags: CompilerFlags) -> dict[str, Any]:
+    """A plan's sections up to its prediction: what was planned, where, and the chosen pair."""
+    return {
+        **space.plan_details(strategy, topology),
+        "schema_version": SCHEMA_VERSION,
+        "aoizora_version": aoizora_version(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "request": request,
+        "workload": space.workload(),
+        "topology": {
+            "name": topology.name,
+            "generation": topology.generation,
+            "shape": list(topology.shape),
+            "wrap": list(topology.wrap),
+            "cores_per_chip": topology.cores_per_chip,
+            "device_kinds": sorted({d.device_kind for d in topology.devices}),
+        },
+        "toolchain": request["toolchain"],
+        "compiler": {"libtpu_args": str(flags)},
+        "mesh": {"axis_names": list(placement.mesh.axis_names),
+                 "axis_sizes": list(placement.mesh.axis_sizes)},
+        "strategy": {"key": key, **space.describe(strategy)},
+        "placement": {
+            "name": placement.name,
+            "description": placement.description,
+            "device_coords": placement.coords(topology).tolist(),
+            "verified_compile": verified,
+        },
     }
 
 

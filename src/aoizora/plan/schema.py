@@ -49,7 +49,13 @@ _PREDICTION = _doc({
     "type": "object",
     "required": ["step_seconds", "compute_seconds", "exposed_comm_seconds"],
     "properties": {
-        "step_seconds": _seconds("predicted time of one denoising step (Q2)"),
+        "basis": _doc({"type": "string", "enum": ["q2", "q1"]},
+                      "what predicted the step: `q2` (the compiled program on the chosen placement; what an "
+                      "absent basis means) or `q1` (Stage 1's placement-independent lower bound "
+                      "of the strategy: the time budget ran out before any compile finished, so nothing was "
+                      "compiled nor checked by Q2; `collectives` is then empty and `link_bytes` the loads of Stage "
+                      "1's predicted collectives)"),
+        "step_seconds": _seconds("predicted time of one denoising step (Q2; Q1's bound when `basis` is `q1`)"),
         "compute_seconds": _seconds("compute part of the step, from libtpu's cycle estimates"),
         "exposed_comm_seconds": _seconds("communication not hidden behind compute"),
         "comm_seconds": _about("number", "all communication, hidden or not", "s"),
@@ -325,7 +331,9 @@ PLAN_SCHEMA: dict[str, Any] = {
                 "time_budget": _doc({"type": "object", "required": ["seconds", "cut"]},
                                     "with --time-budget: the budget, whether it cut Stage 2 short, and the "
                                     "strategies not compiled, compiles stopped, leading pairs not verified and "
-                                    "programs besides the step (the VAE decode) not costed"),
+                                    "programs besides the step (the VAE decode) not costed; `nothing_compiled`: "
+                                    "no compile finished in time, so the plan is Stage 1's best strategy on its "
+                                    "predicted placement (`prediction.basis` `q1`)"),
             },
         }, "what Stage 2 compiled, pruned and recompiled"),
         "timings": _doc({"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},

@@ -174,7 +174,9 @@ def print_plan(plan: Any, *, from_cache: bool = False, out_path: str | None = No
     console.print(
         f"[bold]plan[/bold]: {escape(chosen)} on placement {escape(d['placement']['name'])}: predicted step "
         f"{ms(pred['step_seconds'])} ms (compute {ms(pred['compute_seconds'])} ms, exposed communication "
-        f"{ms(pred['exposed_comm_seconds'])} ms)" + (" [from cache]" if from_cache else "")
+        f"{ms(pred['exposed_comm_seconds'])} ms)"
+        + (" (not compiled: Stage 1's Q1 bound; see the note)" if pred.get("basis") == "q1" else "")
+        + (" [from cache]" if from_cache else "")
     )
     if "video_time" in d:
         console.print(f"  {escape(video_time_line(d['video_time']))}")

@@ -157,6 +157,20 @@ def predicted_compile_placement(space: StrategySpace, topology: Topology, strate
     return rank_by_traffic(program, placements, model or CostModel(topology))
 
 
+def predicted_best_placement(space: StrategySpace, topology: Topology, strategy: Any,
+                             summary: Mapping[str, Any] | None, model: CostModel | None = None
+                             ) -> tuple[Placement, Program | None]:
+    """The placement Q2 ranks first on `strategy`'s Stage 1 collectives (`synthetic_program`), on any
+    generation, and that program (None, with JAX's default order, when the summary has no list or
+    names an axis the mesh lacks): a plan's placement when nothing compiled (`--time-budget`)."""
+    placements = enumerate_placements(topology, space.mesh_spec(strategy)).placements
+    traffic = traffic_of(summary)
+    program = synthetic_program(space.mesh_spec(strategy), traffic) if traffic is not None else None
+    if program is None:
+        return placements[0], None
+    return rank_by_traffic(program, placements, model or CostModel(topology)), program
+
+
 class CompilePlacements:
     """`(key, strategy) -> Placement` for Stage 2: each key's predicted compile placement, computed
     once (thread-safe: the compile threads ask concurrently).
