@@ -21,10 +21,9 @@ from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
-from aoizora.stage2 import CompanionCompiles, TimeBudget, compile_timeout
-from aoizora.stage2.budget import NOT_COMPILED
+from aoizora.stage2 import NOT_COMPILED, CompanionCompiles, TimeBudget, compile_timeout, predicted_best_placement
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
-from aoizora.stage2.compile_order import CompilePlacements, predicted_best_placement
+from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome

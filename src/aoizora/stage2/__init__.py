@@ -22,10 +22,10 @@ Public API:
 - `TimeBudget`, `BudgetRecord` and `compile_timeout` (`budget.py`): a planning time budget, and what it cut.
 """
 
-from aoizora.stage2.budget import BudgetRecord, TimeBudget, compile_timeout
+from aoizora.stage2.budget import NOT_COMPILED, BudgetRecord, TimeBudget, compile_timeout
 from aoizora.stage2.companions import CompanionCompiles, ProgramCost, program_cost
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
-from aoizora.stage2.compile_order import CompilePlacements, predicted_compile_placement
+from aoizora.stage2.compile_order import CompilePlacements, predicted_best_placement, predicted_compile_placement
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import EarlyCompiles, compile_strategy, shared_compile_placement
 from aoizora.stage2.executors import executor_from_spec
@@ -46,11 +46,12 @@ from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import recompile_cannot_change_q2
 
 __all__ = [
-    "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
+    "NOT_COMPILED", "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
     "CachedCompileError", "CompanionCompiles", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
     "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
     "default_compile_cache", "drop_reason",
-    "executor_from_spec", "memory_kind", "predicted_compile_placement", "program_cost", "recompile_cannot_change_q2",
+    "executor_from_spec", "memory_kind", "predicted_best_placement", "predicted_compile_placement", "program_cost",
+    "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]
