@@ -38,9 +38,16 @@ import numpy as np
 from scipy.optimize import nnls
 
 from aoizora.measure.splash_calls import SplashCase
-from aoizora.topology import hardware_profile
+from aoizora.topology import HardwareProfile, hardware_profile
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
+
+
+def uncalibrated(hw: HardwareProfile) -> HardwareProfile:
+    """`hw` without the splash figures measured on the chip: the profile the chip's data were
+    measured against (the MXU roofline and the Pallas matmul's grid-step cost)."""
+    return dataclasses.replace(hw, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
+                               splash_grid_step_s=None, splash_call_s=None)
 
 
 def load_rows(data: Path = DATA) -> list[dict]:
@@ -123,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     committed = hardware_profile("v5e")
     # before: the profile as it was (no splash figures measured on v5e: the MXU roofline and the
     # Pallas matmul's grid-step cost); after: the fitted figures in the same model code
-    before = dataclasses.replace(committed, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
-                                 splash_grid_step_s=None, splash_call_s=None)
+    before = uncalibrated(committed)
     after = dataclasses.replace(committed, attention_score_elements_per_s=1 / inv_rate,
                                 splash_unoverlapped_element_s=unoverlapped, splash_grid_step_s=step, splash_call_s=call)
 

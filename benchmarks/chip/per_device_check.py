@@ -15,11 +15,11 @@ before and after, and the Spearman rank correlation of predicted against measure
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from calibrate_v5e import uncalibrated
 from scipy.stats import spearmanr
 
 from aoizora.api import wan_request_space
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                                "frames": w["shapes"]["frames"], "kernel_profile": "jax-splash", "program": "aoizora"},
                               topo, vae_decode=False)
     now = topo.hardware
-    measured_under = dataclasses.replace(now, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
-                                         splash_grid_step_s=None, splash_call_s=None)
+    measured_under = uncalibrated(now)
     rows = []
     for r in doc["rows"]:
         st = Strategy.from_key(r["key"])
