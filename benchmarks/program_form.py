@@ -84,11 +84,15 @@ def relayout_parts(program: Any, module: Any, hardware: Any) -> dict[str, Any]:
 def compiled_module(space: Any, strategy: Any, topology: Any, placement: Any, cache: Any, flags: Any) -> Any:
     """The compiled module `compile_strategy` stored in `cache` for this program, parsed."""
     from aoizora.hlo.parser import parse_hlo
+    from aoizora.stage2.compiling import form_flags
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    text = space.compile_inputs(strategy, mesh).lower().as_text()
-    record = cache.get(cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags))
+    form = space.compiled_form(strategy)  # what `compile_strategy` compiles, at the flags it compiles with
+    text = space.compile_inputs(form, mesh).lower().as_text()
+    key_flags = form_flags(space, form, flags)
+    record = cache.get(cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(),
+                                 key_flags))
     return parse_hlo(record.hlo_text)
 
 
@@ -96,13 +100,12 @@ def run(space: Any, strategy: Any, topology: Any, cache: Any) -> dict[str, Any]:
     from aoizora.cost import CostModel
     from aoizora.sim import simulate
     from aoizora.stage2.compiling import compile_strategy, shared_compile_placement
-    from aoizora.toolchain import CompilerFlags
 
     placement = shared_compile_placement(space, topology, strategy)
     t0 = time.perf_counter()
-    flags = CompilerFlags.parse(space.compile_flags(strategy))
-    compiled = compile_strategy(space, strategy, strategy.key(), topology, placement, 3600, cache, flags)
-    module = compiled_module(space, strategy, topology, placement, cache, flags)
+    # as Stage 2 compiles it: its compiled form, at the flags that form needs (none of the plan's)
+    compiled = compile_strategy(space, strategy, strategy.key(), topology, placement, 3600, cache, None)
+    module = compiled_module(space, strategy, topology, placement, cache, None)
     q2 = CostModel(topology).evaluate(compiled.program, placement)
     return {"program": space.program, "module": compiled.program.module_name, "step_seconds": q2.step_seconds,
             "sim_step_seconds": simulate(compiled.program, topology, placement).step_seconds,

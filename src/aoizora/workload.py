@@ -177,13 +177,14 @@ class StrategySpace(abc.ABC, Generic[S]):
         the fixed value. By default the space itself."""
         return self
 
-    def order_probe(self, strategy: S) -> S | None:
-        """A strategy that compiles much faster than this one to the same collectives, differing
-        only in what the collectives do not depend on (a kernel's tile, and the flags
-        `compile_flags` adds for it), or None. Stage 2 verifies a leading pair's device order
-        with the probe's compile where the order can change only the collectives
-        (`aoizora.stage2.verify`)."""
-        return None
+    def compiled_form(self, strategy: S) -> S:
+        """The strategy whose program Stage 2 compiles to cost `strategy` (by default itself): one
+        that compiles to the same collectives and memory, differing only in what the space costs
+        from the strategy rather than from the compile (a kernel's tile, which
+        `compiled_kernel_cost` costs by the kernel's model) and in the flags `compile_flags` adds
+        for that alone (e.g. a raised scoped-VMEM limit, under which libtpu's back end runs several
+        times slower). Stage 2 compiles each candidate once, in this form, at the plan's flags."""
+        return strategy
 
     def describe(self, strategy: S) -> dict[str, Any]:
         """The strategy as a plan's `strategy` object (JSON-ready): what the plan is run and

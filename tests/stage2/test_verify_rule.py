@@ -5,7 +5,7 @@ import pytest
 from aoizora.cost import CostModel, Q2Options
 from aoizora.placement import enumerate_placements
 from aoizora.stage2.compiling import compile_strategy
-from aoizora.stage2.verify import graft_reordering_maps, recompile_cannot_change_q2
+from aoizora.stage2.verify import recompile_cannot_change_q2
 from aoizora.topology import get_topology
 from aoizora.workloads import TransformerSpace
 from aoizora.workloads.transformer import TransformerConfig
@@ -50,35 +50,6 @@ def recompiles(programs):
     return rows
 
 
-def test_the_reordering_maps_of_its_own_compile_grafted_on_the_shared_program_give_a_pairs_q2(programs):
-    """What an order probe's compile gives the verification: the reordering maps of the pair's own
-    order, grafted on the program compiled over another order, give the pair's own Q2."""
-    model = CostModel(get_topology("v5e:2x4"))
-    flipped = 0
-    for _, p, shared, own in programs:
-        grafted = graft_reordering_maps(shared, own)
-        assert grafted is not None
-        flipped += sum(a.algorithm.has_reordering_map != b.algorithm.has_reordering_map
-                       for a, b in zip(shared.collectives, grafted.collectives, strict=True) if a.algorithm)
-        assert model.evaluate(grafted, p).step_seconds == model.evaluate(own, p).step_seconds
-    assert flipped, "some collective's reordering map differs between the orders"
-
-
-def test_programs_whose_collectives_differ_are_not_grafted(programs):
-    import dataclasses
-
-    _, _, shared, own = programs[0]
-    fewer = dataclasses.replace(own, collectives=own.collectives[1:])
-    assert graft_reordering_maps(shared, fewer) is None
-    # one signature with two reordering maps in the probe: which goes where is unknown
-    first = own.collectives[0]
-    twice = dataclasses.replace(first, algorithm=dataclasses.replace(
-        first.algorithm, has_reordering_map=not first.algorithm.has_reordering_map))
-    ambiguous = dataclasses.replace(own, collectives=[first, twice, *own.collectives[1:]])
-    doubled = dataclasses.replace(shared, collectives=[shared.collectives[0], *shared.collectives])
-    assert graft_reordering_maps(doubled, ambiguous) is None
-
-
 def test_a_skipped_recompile_would_not_have_changed_q2(recompiles):
     skipped = [r for r in recompiles if r[3]]
     assert {r[2] for r in skipped} >= {"listed", "best"}, "the rule skips where the ring order is forced"
@@ -97,21 +68,13 @@ def test_no_recompile_is_skipped_on_tpu7x():
     assert not recompile_cannot_change_q2(model, program=None, placement=None)
 
 
-
-class _ProbedSpace(TransformerSpace):
-    """A space whose order probe is the strategy itself (the cheapest probe a test can trust)."""
-
-    def order_probe(self, strategy):
-        return strategy
-
-
 @pytest.mark.slow
-def test_a_leading_pair_is_verified_through_its_order_probe(tmp_path):
+def test_a_leading_pair_is_verified_by_its_own_compile(tmp_path):
     from aoizora.stage2 import CompileCache, CompileWorkers
     from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome
     from aoizora.stage2.verify import verify_leading_pairs
 
-    space, topo = _ProbedSpace(CFG), get_topology("v5e:2x4")
+    space, topo = TransformerSpace(CFG), get_topology("v5e:2x4")
     model = CostModel(topo)
     cache = CompileCache(tmp_path)
     key = KEYS[0]
@@ -131,6 +94,6 @@ def test_a_leading_pair_is_verified_through_its_order_probe(tmp_path):
         outcome.scored.append(pair)
         notes: list[str] = []
         verify_leading_pairs(space, topo, model, [outcome], 1, set(), 600, cache, lambda _: None, {}, notes, workers)
-    assert pair.verified and pair.order_probe == key
-    assert any("verified over its own device order by its order probe" in n for n in notes)
+    assert pair.verified and pair.program.collectives == own.collectives
+    assert any("compiling with this device order changed Q2" in n for n in notes)
     assert pair.q2.step_seconds == model.evaluate(own, own_p).step_seconds

@@ -165,12 +165,15 @@ def plan_space(
         if not stage1.kept:
             raise nothing_fits(space, topology, stage1)
         kept, extra_notes, reserve, bounds = _stage2_candidates(stage1, experts)
-        flags_by_key = {**candidate_flags(space, stage1, flags), **{ex.key: ex.flags for ex in experts}}
+        # Stage 2 compiles each candidate once at the plan's flags (an expert at its own), in its
+        # compiled form (`compile_strategy`); the plan records the flags its strategy runs with
+        expert_flags = {ex.key: ex.flags for ex in experts}
+        flags_by_key = {**candidate_flags(space, stage1, flags), **expert_flags}
         # experts compile over JAX's order (see EarlyCompiles), the others over their predicted best
         placements = CompilePlacements(space, topology, {e.key: e.summary for e in stage1.ranked}, options,
                                        jax_default=[ex.key for ex in experts])
         config = Stage2Config(options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top,
-                              compile_cache=compile_cache, flags=flags, flags_by_key=flags_by_key,
+                              compile_cache=compile_cache, flags=flags, flags_by_key=expert_flags,
                               lower_bounds=bounds, baselines=[ex.key for ex in experts], reserve=reserve,
                               backfill_for=[e.key for e in stage1.kept], compile_placement=placements,
                               budget=budget)
@@ -240,8 +243,10 @@ def check_plan_space_arguments(space: Any, topology: Any, options: dict[str, Any
 
 
 def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerFlags) -> dict[str, CompilerFlags]:
-    """The plan's flags with each ranked strategy's own (`StrategySpace.compile_flags`) on top,
-    for the strategies that have some; the flags given to the plan win over a strategy's."""
+    """The flags each ranked strategy runs with, for the strategies that have flags of their own
+    (`StrategySpace.compile_flags`, e.g. the scoped-VMEM limit its tile needs) on top of the
+    plan's (which win): what a plan that chooses it records. Stage 2 compiles it without them
+    (`StrategySpace.compiled_form`)."""
     out = {}
     for e in stage1.ranked:
         extra = space.compile_flags(e.candidate.strategy)
@@ -363,10 +368,9 @@ def _own_executor(executor: CompileExecutor | None) -> Iterator[CompileExecutor]
 def compile_record(outcomes: list[StrategyOutcome]) -> dict[str, Any]:
     """What the plan's stage2 section says of the device orders: the placement each strategy was
     compiled over, and the pairs recompiled over their own order to verify them (a verified pair on
-    another placement than its strategy's compile; with the order probe compiled in its place, if one was)."""
+    another placement than its strategy's compile)."""
     compiled = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
-    recompiled = [{"strategy": s.key, "placement": s.placement.name,
-                   **({"order_probe": s.order_probe} if s.order_probe else {})}
+    recompiled = [{"strategy": s.key, "placement": s.placement.name}
                   for o in outcomes for s in o.scored if s.verified and s.placement.name != compiled.get(o.key)]
     return {"compile_placements": compiled, "verify_recompiles": recompiled}
 

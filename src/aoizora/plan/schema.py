@@ -326,9 +326,9 @@ PLAN_SCHEMA: dict[str, Any] = {
                                            "the placement each strategy was compiled over"),
                 "verify_recompiles": _doc({"type": "array", "items": {"type": "object",
                                                                       "required": ["strategy", "placement"]}},
-                                          "pairs recompiled over their own device order before the choice (with "
-                                          "`order_probe`: the cheaper strategy compiled in its place, whose "
-                                          "collectives' reordering maps were read)"),
+                                          "pairs recompiled over their own device order before the choice (older "
+                                          "plans may add `order_probe`: the cheaper strategy "
+                                          "compiled in its place, whose collectives' reordering maps were read)"),
                 "time_budget": _doc({"type": "object", "required": ["seconds", "cut"]},
                                     "with --time-budget: the budget, whether it cut Stage 2 short, and the "
                                     "strategies not compiled, compiles stopped, leading pairs not verified and "

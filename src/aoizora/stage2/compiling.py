@@ -76,6 +76,10 @@ def compile_strategy(
 ) -> Compiled:
     """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
+    What is compiled is the strategy's compiled form (`StrategySpace.compiled_form`), with the
+    flags that form needs (`StrategySpace.compile_flags`) under `flags` (the plan's, which win);
+    its kernels are costed as `strategy`'s (`StrategySpace.compiled_kernel_cost`).
+
     The program is lowered here and looked up in `cache` first; a miss is compiled by `executor`
     (default: a child process started for this compile), in a process killed when the compile exceeds
     `timeout_s` (a `CompileLimit`; seconds: the compile's own limit, in CPU seconds of its process)
@@ -87,8 +91,10 @@ def compile_strategy(
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
+    compiled_as = space.compiled_form(strategy)
+    flags = form_flags(space, compiled_as, flags)
     with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
-        inputs = space.compile_inputs(strategy, mesh)
+        inputs = space.compile_inputs(compiled_as, mesh)
         lowered = inputs.lower()
         text = lowered.as_text()
         entry = None
@@ -101,7 +107,7 @@ def compile_strategy(
 
     def miss(store: CompileCache | None) -> Compiled:
         label = f"{key} / {placement.name} / {topology.name}"
-        return _compile_and_store(lambda: _compile_miss(space, strategy, topology, placement, lowered, text,
+        return _compile_and_store(lambda: _compile_miss(space, compiled_as, topology, placement, lowered, text,
                                                         timeout_s, flags, executor),
                                   store, entry, label, key, hook, placement)
 
@@ -112,6 +118,14 @@ def compile_strategy(
     with cache.claim(entry, abandon=lambda: executor is not None and executor.closed) as waited:
         hit = _from_cache(cache, entry, key, hook, placement) if waited else None
         return hit if hit is not None else miss(cache)
+
+
+def form_flags(space: StrategySpace, compiled_as: Any, flags: CompilerFlags | None) -> CompilerFlags | None:
+    """The flags a compiled form is compiled with: its own (`compile_flags`) under `flags`, which win."""
+    own = space.compile_flags(compiled_as)
+    if not own:
+        return flags
+    return CompilerFlags.parse(own).merged(flags) if flags is not None else CompilerFlags.parse(own)
 
 
 def _from_cache(cache: CompileCache | None, entry: str | None, key: str,

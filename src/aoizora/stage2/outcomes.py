@@ -36,7 +36,6 @@ class Scored:
     q2: Q2Result
     program: Program  # the compiled program it was scored on
     verified: bool = False  # scored on a program compiled with this placement's own device order
-    order_probe: str | None = None  # verified through this order probe's compile (`aoizora.stage2.verify`)
 
 
 @dataclass

@@ -229,7 +229,7 @@ class _Stage2Run:
             t0 = time.perf_counter()
             verify_leading_pairs(self.space, self.topology, self.model, outcomes, verify_top, verified,
                                  self.compile_timeout_s, self.compile_cache, self.flags_of, self.timings, self.notes,
-                                 self.pool, budget=self.budget, probe_flags=self.flags)
+                                 self.pool, budget=self.budget)
             self.timings["verify"] += time.perf_counter() - t0
             best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
             if (self.budget is not None and self.budget.expired()) or not self.sweep.reopen(best):

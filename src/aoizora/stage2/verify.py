@@ -1,31 +1,22 @@
 """Verification: the leading (strategy, placement) pairs, scored on a program compiled over the
 strategy's shared device order, are recompiled over their own order and re-scored, unless the
-compiler's output provably cannot change their Q2 there.
-
-Where the order can change only the collectives' reordering maps (`REORDERING_MAP_ONLY_GENERATIONS`)
-and the strategy has an order probe (`StrategySpace.order_probe`: the same collectives from a much
-cheaper compile, e.g. at libtpu's default scoped-VMEM limit), the probe is compiled over the pair's
-order instead, and its reordering maps are grafted onto the strategy's program
-(`graft_reordering_maps`); where the probe's collectives do not match the program's one to one,
-the strategy itself is recompiled."""
+compiler's output provably cannot change their Q2 there. A recompile compiles what Stage 2 did
+(the strategy's compiled form, at the plan's flags: `compiling.compile_strategy`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter
 from collections.abc import Callable
 
 from aoizora.cost import CostModel
 from aoizora.errors import ExecutorError
 from aoizora.hlo.algorithm import RingOrder
-from aoizora.hlo.program import Collective, Program
+from aoizora.hlo.program import Program
 from aoizora.placement import Placement
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
-from aoizora.stage2.compile_limits import CompileLimit
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout
-from aoizora.stage2.outcomes import Scored, StrategyOutcome, drop_reason
+from aoizora.stage2.outcomes import StrategyOutcome, drop_reason
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import Topology
 from aoizora.workload import StrategySpace
@@ -57,12 +48,11 @@ def recompile_cannot_change_q2(model: CostModel, program: Program, placement: Pl
 def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostModel, outcomes: list[StrategyOutcome],
             verify_top: int, verified: set[tuple[str, str]], timeout_s: float | None, cache: CompileCache | None,
             flags_of: Callable[[str], CompilerFlags | None], timings: dict[str, float], notes: list[str],
-            pool: CompileExecutor, budget: TimeBudget | None = None, probe_flags: CompilerFlags | None = None) -> None:
+            pool: CompileExecutor, budget: TimeBudget | None = None) -> None:
     """Recompile the leading `verify_top` pairs (not verified before) with their own device order; re-score them.
 
     Under a `budget`, a pair whose recompile the budget leaves no time for, or stops, stays
-    unverified (recorded in `budget.record`). `probe_flags`: the flags an order probe compiles with
-    (the plan's, without a strategy's own)."""
+    unverified (recorded in `budget.record`)."""
     by_key = {o.key: o for o in outcomes}
     # the placement each strategy was compiled over (only compiled strategies have scored pairs)
     compiled_over = {o.key: o.compiled.placement_name for o in outcomes if o.compiled is not None}
@@ -88,8 +78,6 @@ def verify_leading_pairs(space: StrategySpace, topology: Topology, model: CostMo
             _not_verified(budget, s.key, s.placement.name, notes)
             continue
         try:
-            if _verified_by_probe(space, outcome.strategy, s, model, timeout, cache, probe_flags, pool, notes):
-                continue
             own = compiling.compile_strategy(space, outcome.strategy, s.key, topology, s.placement, timeout, cache,
                                    flags_of(s.key), executor=pool)
         except ExecutorError:
@@ -122,51 +110,3 @@ def generation_order_is_maps_only(topology: Topology) -> bool:
     """Whether on this slice's generation the device order changes a compiled program only in its
     collectives' reordering maps (`REORDERING_MAP_ONLY_GENERATIONS`)."""
     return topology.hardware.generation in REORDERING_MAP_ONLY_GENERATIONS
-
-
-def _verified_by_probe(space: StrategySpace, strategy: object, pair: Scored, model: CostModel,
-                       timeout_s: CompileLimit, cache: CompileCache | None, flags: CompilerFlags | None,
-                       pool: CompileExecutor, notes: list[str]) -> bool:
-    """Verify `pair` through its strategy's order probe, where it has one and the order changes only
-    reordering maps on this generation: compile the probe over the pair's order and graft its maps
-    onto the pair's program. False where that cannot be done (the strategy is then recompiled)."""
-    topology = model.topology
-    probe = space.order_probe(strategy) if generation_order_is_maps_only(topology) else None
-    if probe is None:
-        return False
-    probed = compiling.compile_strategy(space, probe, f"{pair.key} (order probe)", topology, pair.placement,
-                                        timeout_s, cache, flags, executor=pool)
-    grafted = graft_reordering_maps(pair.program, probed.program)
-    if grafted is None:
-        return False
-    pair.q2, pair.program, pair.verified = model.evaluate(grafted, pair.placement), grafted, True
-    pair.order_probe = space.key_of(probe)
-    notes.append(f"{pair.key} / {pair.placement.name}: verified over its own device order by its order probe "
-                 f"({pair.order_probe}): on {topology.hardware.generation} the order changes only the collectives' "
-                 "reordering maps, read from the probe's compile")
-    return True
-
-
-def _signature(c: Collective) -> tuple[object, ...]:
-    """What identifies a collective across two compiles of the same strategy's collectives."""
-    return (c.kind, c.mode, c.groups, c.source_target_pairs, c.dtype, c.payload_bytes, c.multiplicity, c.dimensions,
-            c.algorithm is None)
-
-
-def graft_reordering_maps(program: Program, probe: Program) -> Program | None:
-    """`program` with each collective's reordering map taken from `probe`'s collective of the same
-    signature (kind, mode, groups, dtype, bytes, count, dimensions); None unless the two programs'
-    collectives match one to one by signature and every signature has one reordering map in `probe`."""
-    if Counter(map(_signature, program.collectives)) != Counter(map(_signature, probe.collectives)):
-        return None
-    maps: dict[tuple[object, ...], set[bool | None]] = {}
-    for c in probe.collectives:
-        maps.setdefault(_signature(c), set()).add(None if c.algorithm is None else c.algorithm.has_reordering_map)
-    if any(len(m) > 1 for m in maps.values()):
-        return None
-    grafted = []
-    for c in program.collectives:
-        (flag,) = maps[_signature(c)]
-        algorithm = None if c.algorithm is None else dataclasses.replace(c.algorithm, has_reordering_map=flag)
-        grafted.append(dataclasses.replace(c, algorithm=algorithm))
-    return dataclasses.replace(program, collectives=grafted)

@@ -6,7 +6,7 @@ kernel) and answers the `StrategySpace` protocol from one module per concern:
 * `space_enumeration` — which strategies exist on N devices, which are legal (the model's own
   `check_strategy`, and duplicates), and the documented deployments compared;
 * `space_tiles` — the splash tile and weight tile each strategy runs, the scoped-VMEM flag chosen
-  with its tile, the order probe, and a deployment of another kernel as aoizora compiles it;
+  with its tile, the form Stage 2 compiles, and a deployment of another kernel as aoizora compiles it;
 * `space_lowering` — the mesh and the denoising step lowered for a strategy, the analysis
   stand-in and lowering affinity;
 * `space_costs` — the cost of the splash calls in Stage 1 and in the compiled program;
@@ -137,8 +137,8 @@ class WanSpace(StrategySpace[Strategy]):
     def compile_flags(self, strategy: Strategy) -> str:
         return space_tiles.compile_flags(strategy)
 
-    def order_probe(self, strategy: Strategy) -> Strategy | None:
-        return space_tiles.order_probe(self, strategy)
+    def compiled_form(self, strategy: Strategy) -> Strategy:
+        return space_tiles.compiled_form(self, strategy)
 
     def under_flags(self, flags: CompilerFlags) -> WanSpace:
         return space_tiles.under_flags(self, flags)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
-from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+from aoizora.models.wan.attention import KernelCost, splash_cost, splash_grid_steps
 from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.sampling import opaque_kernel_costs
+from aoizora.models.wan.space_tiles import compiled_form
 from aoizora.models.wan.strategy import Strategy
 from aoizora.workload import KernelCall
 
@@ -41,29 +42,47 @@ def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
 
 
 def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
-    """The model's own record of the kernel this custom call is (matched by its HLO name)."""
-    if strategy not in space._kernel_costs and strategy in space._meshes:
-        space._kernel_costs[strategy] = opaque_kernel_costs(
-            space.config, space.video, strategy, space._meshes[strategy], space.batch
-        )
-    costs = space._kernel_costs.get(strategy, [])
-    matches = [kc for kc in costs if op.name.split(".")[0] == kc.hlo_name or op.kernel_name == kc.hlo_name]
+    """The model's own record of the kernel this custom call is (matched by its HLO name). Stage 2
+    compiles a strategy in its compiled form (`space_tiles.compiled_form`: blocks fitted to the
+    default limit, whose calls may pad the queries to another length): the call is found among the
+    form's calls and costed as the strategy's own call at the same place in the forward."""
+    form = compiled_form(space, strategy)
+    own = _kernel_records(space, strategy, form)
+    compiled = own if form == strategy else _kernel_records(space, form, form)
+    i = _matching_call(compiled, op)
+    if i is None or i >= len(own):
+        return None
+    kc = own[i]
+    return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
+                              kc.compute_blocks_per_step)
+
+
+def _kernel_records(space: WanSpaceFields, strategy: Strategy, form: Strategy) -> list[KernelCost]:
+    """The strategy's kernel records, traced on the mesh it (or its compiled `form`) was lowered on."""
+    if strategy not in space._kernel_costs:
+        mesh = space._meshes.get(strategy) or space._meshes.get(form)
+        if mesh is None:
+            return []
+        space._kernel_costs[strategy] = opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch)
+    return space._kernel_costs[strategy]
+
+
+def _matching_call(costs: list[KernelCost], op: OpaqueOp) -> int | None:
+    """The index of the record `op` is (None: an unrecognised call, costed from its I/O, never as
+    another kernel)."""
+    matches = [i for i, kc in enumerate(costs) if op.name.split(".")[0] == kc.hlo_name or op.kernel_name == kc.hlo_name]
     if len(matches) > 1:
         # Self- and cross-attention calls share a kernel name: tell them apart by the (heads,
         # length, head_dim) of q and k, the first two floating operands (mask-info operands lead).
         floats = [s.dims[-3:] for s in op.operand_shapes if s.dtype in ("bf16", "f16", "f32") and len(s.dims) >= 3]
         if len(floats) >= 2:
             q, k = tuple(floats[0]), tuple(floats[1])
-            shaped = [kc for kc in matches if (kc.q_shape[2], kc.q_shape[1], kc.q_shape[3]) == q
-                      and (kc.kv_shape[2], kc.kv_shape[1], kc.kv_shape[3]) == k]
+            shaped = [i for i in matches if (costs[i].q_shape[2], costs[i].q_shape[1], costs[i].q_shape[3]) == q
+                      and (costs[i].kv_shape[2], costs[i].kv_shape[1], costs[i].kv_shape[3]) == k]
             if not shaped:
-                return None  # an unrecognised call: costed from its I/O, never as another kernel
+                return None
             matches = shaped
-    if matches:
-        kc = matches[0]
-        return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
-                                  kc.compute_blocks_per_step)
-    return None
+    return matches[0] if matches else None
 
 
 def splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int,

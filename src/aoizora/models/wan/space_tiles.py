@@ -110,18 +110,22 @@ def compile_flags(strategy: Strategy) -> str:
     return f"--{SCOPED_VMEM_FLAG}={strategy.scoped_vmem_kib}"
 
 
-def order_probe(space: WanSpaceFields, strategy: Strategy) -> Strategy | None:
-    """A strategy compiled under a raised scoped-VMEM limit is probed with the blocks fitted at
-    libtpu's default limit, and that limit: the limit makes libtpu's back end several times
-    slower (`benchmarks/compile_matrix.py`) and changes the fusions, not the collectives, and
-    the tile changes only the splash calls. None for a strategy at the default limit (its
-    own compile is as fast), and in a space whose limit the plan's flags fix (every compile then
-    runs at that limit, the probe's too, so it would be no faster)."""
-    if strategy.scoped_vmem_kib is None or not space.splash_max_block_q or space.scoped_vmem_kib is not None:
-        return None
+def compiled_form(space: WanSpaceFields, strategy: Strategy) -> Strategy:
+    """What Stage 2 compiles to cost a strategy: under a limit the tile search raised, the same
+    strategy with the blocks fitted at libtpu's default limit, at that limit. The raised limit
+    makes libtpu's back end several times slower (`benchmarks/compile_matrix.py`) and changes
+    neither the collectives nor the memory; the splash calls are costed at the searched tile by
+    the kernel's model (`space_costs.compiled_kernel_cost`), and the other fusions at libtpu's
+    estimates for the default limit: what the raised limit does to those is left out, on every
+    generation (not yet measured on a chip per fusion kind). The strategy itself at the default limit, under a limit the
+    plan's flags fix (every compile runs at it), and where the space fits no blocks, or compiles
+    MaxDiffusion's program (whose calls are costed at the blocks its compile records)."""
+    if (strategy.scoped_vmem_kib is None or not space.splash_max_block_q or space.scoped_vmem_kib is not None
+            or space.program == "maxdiffusion"):
+        return strategy
     blocks = fitted_splash_blocks(strategy, space.video.tokens(space.config), space.batch, space.splash_max_block_q)
     if blocks is None:
-        return None
+        return strategy
     return dataclasses.replace(strategy, splash_blocks=blocks, scoped_vmem_kib=None)
 
 
