@@ -185,3 +185,16 @@ def test_the_stop_signals_are_held_only_inside_the_block():
     with children_start_with_stop_signals_held():
         assert set(STOP_SIGNALS) <= signal.pthread_sigmask(signal.SIG_BLOCK, set())
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+def test_a_child_that_ignores_sigterm_still_ignores_it_once_libtpu_is_loaded():
+    """libtpu, loading in a compile child, replaces an ignored SIGTERM with its crash handler (a
+    stack dump of about 20 lines, then the process ends); the child's own ignoring survives it."""
+    code = ("import os, signal, time; from aoizora.interrupts import ignore_stop_signals; "
+            "ignore_stop_signals((signal.SIGTERM,)); "
+            "from aoizora.toolchain import compile_only_devices; compile_only_devices('v5e:2x2'); "
+            "os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.3); print('alive')")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert (done.returncode, done.stdout.strip()) == (0, "alive"), done.stderr[-2000:]
+    assert "SIGTERM received" not in done.stderr

@@ -102,10 +102,19 @@ def children_start_with_stop_signals_held() -> Iterator[None]:
 def ignore_stop_signals(signums: tuple[int, ...]) -> None:
     """In a child at its start: ignore `signums` (its parent stops it on those), then take the stop
     signals again that its parent held while starting it; one sent meanwhile is then delivered
-    (discarded if ignored)."""
+    (discarded if ignored).
+
+    Ignored by a handler of Python's that does nothing, not by SIG_IGN: libtpu, when it loads
+    (the child's first compile), puts its crash handler in place of an ignored or default
+    disposition, which prints a stack dump of about 20 lines on SIGTERM and ends the process; it
+    leaves a handler of Python's in place."""
     for signum in signums:
-        signal.signal(signum, signal.SIG_IGN)
+        signal.signal(signum, _ignored)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
+
+
+def _ignored(signum: int, frame: Any) -> None:
+    """A stop signal a child ignores (`ignore_stop_signals`)."""
 
 
 def start_resource_tracker_deaf_to_hangups() -> None:
