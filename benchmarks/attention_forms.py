@@ -28,7 +28,7 @@ from typing import Any
 
 from program_form import add_workload_arguments, pick, run
 
-from aoizora.models.wan.strategy import RING_LAYOUTS
+from aoizora.models.wan.transformer.strategy import RING_LAYOUTS
 
 
 def forms(variant: str) -> list[tuple[str, bool]]:

@@ -53,10 +53,10 @@ def child(args: argparse.Namespace) -> None:
         bench_hlo_parse.compile_program()
         print(json.dumps({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}), flush=True)
         return
-    from aoizora.models.wan.config import WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
-    from aoizora.models.wan.sampling import lower_denoise_step, lower_forward
-    from aoizora.models.wan.schedulers import UniPCScheduler
-    from aoizora.models.wan.strategy import Strategy, make_mesh
+    from aoizora.models.wan.transformer.config import WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
+    from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+    from aoizora.models.wan.video.sampling import lower_denoise_step, lower_forward
+    from aoizora.models.wan.video.schedulers import UniPCScheduler
     from aoizora.toolchain import compile_only_devices
 
     cfg = (WAN_T2V_14B if args.model == "14b" else WAN_T2V_1_3B).replace(num_layers=args.layers)

@@ -112,7 +112,7 @@ def child(args: argparse.Namespace) -> None:
     from aoizora.hlo.builder import build_program
     from aoizora.hlo.program import NodeKind
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.splash_tiles import fitted_splash_blocks
+    from aoizora.models.wan.kernels.splash_tiles import fitted_splash_blocks
     from aoizora.placement import enumerate_placements
     from aoizora.toolchain import CompilerFlags, compile_lowered
     from aoizora.topology import get_topology, hardware_profile

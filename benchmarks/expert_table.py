@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/expert_table.py [--json docs/data/experts/rows.json] [PLAN ...]
 
-Prints one Markdown row per expert row of `aoizora.models.wan.experts` (its date, generation,
+Prints one Markdown row per expert row of `aoizora.models.wan.kernels.experts` (its date, generation,
 mesh, MaxDiffusion attention and kernel profile, tiles, scoped-VMEM limit, what it documents, its
 source), and writes them as JSON with `--json`. Each PLAN given (a plan file of `aoizora plan`)
 adds a table of the plan against every documented deployment it compiled: the row, its kernel
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS, WAN_EXPERTS, WanExpert
+from aoizora.models.wan.kernels.experts import TODAYS_WAN_EXPERTS, WAN_EXPERTS, WanExpert
 
 
 def row(e: WanExpert, compiled: bool) -> dict:

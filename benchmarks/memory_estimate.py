@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.plan.planner import expert_entries
 from aoizora.stage1.ir import read_module
 from aoizora.stage1.memory import estimate_memory

@@ -46,8 +46,8 @@ def main() -> None:
     args = ap.parse_args()
     import jax.numpy as jnp
 
-    from aoizora.models.wan.vae_config import WAN21_VAE, WanVAEConfig
-    from aoizora.models.wan.vae_sharding import COMPUTE_DTYPE, latent_shape
+    from aoizora.models.wan.vae.config import WAN21_VAE, WanVAEConfig
+    from aoizora.models.wan.vae.sharding import COMPUTE_DTYPE, latent_shape
 
     if args.tiny:
         config = WanVAEConfig(base_dim=4, z_dim=4, latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4, dtype=jnp.float32)

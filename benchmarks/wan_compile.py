@@ -20,10 +20,10 @@ from pathlib import Path
 
 import jax
 
-from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
-from aoizora.models.wan.sampling import lower_denoise_step, opaque_kernel_costs
-from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.transformer.config import WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+from aoizora.models.wan.video.sampling import lower_denoise_step, opaque_kernel_costs
+from aoizora.models.wan.video.schedulers import UniPCScheduler
 from aoizora.toolchain import compile_only_devices
 
 GiB = 1024**3

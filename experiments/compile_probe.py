@@ -16,11 +16,11 @@ import time
 
 import jax.numpy as jnp
 
-from aoizora.models.wan import model as wm
-from aoizora.models.wan.config import WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
-from aoizora.models.wan.sampling import lower_denoise_step, lower_forward
-from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.transformer import model as wm
+from aoizora.models.wan.transformer.config import WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+from aoizora.models.wan.video.sampling import lower_denoise_step, lower_forward
+from aoizora.models.wan.video.schedulers import UniPCScheduler
 from aoizora.toolchain import compile_only_devices
 
 
@@ -56,7 +56,7 @@ def _rewrite_model(edits: list[tuple[str, str]]) -> None:
     the model's text, not on its private names); the sampling module's `forward` follows."""
     import inspect
 
-    import aoizora.models.wan.sampling as ws
+    import aoizora.models.wan.video.sampling as ws
 
     src = inspect.getsource(wm)
     for old, new in edits:

@@ -1,4 +1,4 @@
-"""libtpu's cost of the rotary embedding in its two partner forms (`aoizora.models.wan.rope`).
+"""libtpu's cost of the rotary embedding in its two partner forms (`aoizora.models.wan.transformer.rope`).
 
 The rotation alone (bf16 activations of Wan 14B's head dim, float32 tables), compiled for one
 device of each generation's slice; the cost is what Q2 and the simulator charge for the compiled
@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.hlo import build_program
-from aoizora.models.wan.config import ROPE_PARTNERS
-from aoizora.models.wan.rope import apply_rope
+from aoizora.models.wan.transformer.config import ROPE_PARTNERS
+from aoizora.models.wan.transformer.rope import apply_rope
 from aoizora.toolchain import compile_only_devices
 from aoizora.topology import hardware_profile
 

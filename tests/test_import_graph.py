@@ -143,3 +143,44 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
                      "pkg.sub.c": {"pkg.a", "pkg.sub.b"}}
     assert cycles(graph) == [["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"]]
     assert cycles({"x": {"x"}, "y": set()}) == [["x", "x"]]
+
+
+#: the sub-packages of `aoizora.models.wan`, lowest first: a module may import only from its own
+#: sub-package or those before it (type-only and function-local imports count); the package's own
+#: `__init__`, which re-exports them, is above them all
+WAN = "aoizora.models.wan"
+WAN_SUBPACKAGES = ["transformer", "kernels", "text_encoder", "vae", "video", "space"]
+
+
+def _wan_rank(module: str) -> int:
+    """The place of a module of `aoizora.models.wan` in `WAN_SUBPACKAGES` (the package itself: above all)."""
+    if module == WAN:
+        return len(WAN_SUBPACKAGES)
+    return WAN_SUBPACKAGES.index(module.removeprefix(WAN + ".").split(".")[0])
+
+
+def wan_upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports between modules of `aoizora.models.wan` that point to a later sub-package."""
+    inside = {m for m in graph if m == WAN or m.startswith(WAN + ".")}
+    return sorted(f"{src} -> {dst}" for src in inside if src != WAN for dst in graph[src] & inside
+                  if _wan_rank(dst) > _wan_rank(src))
+
+
+def test_every_wan_module_is_in_a_listed_subpackage():
+    modules = {m for m in import_graph() if m.startswith(WAN + ".")}
+    stray = sorted(m for m in modules if m.removeprefix(WAN + ".").split(".")[0] not in WAN_SUBPACKAGES)
+    assert not stray, f"a module of {WAN} outside the sub-packages of WAN_SUBPACKAGES: {stray}"
+    assert {m.removeprefix(WAN + ".").split(".")[0] for m in modules} == set(WAN_SUBPACKAGES)
+
+
+def test_the_wan_subpackages_import_one_way():
+    upward = wan_upward_imports(import_graph())
+    assert not upward, f"imports from a later sub-package of {WAN} (order: {WAN_SUBPACKAGES}):\n" + "\n".join(upward)
+
+
+def test_the_wan_check_sees_an_upward_import():
+    graph = {WAN: {f"{WAN}.space.space"}, f"{WAN}.space.space": {f"{WAN}.transformer.strategy"},
+             f"{WAN}.transformer.strategy": set(), f"{WAN}.transformer.model": {f"{WAN}.kernels.vmem"},
+             f"{WAN}.kernels.vmem": {f"{WAN}.transformer.strategy", WAN}}
+    assert wan_upward_imports(graph) == [f"{WAN}.kernels.vmem -> {WAN}",
+                                         f"{WAN}.transformer.model -> {WAN}.kernels.vmem"]

@@ -24,9 +24,9 @@ from scipy.stats import spearmanr
 
 from aoizora.api import wan_request_space
 from aoizora.measure.per_device import with_layers
-from aoizora.models.wan.sampling import opaque_kernel_costs
-from aoizora.models.wan.space_costs import splash_opaque_cost
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.space.costs import splash_opaque_cost
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+from aoizora.models.wan.video.sampling import opaque_kernel_costs
 from aoizora.toolchain import compile_only_devices
 from aoizora.topology import get_topology
 

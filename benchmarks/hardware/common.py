@@ -83,7 +83,7 @@ class Config:
     flags: str = ""
     #: costs the program's opaque kernels (e.g. the Wan model's splash calls), as Stage 2 does
     opaque_cost: Callable[[Any], Any] | None = None
-    #: the attention kernel profile that costs those kernels (`aoizora.models.wan.kernel_profiles`), if any
+    #: the attention kernel profile that costs those kernels (`aoizora.models.wan.transformer.kernel_profiles`), if any
     kernel_profile: str = ""
     #: (strategy space, strategy) of a config that lowers a strategy (`strategy_space_config`)
     workload: tuple[Any, Any] | None = None
@@ -309,7 +309,7 @@ def wan_config(name: str, topology: str, model: str, resolution: str, frames: in
     import dataclasses
 
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.splash_tiles import fitted_splash_blocks
+    from aoizora.models.wan.kernels.splash_tiles import fitted_splash_blocks
     from aoizora.topology import hardware_profile
 
     space = wan_space(model, resolution, frames, generation=generation, rope_partner=rope_partner,

@@ -31,7 +31,7 @@ WAN22 = Source(REPO, "tpu/Wan2.2/README.md", "0b9db4a7f40526fb019a75c81bd923d9e4
 
 
 def _v6e(name: str, resolution: str):
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
     strategy = Strategy(data=2, tensor=4, weights="tensor", splash_blocks=SplashBlocks(3328, 2816, 256),
                         kernel_profile="maxdiffusion-custom")
@@ -40,7 +40,7 @@ def _v6e(name: str, resolution: str):
 
 
 def entries() -> list:
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.transformer.strategy import Strategy
 
     v5p_strategy = Strategy(data=2, tensor=2, weights="tensor", kernel_profile="maxdiffusion-custom")
     v5p = wan_config("dp2-tp2", "v5p:2x2x1", "wan2.2-i2v-a14b", "720p", 81, v5p_strategy,

@@ -23,8 +23,8 @@ STEPS = 40
 
 
 def _config(name: str, batch: int):
-    from aoizora.models.wan.experts import V7_BENCHMARK_LIBTPU_ARGS
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.kernels.experts import V7_BENCHMARK_LIBTPU_ARGS
+    from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
     strategy = Strategy(data=2, context=4, attention="ulysses_ring", context_ulysses=2, weights="gathered",
                         splash_blocks=SplashBlocks(2048, 2048, 1024), kernel_profile="tokamax-splash")

@@ -7,7 +7,7 @@ which that script says comes from PR #430's 2D-ring baseline):
 * commit 8dd630549ce1cb55e167a66102dcc3aef4cc1926 (its message): 2D context (ring 2 x Ulysses 2)
   with `ulysses_ring_custom` at tile 9472/1024, denoise 109.3 s, and `ulysses_ring_custom_fixed_m`
   at 6400/2048, 105.3 s. **In-sample** for the kernel profiles: their shares of the MXU roofline
-  come from the same message (`aoizora.models.wan.kernel_profiles`).
+  come from the same message (`aoizora.models.wan.transformer.kernel_profiles`).
 * PR #430 (https://github.com/AI-Hypercomputer/maxdiffusion/pull/430, head 7528f71b; its
   description): the custom kernel's 2D ring (Ulysses 2, ring 2), denoise 109.8 s, against the best
   Ulysses, 122.6 s. **Held out**: nothing was derived from it. Its tiles and the Ulysses run's head
@@ -45,9 +45,9 @@ def _config(name: str, attention: str, profile: str, commit: str) -> Config:
     import dataclasses
 
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.experts import FAST_V7_LIBTPU_ARGS
-    from aoizora.models.wan.splash_tiles import fitted_splash_blocks
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.kernels.experts import FAST_V7_LIBTPU_ARGS
+    from aoizora.models.wan.kernels.splash_tiles import fitted_splash_blocks
+    from aoizora.models.wan.transformer.strategy import Strategy
     from aoizora.topology import hardware_profile
 
     space = wan_space(MODEL, RESOLUTION, FRAMES, generation="tpu7x", kernel_profile=profile)

@@ -31,7 +31,7 @@ SOURCE = Source(REPO, "README.md", COMMIT, where="Ring Attention: e2e generation
 
 
 def _config(name: str, attention: str, model: str, topology: str, context: int):
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
     strategy = Strategy(data=2, context=context, attention=attention, weights="gathered",  # type: ignore[arg-type]
                         splash_blocks=SplashBlocks(512, 512, 512), kernel_profile="tokamax-splash")

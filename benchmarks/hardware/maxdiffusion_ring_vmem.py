@@ -33,7 +33,7 @@ compiles, found as `splash_vmem_rule.working_set_of` finds it (raise the limit t
 figure until it compiles). `FIT_BLOCKS` are the rule's design (`--core`: `CORE_FIT_BLOCKS`), and
 `HELD_OUT_BLOCKS` check it (`--core`: the first).
 
-`--rule` fits `aoizora.models.wan.vmem`'s rule (`fit_splash_vmem`: least squares over the four
+`--rule` fits `aoizora.models.wan.kernels.vmem`'s rule (`fit_splash_vmem`: least squares over the four
 terms, margin the largest error on a fitted tile) to each generation's `FIT_BLOCKS` (a local batch
 whose measured tiles all need what they need at batch 1 takes batch 1's fit), checks it on
 the held-out tiles (admitted by working set plus margin only where they measured no more) and
@@ -147,8 +147,8 @@ def probe(lowered: Any, limit_kib: int | None) -> dict:
 def rule(data: dict) -> dict:
     """The ring kernel's rule from the measured data (see the module docstring): per generation and
     local batch the coefficients (`vmem.COEFFICIENTS`, bytes), and each held-out tile's check."""
-    from aoizora.models.wan.strategy import SplashBlocks
-    from aoizora.models.wan.vmem import COEFFICIENTS, coefficients_from_data, working_set_bytes
+    from aoizora.models.wan.kernels.vmem import COEFFICIENTS, coefficients_from_data, working_set_bytes
+    from aoizora.models.wan.transformer.strategy import SplashBlocks
 
     fit_rows = [r for r in data["rows"] if r["role"] == "fit"]
     coefficients: dict[str, dict[str, list[float]]] = {}
@@ -179,7 +179,7 @@ def rule(data: dict) -> dict:
                                  "bounded": measured is not None
                                  and measured * 1024 <= predicted + coef["margin"]})
     return {"_about": "MaxDiffusion's ring kernel's scoped VMEM working set per splash tile, the rule of "
-                      "aoizora.models.wan.vmem with kernel='maxdiffusion_ring': per generation and local batch "
+                      "aoizora.models.wan.kernels.vmem with kernel='maxdiffusion_ring': per generation and local batch "
                       f"{list(COEFFICIENTS)} in bytes (working set = per_q_row*bq + per_kv_row*bkv + "
                       "per_score*bq*bkv_compute + per_block_score*bq*bkv; a tile fits a limit when it plus margin, "
                       "the fit's largest error on a measured tile, is at most the limit; a local batch whose measured "

@@ -26,8 +26,8 @@ SOURCE = Source(url="https://github.com/AI-Hypercomputer/maxdiffusion/pull/436",
 
 
 def entries() -> list:
-    from aoizora.models.wan.experts import FAST_V7_LIBTPU_ARGS
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.kernels.experts import FAST_V7_LIBTPU_ARGS
+    from aoizora.models.wan.transformer.strategy import Strategy
 
     strategy = Strategy(data=1, context=8, attention="ulysses", weights="gathered",
                         kernel_profile="maxdiffusion-custom-fixed-m")

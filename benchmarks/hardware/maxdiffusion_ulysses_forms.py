@@ -35,8 +35,8 @@ STEPS = 40
 
 
 def _config(name: str, attention: str, exchange: str, profile: str = "jax-splash"):
-    from aoizora.models.wan.experts import V7_BENCHMARK_LIBTPU_ARGS
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.kernels.experts import V7_BENCHMARK_LIBTPU_ARGS
+    from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
     strategy = Strategy(data=2, context=4, attention=attention, weights="gathered",  # type: ignore[arg-type]
                         context_ulysses=2 if attention == "ulysses_ring" else 1,

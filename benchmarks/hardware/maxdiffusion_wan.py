@@ -34,7 +34,7 @@ SLICE = "tpu7x:2x2x1"
 def _config(name: str, attention: str, flags: str) -> Config:
     """MaxDiffusion's deployment of `attention` on the v7-8 (the documented rows of aoizora's expert table)."""
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan.experts import WAN_EXPERTS
+    from aoizora.models.wan.kernels.experts import WAN_EXPERTS
 
     # the ring row is the flash row with ring attention (benchmark_dp2_cp4.sh changes only `attention`)
     documented = "allgather" if attention == "ring" else attention
@@ -52,7 +52,7 @@ def _config(name: str, attention: str, flags: str) -> Config:
 
 
 def entries() -> list:
-    from aoizora.models.wan.experts import V7_BENCHMARK_LIBTPU_ARGS
+    from aoizora.models.wan.kernels.experts import V7_BENCHMARK_LIBTPU_ARGS
 
     flags = " ".join(V7_BENCHMARK_LIBTPU_ARGS)
     return [

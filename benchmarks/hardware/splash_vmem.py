@@ -25,13 +25,13 @@ import json
 import re
 from pathlib import Path
 
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     LARGE_BLOCK_KV,
     LARGE_BLOCK_KV_COMPUTE,
     SPLASH_LIMIT_LENGTH,
     compile_splash_call,
 )
-from aoizora.models.wan.strategy import SplashBlocks
+from aoizora.models.wan.transformer.strategy import SplashBlocks
 from aoizora.toolchain import toolchain_versions
 
 DATA = Path(__file__).parent / "data" / "splash_vmem.json"

@@ -27,7 +27,7 @@ import re
 import subprocess
 import sys
 
-from aoizora.models.wan.splash_tiles import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
+from aoizora.models.wan.kernels.splash_tiles import LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE
 
 HEADS, HEAD_DIM, TOKENS = 10, 128, 18944
 
@@ -38,7 +38,7 @@ def _program(topology: str, batch: int, block_q: int, merged: bool):
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from aoizora.models.wan.attention import splash_attention
+    from aoizora.models.wan.transformer.attention import splash_attention
     from aoizora.toolchain import compile_only_devices
 
     sharding = NamedSharding(Mesh(np.array(compile_only_devices(topology)[:1]), ("x",)), PartitionSpec())

@@ -25,7 +25,7 @@ device of the slice in `splash_vmem.SLICES`) and records:
 1. libtpu's default scoped VMEM limit (the "limit Y" of a refusal at the default flags);
 2. the working set of a design of blocks at local batch 1 and 2 (`FIT_BLOCKS`: block_q, block_kv
    and block_kv_compute varied one at a time around MaxDiffusion's 2048/1024 K/V blocks), from
-   which `aoizora.models.wan.vmem` fits its rule;
+   which `aoizora.models.wan.kernels.vmem` fits its rule;
 3. held out from the fit: whether the splash tiles of MaxDiffusion's Wan deployments
    (`HELD_OUT_BLOCKS`) compile at the default limit and at 32,768 and 65,536 KiB, at local batch
    1 and 2, and the figure of each refusal.
@@ -44,8 +44,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from aoizora.models.wan.splash_tiles import SPLASH_LIMIT_LENGTH, compile_splash_call
-from aoizora.models.wan.strategy import SplashBlocks
+from aoizora.models.wan.kernels.splash_tiles import SPLASH_LIMIT_LENGTH, compile_splash_call
+from aoizora.models.wan.transformer.strategy import SplashBlocks
 from aoizora.toolchain import toolchain_versions
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -160,7 +160,7 @@ def hardware_entries(data: dict) -> dict[str, dict]:
     """The fields of `src/aoizora/data/hardware.json` this data gives each generation: the default
     limit, the most a raised one gives (the VMEM; None: not reached) and the rule's coefficients
     per local batch."""
-    from aoizora.models.wan.vmem import COEFFICIENTS, coefficients_from_data
+    from aoizora.models.wan.kernels.vmem import COEFFICIENTS, coefficients_from_data
 
     out = {}
     for gen, default in data["default_limit_kib"].items():

@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from aoizora.models.wan.attention import splash_cost, splash_grid_steps
+from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps
 from aoizora.topology import KernelWork, hardware_profile
 
 DATA = Path(__file__).parent / "data" / "tokamax_splash.json"

@@ -1,5 +1,5 @@
 """Published Wan totals against the predicted ones: every Wan entry of the hardware suite that publishes an
-end-to-end generation time, predicted through `aoizora.models.wan.video_time.VideoTime` from committed parts.
+end-to-end generation time, predicted through `aoizora.models.wan.video.video_time.VideoTime` from committed parts.
 
     PYTHONPATH=src python benchmarks/hardware/wan_totals.py [--suite docs/data/hardware/wan_on_tpu.json]
         [--decode docs/data/video/vae_decode.json docs/data/video/vae_decode_tpu7x.json]
@@ -164,8 +164,8 @@ def _configs(entry: dict[str, Any]) -> list[tuple[str, float, float, int]]:
 def predict(entry: dict[str, Any], timed: Timed, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per configuration: the measured total, the parts and the predicted total (None and a reason
     where a part is not known)."""
-    from aoizora.models.wan.text_encode_cost import text_encode_cost
-    from aoizora.models.wan.video_time import VideoTime
+    from aoizora.models.wan.text_encoder.cost import text_encode_cost
+    from aoizora.models.wan.video.video_time import VideoTime
     topology = entry["configs"][0]["setup"].split(",")[0]
     devices = DEVICES[topology]
     out = []

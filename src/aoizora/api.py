@@ -46,8 +46,8 @@ def wan_request(model: str | None, resolution: str | None, frames: int | None, *
                 "program": program}
     from aoizora.export import read_command
     from aoizora.models.registry import model_config, parse_resolution, video_shape
-    from aoizora.models.wan.experts import USER_DEPLOYMENT
-    from aoizora.models.wan.strategy import validate_strategy
+    from aoizora.models.wan.kernels.experts import USER_DEPLOYMENT
+    from aoizora.models.wan.transformer.strategy import validate_strategy
     from aoizora.workload import ExpertDeployment
 
     cmd = read_command(from_maxdiffusion)

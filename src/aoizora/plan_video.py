@@ -1,6 +1,6 @@
 """A plan's video time, as the comparison reads it: the one place that says what a video's time is.
 
-A plan's `video_time` (`aoizora.models.wan.video_time`) holds one generation end to end: the text
+A plan's `video_time` (`aoizora.models.wan.video.video_time`) holds one generation end to end: the text
 encoding, the denoising steps, an expert swap and the VAE decode. Where its total is known the
 comparison reads it. A plan without one (written before plans carried it, or whose decode was not
 costed: `--no-vae-decode`, a time budget) is read as its denoising steps alone, and every number

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # Stage 1's IR types; the interface names them without depend
     from aoizora.stage1.ir import TensorType
     from aoizora.topology import Topology
 
-#: A workload's strategy type (`aoizora.models.wan.strategy.Strategy`, `FunctionStrategy`, ...).
+#: A workload's strategy type (`aoizora.models.wan.transformer.strategy.Strategy`, `FunctionStrategy`, ...).
 S = TypeVar("S")
 
 

@@ -73,7 +73,7 @@ def test_the_grid_keeps_per_limit_and_kv_cap_the_largest_block_q():
     import splash_grid
 
     from aoizora.measure.splash_calls import SplashCall, SplashCase
-    from aoizora.models.wan.strategy import SplashBlocks
+    from aoizora.models.wan.transformer.strategy import SplashBlocks
 
     call = SplashCall(1, 40, 18944, 75776, 128, False)
     cases = [SplashCase(call, SplashBlocks.parse(t), lim) for t, lim in (

@@ -27,7 +27,7 @@ def _committed() -> dict[str, Any]:
 
 def problems(doc: dict[str, Any], suite: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[str]:
     """Where a committed total is not the sum of its parts as the committed data gives them."""
-    from aoizora.models.wan.text_encode_cost import text_encode_cost
+    from aoizora.models.wan.text_encoder.cost import text_encode_cost
 
     steps_of = {(e["key"], c["name"]): c["q2_seconds"] for e in suite for c in e.get("configs", [])}
     out = []

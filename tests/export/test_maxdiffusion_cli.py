@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.export import read_command
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.plan import load_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.tpu_compile]

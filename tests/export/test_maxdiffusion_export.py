@@ -18,9 +18,9 @@ from aoizora.export.maxdiffusion import ATTENTION_NAMES, MODEL_CONFIGS, VARIANTS
 from aoizora.export.maxdiffusion_command import _typed
 from aoizora.export.run_with_plan import LaunchError, generate_wan_argv, plan_device_array, planned_create_device_mesh
 from aoizora.models.registry import model_config, video_shape
-from aoizora.models.wan.custom_tiles import custom_kernel_tile
-from aoizora.models.wan.experts import TODAYS_WAN_EXPERTS
-from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
+from aoizora.models.wan.kernels.custom_tiles import custom_kernel_tile
+from aoizora.models.wan.kernels.experts import TODAYS_WAN_EXPERTS
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy, check_strategy
 from aoizora.plan import Plan, load_plan
 from aoizora.topology import get_topology
 
@@ -117,7 +117,7 @@ def test_facts_name_their_source_commit_and_configs():
 
 
 def test_every_kernel_and_variant_a_space_plans_has_a_maxdiffusion_name():
-    from aoizora.models.wan.kernel_profiles import KERNEL_PROFILES
+    from aoizora.models.wan.transformer.kernel_profiles import KERNEL_PROFILES
 
     planned = {(name, v) for name, p in KERNEL_PROFILES.items() for v in p.variants}
     assert planned == set(ATTENTION_NAMES)

@@ -18,7 +18,7 @@ import pytest
 
 from aoizora.export import write_maxdiffusion_export
 from aoizora.export.run_with_plan import generate_wan_argv, plan_cache_key
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.plan import Plan
 from aoizora.topology import get_topology
 

@@ -13,8 +13,8 @@ import pytest
 from aoizora.errors import ExportError
 from aoizora.export import read_command
 from aoizora.export.maxdiffusion import facts
-from aoizora.models.wan.experts import FAST_V7_LIBTPU_ARGS, TODAYS_WAN_EXPERTS, TPU_RECIPES
-from aoizora.models.wan.strategy import SplashBlocks
+from aoizora.models.wan.kernels.experts import FAST_V7_LIBTPU_ARGS, TODAYS_WAN_EXPERTS, TPU_RECIPES
+from aoizora.models.wan.transformer.strategy import SplashBlocks
 from aoizora.toolchain import CompilerFlags
 
 DATA = json.loads((Path(__file__).with_name("data") / "maxdiffusion_published_commands.json").read_text())

@@ -7,8 +7,8 @@ import pytest
 
 from aoizora.api import wan_request_space
 from aoizora.measure.splash_calls import SplashCase, splash_cases, strategy_splash_call
-from aoizora.models.wan.splash_tiles import searched_splash_tile
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.kernels.splash_tiles import searched_splash_tile
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.topology import get_topology
 
 

@@ -34,7 +34,7 @@ def test_no_plan_module_imports_a_model():
 
 @pytest.mark.parametrize("name", ["wan2.1-t2v-14b", "wan2.2-t2v-a14b", "wan2.2-ti2v-5b"])
 def test_wan_plans_are_read_by_the_wan_space(name):
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
 
     assert plan_reader(name) is WanSpace
     assert plan_reader("mlp") is None

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from aoizora.errors import PlanFormatError
 from aoizora.export import generation_time_comment, write_maxdiffusion_export
-from aoizora.models.wan.text_encode_cost import text_encode_cost
-from aoizora.models.wan.video_time import VideoTime
+from aoizora.models.wan.text_encoder.cost import text_encode_cost
+from aoizora.models.wan.video.video_time import VideoTime
 from aoizora.plan import Plan, load_plan
 from aoizora.report.html import write_report
 from aoizora.report.tables import print_plan, video_time_line

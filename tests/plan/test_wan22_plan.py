@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from aoizora.models.registry import pipeline_config
-from aoizora.models.wan.pipeline_space import expert_bytes_per_device
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.space.pipeline_space import expert_bytes_per_device
+from aoizora.models.wan.transformer.strategy import Strategy
 
 
 def _cli(*args, timeout=900):

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.plan import load_plan, plan_space
 from aoizora.topology import get_topology
 

@@ -13,9 +13,9 @@ import pytest
 
 from aoizora.cost.model import CostModel
 from aoizora.hlo.program import CollectiveKind
-from aoizora.models.wan.config import WAN_T2V_1_3B, VideoShape
-from aoizora.models.wan.space import WanSpace
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.space.space import WanSpace
+from aoizora.models.wan.transformer.config import WAN_T2V_1_3B, VideoShape
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.placement.jax_default import jax_default_placement
 from aoizora.sim import simulate
 from aoizora.stage2.compile_cache import default_compile_cache

@@ -218,7 +218,7 @@ def _padded_keys_program():
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from aoizora.models.wan.attention import splash_attention
+    from aoizora.models.wan.transformer.attention import splash_attention
 
     topo = get_topology("v5e:2x2")
     mesh = Mesh(np.array(topo.devices).reshape(4), ("c",))

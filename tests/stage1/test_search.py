@@ -169,8 +169,8 @@ def test_parallel_workers_give_the_same_result(topo_2x4):
 def test_strategies_sharing_lowering_work_are_grouped():
     """Wan strategies with the same context and tensor sizes build the same splash kernels
     (their masks are processed once per process): Stage 1 lowers them together, largest group first."""
-    from aoizora.models.wan.config import PRESETS, VideoShape
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
+    from aoizora.models.wan.transformer.config import PRESETS, VideoShape
     from aoizora.stage1.search import RANKED, Entry, affinity_groups
 
     space = WanSpace(PRESETS["t2v-14b"], VideoShape(21, 480, 832))

@@ -36,7 +36,7 @@ def compiles(monkeypatch):
 @pytest.fixture(autouse=True)
 def few_candidates(monkeypatch):
     """The space's first four legal strategies: what the test checks does not depend on how many."""
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
 
     every = WanSpace.candidates
     monkeypatch.setattr(WanSpace, "candidates", lambda self, n: [c for c in every(self, n) if c.legal][:4])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
-from aoizora.models.wan.vae_config import WanVAEConfig
+from aoizora.models.wan.vae.config import WanVAEConfig
 from aoizora.stage2.vae_decode import vae_decode_cost
 from aoizora.topology import get_topology
 

@@ -10,7 +10,7 @@ import pytest
 from aoizora.cost.model import node_seconds
 from aoizora.hlo.program import Node, NodeKind
 from aoizora.hlo.shapes import Shape
-from aoizora.models.wan.attention import splash_grid_steps
+from aoizora.models.wan.transformer.attention import splash_grid_steps
 from aoizora.topology import KernelWork, get_topology, hardware_profile
 
 TOKAMAX = Path(__file__).parents[2] / "benchmarks" / "hardware" / "data" / "tokamax_splash.json"

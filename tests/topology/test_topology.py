@@ -185,7 +185,7 @@ def test_async_collective_fusion_is_what_the_compiler_does(topology):
 def test_async_collective_fusion_is_libtpus_flag_on_v5e_and_absent_on_v6e():
     """The mechanism is libtpu's async collective fusion: off by its flag on v5e, and not turned on
     by MaxDiffusion's README flags on v6e."""
-    from aoizora.models.wan.experts import README_LIBTPU_ARGS
+    from aoizora.models.wan.kernels.experts import README_LIBTPU_ARGS
     from aoizora.toolchain import CompilerFlags
 
     off = _all_gather_of_a_computed_activation("v5e:2x2", {"xla_tpu_enable_async_collective_fusion": False})

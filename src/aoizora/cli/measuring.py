@@ -18,7 +18,7 @@ def _space_and_strategies(plan_path: str | None, model: str | None, topology_nam
     """(space, topology, strategies, plan flags) of a plan (its strategy, then the Stage 1 Top-K it
     kept) or of a request (the given strategies, else Stage 1's Top-K)."""
     from aoizora.api import wan_request, wan_request_space
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.transformer.strategy import Strategy
     from aoizora.topology import get_topology
 
     flags = ""

@@ -209,7 +209,7 @@ def _user_deployment_line(plan: dict) -> None:
     """How the plan compares with the MaxDiffusion command given with --from-maxdiffusion: the
     command's strategy as written (its tile), the verdict, then each note (what was compiled
     otherwise, the keys not modelled)."""
-    from aoizora.models.wan.experts import USER_DEPLOYMENT
+    from aoizora.models.wan.kernels.experts import USER_DEPLOYMENT
 
     mine = plan.get("workload", {}).get("user_deployment")
     rows = [e for e in plan.get("baselines", {}).get("experts", []) if e.get("name") == USER_DEPLOYMENT]
@@ -294,7 +294,7 @@ def _experts_line(experts: dict) -> str:
 
 def _no_fit_hint(space, topo) -> None:
     """When both experts do not fit resident, say what swapping one would cost."""
-    from aoizora.models.wan.pipeline_space import WanPipelineSpace, swap_estimate
+    from aoizora.models.wan.space.pipeline_space import WanPipelineSpace, swap_estimate
 
     if isinstance(space, WanPipelineSpace) and space.residency == "both" and len(space.pipeline.experts) > 1:
         click.echo(f"note: {swap_estimate(space, topo)}", err=True)

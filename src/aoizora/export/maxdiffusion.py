@@ -50,8 +50,8 @@ from aoizora.models.maxdiffusion.overrides import (  # noqa: F401  (the export's
     maxdiffusion_config,
     strategy_overrides,
 )
-from aoizora.models.wan.custom_tiles import KernelTile, custom_kernel_tile
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.kernels.custom_tiles import KernelTile, custom_kernel_tile
+from aoizora.models.wan.transformer.strategy import Strategy
 
 LAUNCHER = "run_with_plan.py"
 DEVICES_MODULE = "plan_devices.py"

@@ -27,7 +27,7 @@ from typing import Any
 from aoizora.errors import CompilerFlagError, ExportError
 from aoizora.export.maxdiffusion import MODEL_CONFIGS, VARIANTS, WEIGHT_NAMES, _clip, _cut, facts
 from aoizora.models.maxdiffusion.overrides import effective_axes
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 
 #: the keys aoizora reads from a command (the config gives mesh_axes); every other key set is

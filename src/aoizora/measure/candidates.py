@@ -27,8 +27,8 @@ from aoizora.measure.per_device import (
 from aoizora.measure.splash_calls import splash_cases
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.space.space import WanSpace
+    from aoizora.models.wan.transformer.strategy import Strategy
     from aoizora.toolchain import CompilerFlags
     from aoizora.topology import Topology
 

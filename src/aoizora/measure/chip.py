@@ -93,7 +93,7 @@ def time_splash_case(case: Any, runs: int = 5, warmup: int = 1, seed: int = 0) -
     import jax
     import jax.numpy as jnp
 
-    from aoizora.models.wan.attention import SplashTiles, run_splash
+    from aoizora.models.wan.transformer.attention import SplashTiles, run_splash
 
     device = tpu_device()
     call, blocks = case.call, case.blocks

@@ -7,7 +7,8 @@ compiles of forty) for the slice's compile-only devices, takes libtpu's module r
 partitioning and localizes it (`local_program`): that is what one device computes, with every
 collective replaced by a local operation of the same output shape. `predicted_compute_seconds`
 is Q2's compute for a compiled module: the compiler's cycle estimate of each fusion at the
-generation's clock, the model's cost of each splash call (`space_costs`), loops by their trips.
+generation's clock, the model's cost of each splash call (`aoizora.models.wan.space.costs`), loops by
+their trips.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from aoizora.toolchain import CompilerFlags, compile_only_devices
 
 if TYPE_CHECKING:
     from aoizora.hlo.program import OpaqueCost, OpaqueOp
-    from aoizora.models.wan.space import WanSpace
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.space.space import WanSpace
+    from aoizora.models.wan.transformer.strategy import Strategy
     from aoizora.topology import HardwareProfile, Topology
 
 
@@ -43,7 +44,7 @@ def strategy_flags(space: WanSpace, strategy: Strategy, flags: CompilerFlags | N
 def per_device_program(space: WanSpace, strategy: Strategy, topology: Topology,
                        flags: CompilerFlags | None = None) -> LocalProgram:
     """One device's share of the strategy's step on `topology`, localized (module docstring)."""
-    from aoizora.models.wan.strategy import make_mesh
+    from aoizora.models.wan.transformer.strategy import make_mesh
 
     mesh = make_mesh(strategy, compile_only_devices(topology.name))
     lowered = space.lowering_inputs(strategy, mesh).lower()
@@ -53,7 +54,7 @@ def per_device_program(space: WanSpace, strategy: Strategy, topology: Topology,
 def kernel_cost_hook(space: WanSpace, strategy: Strategy, topology: Topology
                      ) -> Callable[[OpaqueOp], OpaqueCost | None]:
     """The hook that costs the strategy's splash calls in a compiled module of it (as Stage 2's)."""
-    from aoizora.models.wan.strategy import make_mesh
+    from aoizora.models.wan.transformer.strategy import make_mesh
 
     if strategy not in space._meshes:
         space._meshes[strategy] = make_mesh(strategy, compile_only_devices(topology.name))

@@ -14,16 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     local_batch,
     self_attention_lengths,
     splash_call_seconds,
     splash_tile_candidates,
 )
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
     from aoizora.topology import HardwareProfile
 
 

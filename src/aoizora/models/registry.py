@@ -7,8 +7,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import ShapeError
-from aoizora.models.wan.config import VideoShape, WanConfig
-from aoizora.models.wan.pipeline import (
+from aoizora.models.wan.transformer.config import VideoShape, WanConfig
+from aoizora.models.wan.video.pipeline import (
     WAN21_I2V_14B_PIPELINE,
     WAN21_T2V_1_3B_PIPELINE,
     WAN21_T2V_14B_PIPELINE,
@@ -20,7 +20,7 @@ from aoizora.models.wan.pipeline import (
 from aoizora.workload import StrategySpace, register_plan_reader
 
 if TYPE_CHECKING:
-    from aoizora.models.wan.vae_config import WanVAEConfig
+    from aoizora.models.wan.vae.config import WanVAEConfig
 
 PIPELINES: dict[str, WanPipelineConfig] = {
     "wan2.1-t2v-1.3b": WAN21_T2V_1_3B_PIPELINE,
@@ -33,7 +33,7 @@ PIPELINES: dict[str, WanPipelineConfig] = {
 
 
 def _wan_space_type() -> type[StrategySpace[Any]]:
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
 
     return WanSpace
 
@@ -91,8 +91,8 @@ def video_shape(config: WanConfig, resolution: str, frames: int) -> VideoShape:
 def model_vae(key: str) -> WanVAEConfig:
     """The VAE a Wan model decodes with, in MaxDiffusion's compute dtype (float32): Wan 2.2's for
     TI2V-5B, Wan 2.1's for the others (the models' `vae/config.json` on the Hugging Face Hub)."""
-    from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE
-    from aoizora.models.wan.vae_sharding import COMPUTE_DTYPE
+    from aoizora.models.wan.vae.config import WAN21_VAE, WAN22_VAE
+    from aoizora.models.wan.vae.sharding import COMPUTE_DTYPE
 
     return (WAN22_VAE if key == "wan2.2-ti2v-5b" else WAN21_VAE).replace(dtype=COMPUTE_DTYPE)
 
@@ -112,8 +112,8 @@ def wan_space(model: str, resolution: str, frames: int, *, generation: str | Non
     the model's default sampler). Other keywords go to the space (`WanSpace`), among them `vae`: the VAE
     whose decode the space's plans compile and cost for their video time (`model_vae(model)`, as
     `aoizora plan` and `plan_wan` pass it); without it a plan says its decode was not costed."""
-    from aoizora.models.wan.pipeline_space import WanPipelineSpace
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.pipeline_space import WanPipelineSpace
+    from aoizora.models.wan.space.space import WanSpace
 
     key = model_key(model)
     pipeline = PIPELINES[key]

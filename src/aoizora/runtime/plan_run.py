@@ -56,7 +56,7 @@ def small_config(config: Any) -> Any:
 
 
 def _strategy(plan: Plan) -> Any:
-    from aoizora.models.wan.strategy import Strategy
+    from aoizora.models.wan.transformer.strategy import Strategy
 
     st = plan.strategy
     if "mesh" not in st or "attention" not in st:
@@ -75,7 +75,7 @@ def run_plan(
 ) -> RunReport:
     """Run `steps` denoising steps (after two warm-up steps that compile) with the plan's mesh."""
     from aoizora.models.registry import model_config
-    from aoizora.models.wan.config import VideoShape
+    from aoizora.models.wan.transformer.config import VideoShape
 
     n = math.prod(plan.axis_sizes)
     ensure_host_devices(n)
@@ -112,11 +112,11 @@ def run_plan(
 def _run(plan, config, video, strategy, mesh, steps, check, checkpoint, seed, on_tpu) -> RunReport:
     import jax
 
-    from aoizora.models.wan.checkpoint import load_params
-    from aoizora.models.wan.params import init_params
-    from aoizora.models.wan.sampling import make_denoise_step
-    from aoizora.models.wan.schedulers import UniPCScheduler
-    from aoizora.models.wan.sharding import param_shardings
+    from aoizora.models.wan.transformer.checkpoint import load_params
+    from aoizora.models.wan.transformer.params import init_params
+    from aoizora.models.wan.transformer.sharding import param_shardings
+    from aoizora.models.wan.video.sampling import make_denoise_step
+    from aoizora.models.wan.video.schedulers import UniPCScheduler
 
     sched_info = plan.data["workload"].get("scheduler", {})
     warmup = 2  # UniPC's state gains its history after the first step: the second call compiles again

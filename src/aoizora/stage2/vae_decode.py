@@ -1,5 +1,5 @@
 """The predicted time of a Wan video's VAE decode on a slice: the decode sharded as MaxDiffusion shards
-it (`aoizora.models.wan.vae_sharding`: its own (1, devices) mesh, the width over `vae_spatial`),
+it (`aoizora.models.wan.vae.sharding`: its own (1, devices) mesh, the width over `vae_spatial`),
 lowered from abstract inputs, compiled by libtpu for the described slice (through the compile cache,
 as Stage 2's step compiles are: `aoizora.stage2.companions`, which a plan compiles it with too) and
 costed by Q2 over the mesh's placement, libtpu's default device order, as one step's program is
@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from aoizora.models.wan.vae_config import WAN21_VAE, WanVAEConfig, decode_shapes
-from aoizora.models.wan.vae_program import VaeDecodeSpace, decode_program
-from aoizora.models.wan.vae_sharding import latent_shape
+from aoizora.models.wan.vae.config import WAN21_VAE, WanVAEConfig, decode_shapes
+from aoizora.models.wan.vae.program import VaeDecodeSpace, decode_program
+from aoizora.models.wan.vae.sharding import latent_shape
 from aoizora.stage2.companions import compile_companion, program_cost
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.toolchain import CompilerFlags

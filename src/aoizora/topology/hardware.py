@@ -102,7 +102,7 @@ class HardwareProfile:
     scoped_vmem_default_kib: int | None = None
     scoped_vmem_max_kib: int | None = None
     #: local batch -> the splash working-set rule's (base, per_q_row, per_kv_row, per_score,
-    #: margin) in bytes (see `aoizora.models.wan.vmem`); empty: not measured
+    #: margin) in bytes (see `aoizora.models.wan.kernels.vmem`); empty: not measured
     splash_vmem: dict[int, tuple[float, ...]] = field(default_factory=dict, compare=False)
     accelerator_types: dict[str, str] = field(default_factory=dict, compare=False)  # "8" -> "2x2x1"
     sources: dict[str, str] = field(default_factory=dict, compare=False)

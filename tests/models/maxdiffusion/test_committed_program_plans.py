@@ -13,7 +13,7 @@ from aoizora.export import export_plan
 from aoizora.models import registry
 from aoizora.models.maxdiffusion import program
 from aoizora.models.maxdiffusion.overrides import facts
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.plan import load_plan
 
 ROOT = Path(__file__).parents[3]

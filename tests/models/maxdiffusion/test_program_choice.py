@@ -21,7 +21,7 @@ from aoizora.hlo.shapes import Shape
 from aoizora.models import registry
 from aoizora.models.maxdiffusion import program
 from aoizora.models.maxdiffusion.overrides import facts
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.plan import load_plan
 from aoizora.topology import get_topology
 

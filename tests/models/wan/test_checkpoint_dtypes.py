@@ -15,8 +15,8 @@ from safetensors.numpy import save_file
 from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError
-from aoizora.models.wan.checkpoint import load_params, save_params, validate_checkpoint
-from aoizora.models.wan.params import init_params
+from aoizora.models.wan.transformer.checkpoint import load_params, save_params, validate_checkpoint
+from aoizora.models.wan.transformer.params import init_params
 
 NAME = "blocks.0.attn1.to_q.weight"
 
@@ -78,7 +78,7 @@ def test_floating_weights_load_whatever_their_width(tmp_path, label):
 def test_the_expert_is_named_in_a_pipeline_folder(tmp_path):
     from test_wan22_pipeline import MODEL_INDEX, _write_expert
 
-    from aoizora.models.wan.pipeline import load_expert_params, load_pipeline_config
+    from aoizora.models.wan.video.pipeline import load_expert_params, load_pipeline_config
 
     (tmp_path / "model_index.json").write_text(json.dumps(MODEL_INDEX))
     _write_expert(tmp_path / "transformer", init_params(TINY_T2V, seed=1))

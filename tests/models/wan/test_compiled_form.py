@@ -9,7 +9,7 @@ import dataclasses
 from aoizora.hlo.program import OpaqueOp
 from aoizora.hlo.shapes import Shape
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.splash_tiles import fitted_splash_blocks
+from aoizora.models.wan.kernels.splash_tiles import fitted_splash_blocks
 from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 
 
@@ -70,13 +70,13 @@ def test_the_compiled_forms_splash_calls_are_costed_at_the_planned_tile():
 
 
 def _costs(space, strategy, mesh):
-    from aoizora.models.wan.sampling import opaque_kernel_costs
+    from aoizora.models.wan.video.sampling import opaque_kernel_costs
 
     return opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch)
 
 
 def _costed(space, strategy, mesh, i):
-    from aoizora.models.wan.space_costs import splash_opaque_cost
+    from aoizora.models.wan.space.costs import splash_opaque_cost
 
     kc = _costs(space, strategy, mesh)[i]
     return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,

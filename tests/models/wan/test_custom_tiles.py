@@ -8,8 +8,8 @@ from pathlib import Path
 
 from aoizora.export import export_plan
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.custom_tiles import MEASURED_STEPS, call_length, custom_kernel_tile, fits_kernel
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.kernels.custom_tiles import MEASURED_STEPS, call_length, custom_kernel_tile, fits_kernel
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.plan import load_plan
 
 TOKENS = 75600  # Wan 720p/81 frames: 21 x 45 x 80

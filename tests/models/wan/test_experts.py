@@ -3,8 +3,7 @@
 import re
 from types import SimpleNamespace
 
-from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.experts import (
+from aoizora.models.wan.kernels.experts import (
     MAXDIFFUSION,
     MAXDIFFUSION_COMMIT,
     TODAYS_WAN_EXPERTS,
@@ -13,8 +12,9 @@ from aoizora.models.wan.experts import (
     experts_for,
     newest_documented,
 )
-from aoizora.models.wan.space import WanSpace
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.space.space import WanSpace
+from aoizora.models.wan.transformer.config import PRESETS, VideoShape
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.toolchain import CompilerFlags
 from aoizora.topology import get_topology
 

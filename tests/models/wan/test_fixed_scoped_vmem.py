@@ -8,8 +8,8 @@ import pytest
 
 from aoizora.errors import StrategyError
 from aoizora.models.registry import wan_space
-from aoizora.models.wan import space_tiles
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.space import tiles as space_tiles
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags
 
 DEMO = Strategy(fsdp=2, context=4, attention="allgather")  # the demo's strategy on v5e:2x4

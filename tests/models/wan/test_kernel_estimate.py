@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from aoizora.models.wan.attention import SplashTiles, run_splash
-from aoizora.models.wan.kernel_estimate import with_cost_estimate
+from aoizora.models.wan.transformer.attention import SplashTiles, run_splash
+from aoizora.models.wan.transformer.kernel_estimate import with_cost_estimate
 
 
 def _pallas_estimates(jaxpr) -> list:

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from aoizora.models.registry import model_config, video_shape, wan_space
-from aoizora.models.wan.kernel_profiles import FIXED_M_COMMIT, KERNEL_PROFILES
-from aoizora.models.wan.splash_tiles import self_attention_lengths
-from aoizora.models.wan.strategy import SplashBlocks, Strategy, check_strategy
+from aoizora.models.wan.kernels.splash_tiles import self_attention_lengths
+from aoizora.models.wan.transformer.kernel_profiles import FIXED_M_COMMIT, KERNEL_PROFILES
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy, check_strategy
 from aoizora.topology import KernelWork, get_topology, hardware_profile
 
 A14B = model_config("wan2.2-t2v-a14b")

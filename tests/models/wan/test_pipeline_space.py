@@ -7,15 +7,15 @@ import jax
 import numpy as np
 import pytest
 
-from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.pipeline import WanPipelineConfig
-from aoizora.models.wan.pipeline_space import (
+from aoizora.models.wan.space.pipeline_space import (
     WanPipelineSpace,
     expert_bytes_per_device,
     host_to_device_bandwidth,
     swap_estimate,
 )
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.config import PRESETS, VideoShape
+from aoizora.models.wan.transformer.strategy import Strategy
+from aoizora.models.wan.video.pipeline import WanPipelineConfig
 from aoizora.placement import jax_default_placement
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes

@@ -1,4 +1,4 @@
-"""MaxDiffusion's ring kernel's scoped-VMEM rule (aoizora.models.wan.vmem, kernel "maxdiffusion_ring")
+"""MaxDiffusion's ring kernel's scoped-VMEM rule (aoizora.models.wan.kernels.vmem, kernel "maxdiffusion_ring")
 against the compile probes it was fitted to, and the tiles ring and 2D-context strategies take."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.models.maxdiffusion.overrides import facts
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     fitted_splash_blocks,
     local_batch,
     ring_fitted_blocks,
@@ -20,8 +20,7 @@ from aoizora.models.wan.splash_tiles import (
     runs_maxdiffusion_ring,
     searched_splash_tile,
 )
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
-from aoizora.models.wan.vmem import (
+from aoizora.models.wan.kernels.vmem import (
     COEFFICIENTS,
     coefficients,
     effective_limit_kib,
@@ -29,6 +28,7 @@ from aoizora.models.wan.vmem import (
     splash_blocks_fit,
     splash_working_set_bytes,
 )
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
 
 ROOT = Path(__file__).parents[3]

@@ -12,8 +12,8 @@ import pytest
 
 from aoizora import toolchain
 from aoizora.errors import ShapeError
-from aoizora.models.wan.config import ROPE_PARTNERS, WAN_T2V_14B
-from aoizora.models.wan.rope import apply_rope
+from aoizora.models.wan.transformer.config import ROPE_PARTNERS, WAN_T2V_14B
+from aoizora.models.wan.transformer.rope import apply_rope
 
 
 def _complex_reference(x: np.ndarray, angles: np.ndarray) -> np.ndarray:

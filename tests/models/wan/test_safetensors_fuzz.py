@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aoizora.errors import CheckpointError
-from aoizora.models.wan.checkpoint import SafetensorsFile
+from aoizora.models.wan.transformer.checkpoint import SafetensorsFile
 from tests.fuzzing import FUZZ, mutated
 
 # one directory for every example (hypothesis runs hundreds), removed when the session ends

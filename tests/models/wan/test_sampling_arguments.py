@@ -6,8 +6,8 @@ import pytest
 from wan_testutil import TINY_T2V
 
 from aoizora.errors import StrategyError
-from aoizora.models.wan.sampling import make_denoise_step, make_forward
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.transformer.strategy import Strategy
+from aoizora.models.wan.video.sampling import make_denoise_step, make_forward
 
 
 def test_a_strategy_without_its_mesh_is_refused():

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from aoizora.errors import StrategyError
-from aoizora.models.wan.config import PRESETS, VideoShape
-from aoizora.models.wan.space import WanSpace
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.space.space import WanSpace
+from aoizora.models.wan.transformer.config import PRESETS, VideoShape
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.stage1 import analyse
 
 VIDEO = VideoShape(5, 128, 128)  # 2 latent frames x 8 x 8 tokens after patchify = 128 tokens
@@ -101,7 +101,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
 
 
 def test_stage1_and_stage2_cost_a_splash_call_alike():
-    from aoizora.models.wan.attention import splash_cost
+    from aoizora.models.wan.transformer.attention import splash_cost
     from aoizora.stage1.ir import TensorType
     from aoizora.workload import KernelCall
 
@@ -216,8 +216,8 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
 
 def test_stage1_costs_a_splash_call_with_the_strategys_query_block():
     """With fixed splash blocks K/V are streamed once per block_q rows, not per the kernel's own pick."""
-    from aoizora.models.wan.attention import splash_cost
-    from aoizora.models.wan.strategy import SplashBlocks
+    from aoizora.models.wan.transformer.attention import splash_cost
+    from aoizora.models.wan.transformer.strategy import SplashBlocks
     from aoizora.stage1.ir import TensorType
     from aoizora.workload import KernelCall
 

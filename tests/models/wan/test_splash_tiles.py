@@ -1,4 +1,5 @@
-"""Splash blocks fitted to a strategy's lengths and to the generation's VMEM (`aoizora.models.wan.splash_tiles`)."""
+"""Splash blocks fitted to a strategy's lengths and to the generation's VMEM
+(`aoizora.models.wan.kernels.splash_tiles`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,7 @@ import math
 import pytest
 
 from aoizora import toolchain
-from aoizora.models.wan.attention import splash_grid_steps
-from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
-from aoizora.models.wan.space import WanSpace
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     KV_ALIGN,
     LARGE_BLOCK_KV,
     LARGE_BLOCK_KV_COMPUTE,
@@ -22,7 +20,10 @@ from aoizora.models.wan.splash_tiles import (
     searched_splash_tile,
     self_attention_lengths,
 )
-from aoizora.models.wan.strategy import SplashBlocks, Strategy
+from aoizora.models.wan.space.space import WanSpace
+from aoizora.models.wan.transformer.attention import splash_grid_steps
+from aoizora.models.wan.transformer.config import WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
@@ -45,8 +46,8 @@ VARIANTS = [
 def test_lengths_and_blocks_are_those_of_the_traced_splash_calls(strategy, fitted):
     """What the blocks are fitted to is what the model traces: each self-attention call's local
     query and key lengths, padded by the call to a multiple of the fitted blocks."""
-    from aoizora.models.wan.sampling import opaque_kernel_costs
-    from aoizora.models.wan.strategy import make_mesh
+    from aoizora.models.wan.transformer.strategy import make_mesh
+    from aoizora.models.wan.video.sampling import opaque_kernel_costs
 
     if fitted:
         blocks = fitted_splash_blocks(strategy, TOKENS, 2, {1: 1024, 2: 768})

@@ -13,9 +13,9 @@ import pytest
 
 from aoizora.errors import StrategyError
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.experts import expert_key_suffixes
-from aoizora.models.wan.kernel_profiles import DEFAULT_KERNEL_PROFILE
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.kernels.experts import expert_key_suffixes
+from aoizora.models.wan.transformer.kernel_profiles import DEFAULT_KERNEL_PROFILE
+from aoizora.models.wan.transformer.strategy import Strategy
 
 ROOT = Path(__file__).resolve().parents[3]
 

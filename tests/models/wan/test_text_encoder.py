@@ -13,7 +13,8 @@ from safetensors.numpy import save_file
 from wan_testutil import TINY_UMT5
 
 from aoizora.errors import CheckpointError, ShapeError
-from aoizora.models.wan.text_encoder import (
+from aoizora.models.wan.text_encoder.config import UMT5_XXL, WAN_TEXT_LEN, UMT5Config, encode_shapes
+from aoizora.models.wan.text_encoder.encoder import (
     _toeplitz,
     abstract_encode_inputs,
     encode_prompts,
@@ -21,8 +22,7 @@ from aoizora.models.wan.text_encoder import (
     relative_position_buckets,
     wan_prompt_embeds,
 )
-from aoizora.models.wan.text_encoder_config import UMT5_XXL, WAN_TEXT_LEN, UMT5Config, encode_shapes
-from aoizora.models.wan.text_encoder_params import (
+from aoizora.models.wan.text_encoder.params import (
     EMBEDDING,
     TIED_EMBEDDING,
     init_text_params,

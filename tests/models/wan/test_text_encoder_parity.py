@@ -13,9 +13,9 @@ import torch
 import transformers
 from wan_testutil import TINY_UMT5, rel_err
 
-from aoizora.models.wan.text_encoder import encode_text, relative_position_buckets, wan_prompt_embeds
-from aoizora.models.wan.text_encoder_config import UMT5_XXL
-from aoizora.models.wan.text_encoder_params import (
+from aoizora.models.wan.text_encoder.config import UMT5_XXL
+from aoizora.models.wan.text_encoder.encoder import encode_text, relative_position_buckets, wan_prompt_embeds
+from aoizora.models.wan.text_encoder.params import (
     TIED_EMBEDDING,
     load_text_config,
     load_text_params,

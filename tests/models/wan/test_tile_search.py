@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     RAISED_SCOPED_VMEM_KIB,
     compile_splash_call,
     fitted_splash_blocks,
@@ -14,8 +14,8 @@ from aoizora.models.wan.splash_tiles import (
     self_attention_lengths,
     splash_call_seconds,
 )
-from aoizora.models.wan.strategy import Strategy
-from aoizora.models.wan.vmem import splash_blocks_fit
+from aoizora.models.wan.kernels.vmem import splash_blocks_fit
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.topology import hardware_profile
 
 TOKENS_720P_81 = 75600  # Wan 14B, 720p, 81 frames
@@ -92,7 +92,7 @@ def test_a_spaces_strategies_search_each_distinct_call_once():
     # the search depends on the call (lengths, local batch, kernel), not on the rest of the
     # strategy: enumerating the demo's 600 strategies searched ~330,000 tiles (2.2 s) before
     from aoizora.models.registry import wan_space
-    from aoizora.models.wan import splash_tiles
+    from aoizora.models.wan.kernels import splash_tiles
 
     splash_tiles._tile_candidates.cache_clear()
     space = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e")

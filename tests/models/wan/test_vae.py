@@ -11,9 +11,9 @@ from safetensors.numpy import save_file
 from wan_testutil import TINY_VAE21, TINY_VAE22
 
 from aoizora.errors import CheckpointError, ShapeError
-from aoizora.models.wan.vae import abstract_decode_inputs, decode_latents
-from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE, WanVAEConfig, decode_shapes
-from aoizora.models.wan.vae_params import (
+from aoizora.models.wan.vae.config import WAN21_VAE, WAN22_VAE, WanVAEConfig, decode_shapes
+from aoizora.models.wan.vae.decoder import abstract_decode_inputs, decode_latents
+from aoizora.models.wan.vae.params import (
     load_vae_config,
     load_vae_params,
     vae_params_from_state_dict,

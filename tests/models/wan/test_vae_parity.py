@@ -13,9 +13,9 @@ import pytest
 import torch
 from wan_testutil import TINY_VAE21, TINY_VAE22, rel_err  # noqa: E402
 
-from aoizora.models.wan.vae import decode_latents  # noqa: E402
-from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE  # noqa: E402
-from aoizora.models.wan.vae_params import (  # noqa: E402
+from aoizora.models.wan.vae.config import WAN21_VAE, WAN22_VAE  # noqa: E402
+from aoizora.models.wan.vae.decoder import decode_latents  # noqa: E402
+from aoizora.models.wan.vae.params import (  # noqa: E402
     load_vae_config,
     load_vae_params,
     vae_params_from_state_dict,

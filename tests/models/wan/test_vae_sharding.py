@@ -11,10 +11,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from wan_testutil import TINY_VAE21
 
-from aoizora.models.wan.vae import decode_latents
-from aoizora.models.wan.vae_config import WAN21_VAE
-from aoizora.models.wan.vae_params import vae_param_shapes
-from aoizora.models.wan.vae_sharding import (
+from aoizora.models.wan.vae.config import WAN21_VAE
+from aoizora.models.wan.vae.decoder import decode_latents
+from aoizora.models.wan.vae.params import vae_param_shapes
+from aoizora.models.wan.vae.sharding import (
     ACTIVATION_SPEC,
     COMPUTE_DTYPE,
     WEIGHTS_DTYPE,

@@ -8,11 +8,11 @@ import pytest
 from aoizora.api import wan_request, wan_request_space
 from aoizora.errors import ShapeError
 from aoizora.models.registry import model_vae, wan_space
-from aoizora.models.wan.config import VideoShape
-from aoizora.models.wan.space import WanSpace
-from aoizora.models.wan.text_encode_cost import pipeline_facts, text_encode_cost
-from aoizora.models.wan.vae_program import VAE_DECODE
-from aoizora.models.wan.video_time import VideoTime, decode_part
+from aoizora.models.wan.space.space import WanSpace
+from aoizora.models.wan.text_encoder.cost import pipeline_facts, text_encode_cost
+from aoizora.models.wan.transformer.config import VideoShape
+from aoizora.models.wan.vae.program import VAE_DECODE
+from aoizora.models.wan.video.video_time import VideoTime, decode_part
 from aoizora.topology import get_topology
 from tests.models.wan.wan_testutil import TINY_T2V
 

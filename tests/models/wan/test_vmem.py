@@ -1,4 +1,4 @@
-"""The splash scoped-VMEM rule (aoizora.models.wan.vmem) against its compile probes."""
+"""The splash scoped-VMEM rule (aoizora.models.wan.kernels.vmem) against its compile probes."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.models.wan.splash_tiles import (
+from aoizora.models.wan.kernels.splash_tiles import (
     LARGE_BLOCK_KV,
     LARGE_BLOCK_KV_COMPUTE,
     SPLASH_LIMIT_LENGTH,
     compile_splash_call,
 )
-from aoizora.models.wan.strategy import SplashBlocks
-from aoizora.models.wan.vmem import (
+from aoizora.models.wan.kernels.vmem import (
     COEFFICIENTS,
     coefficients_from_data,
     effective_limit_kib,
     splash_blocks_fit,
     splash_working_set_bytes,
 )
+from aoizora.models.wan.transformer.strategy import SplashBlocks
 from aoizora.topology import hardware_profile
 
 DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json")

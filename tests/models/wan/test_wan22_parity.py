@@ -12,16 +12,16 @@ import pytest
 import torch
 from wan_testutil import TINY_T2V, bf16_errors, rel_err  # noqa: E402
 
-from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
-from aoizora.models.wan.model import forward  # noqa: E402
-from aoizora.models.wan.pipeline import (  # noqa: E402
+from aoizora.models.wan.transformer.checkpoint import load_config, load_params  # noqa: E402
+from aoizora.models.wan.transformer.model import forward  # noqa: E402
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh  # noqa: E402
+from aoizora.models.wan.video.pipeline import (  # noqa: E402
     WanPipelineConfig,
     load_expert_params,
     load_pipeline_config,
     make_pipeline_steps,
     sample_pipeline,
 )
-from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
 
 pytestmark = pytest.mark.parity
 

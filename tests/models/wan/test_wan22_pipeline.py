@@ -15,10 +15,10 @@ from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError, ShapeError
 from aoizora.models.registry import model_config, pipeline_config, video_shape
-from aoizora.models.wan.checkpoint import save_params
-from aoizora.models.wan.config import WAN22_TI2V_5B, WAN_T2V_14B, VideoShape
-from aoizora.models.wan.params import init_params, param_shapes
-from aoizora.models.wan.pipeline import WanPipelineConfig, load_expert_params, load_pipeline_config
+from aoizora.models.wan.transformer.checkpoint import save_params
+from aoizora.models.wan.transformer.config import WAN22_TI2V_5B, WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.params import init_params, param_shapes
+from aoizora.models.wan.video.pipeline import WanPipelineConfig, load_expert_params, load_pipeline_config
 
 MODEL_INDEX = {
     "_class_name": "WanPipeline", "_diffusers_version": "0.42.1", "boundary_ratio": 0.875,
@@ -164,7 +164,7 @@ def test_ti2v_latent_geometry():
 
 @pytest.mark.slow
 def test_per_token_timestep_shape_is_checked():
-    from aoizora.models.wan.model import forward
+    from aoizora.models.wan.transformer.model import forward
 
     params = init_params(TINY_T2V)
     x = jnp.zeros((1, 4, 1, 4, 4))

@@ -12,11 +12,11 @@ from safetensors.numpy import load_file, save_file
 from wan_testutil import TINY_T2V
 
 from aoizora.errors import CheckpointError, ShapeError, StrategyError
-from aoizora.models.wan.checkpoint import load_params, save_params
-from aoizora.models.wan.config import WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
-from aoizora.models.wan.model import forward
-from aoizora.models.wan.params import init_params, param_shapes
-from aoizora.models.wan.strategy import Strategy, check_strategy, make_mesh, validate_strategy
+from aoizora.models.wan.transformer.checkpoint import load_params, save_params
+from aoizora.models.wan.transformer.config import WAN_I2V_14B, WAN_T2V_1_3B, WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.model import forward
+from aoizora.models.wan.transformer.params import init_params, param_shapes
+from aoizora.models.wan.transformer.strategy import Strategy, check_strategy, make_mesh, validate_strategy
 
 
 @pytest.fixture()
@@ -49,7 +49,7 @@ def test_roundtrip_single_and_sharded_index(ckpt, tmp_path):
 def test_load_bf16_with_shardings(ckpt):
     _, path = ckpt
     cfg = TINY_T2V.replace(dtype=jnp.bfloat16)
-    from aoizora.models.wan.sharding import param_shardings
+    from aoizora.models.wan.transformer.sharding import param_shardings
 
     s = Strategy(data=2, context=4, weights="gathered")
     mesh = make_mesh(s, jax.devices()[:8])
@@ -161,7 +161,7 @@ def test_forward_rejects_illegal_strategy_on_mesh():
 
 
 def test_enumerate_strategies_v5e_8():
-    from aoizora.models.wan.strategy import enumerate_strategies
+    from aoizora.models.wan.transformer.strategy import enumerate_strategies
 
     video = VideoShape(81, 720, 1280)
     legal = enumerate_strategies(WAN_T2V_14B, video, 8)
@@ -183,7 +183,12 @@ def test_enumerate_strategies_v5e_8():
 
 
 def test_2d_context_strategy_mesh_rules_and_legality():
-    from aoizora.models.wan.strategy import ULYSSES_RING_MESH_AXES, SplashBlocks, enumerate_strategies, logical_rules
+    from aoizora.models.wan.transformer.strategy import (
+        ULYSSES_RING_MESH_AXES,
+        SplashBlocks,
+        enumerate_strategies,
+        logical_rules,
+    )
 
     video = VideoShape(81, 720, 1280)
     st = Strategy(data=2, context=8, context_ulysses=2, attention="ulysses_ring", weights="gathered")
@@ -214,8 +219,8 @@ def test_2d_context_strategy_mesh_rules_and_legality():
 
 def test_plan_description_round_trips_to_the_strategy():
     """What the space writes into a plan (through JSON) is what the runner reads back."""
-    from aoizora.models.wan.space import WanSpace
-    from aoizora.models.wan.strategy import SplashBlocks
+    from aoizora.models.wan.space.space import WanSpace
+    from aoizora.models.wan.transformer.strategy import SplashBlocks
 
     space = WanSpace(WAN_T2V_14B, VideoShape(81, 720, 1280))
     for st in (Strategy(data=2, context=4, context_ulysses=2, attention="ulysses_ring", ulysses_chunks=2,
@@ -227,7 +232,7 @@ def test_plan_description_round_trips_to_the_strategy():
 
 def test_a_plans_strategy_description_round_trips():
     from aoizora.errors import StrategyError
-    from aoizora.models.wan.strategy import SplashBlocks, Strategy
+    from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 
     st = Strategy(data=2, context=4, attention="ulysses_ring", weights="gathered", context_ulysses=2,
                   ulysses_chunks=2, splash_blocks=SplashBlocks(2048, 2048, 1024))
@@ -260,7 +265,7 @@ def _safetensors_bytes(header: dict, data: bytes = b"") -> bytes:
     ],
 )
 def test_corrupt_safetensors_files_raise_checkpoint_error(tmp_path, content, fragment):
-    from aoizora.models.wan.checkpoint import SafetensorsFile
+    from aoizora.models.wan.transformer.checkpoint import SafetensorsFile
 
     path = tmp_path / "model.safetensors"
     path.write_bytes(content)
@@ -270,7 +275,7 @@ def test_corrupt_safetensors_files_raise_checkpoint_error(tmp_path, content, fra
 
 
 def test_corrupt_index_and_config_raise_checkpoint_error(tmp_path):
-    from aoizora.models.wan.checkpoint import load_config
+    from aoizora.models.wan.transformer.checkpoint import load_config
 
     index = tmp_path / "model.safetensors.index.json"
     index.write_bytes(b"\xff\xfe not utf-8")

@@ -10,9 +10,9 @@ import pytest
 import torch
 from wan_testutil import TINY_I2V, TINY_T2V, bf16_errors, make_inputs, rel_err  # noqa: E402
 
-from aoizora.models.wan.checkpoint import load_config, load_params  # noqa: E402
-from aoizora.models.wan.model import forward  # noqa: E402
-from aoizora.models.wan.strategy import Strategy, make_mesh  # noqa: E402
+from aoizora.models.wan.transformer.checkpoint import load_config, load_params  # noqa: E402
+from aoizora.models.wan.transformer.model import forward  # noqa: E402
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh  # noqa: E402
 
 pytestmark = pytest.mark.parity
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler  # noqa: E402
+from aoizora.models.wan.video.schedulers import EulerScheduler, UniPCScheduler  # noqa: E402
 
 pytestmark = pytest.mark.parity
 

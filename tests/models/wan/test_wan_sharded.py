@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from wan_testutil import TINY_I2V, TINY_T2V, rel_err
 
-from aoizora.models.wan.config import VideoShape
-from aoizora.models.wan.params import init_params
-from aoizora.models.wan.sampling import make_denoise_step, sample
-from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler
-from aoizora.models.wan.sharding import param_shardings
-from aoizora.models.wan.strategy import Strategy, make_mesh
+from aoizora.models.wan.transformer.config import VideoShape
+from aoizora.models.wan.transformer.params import init_params
+from aoizora.models.wan.transformer.sharding import param_shardings
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+from aoizora.models.wan.video.sampling import make_denoise_step, sample
+from aoizora.models.wan.video.schedulers import EulerScheduler, UniPCScheduler
 
 pytestmark = [
     pytest.mark.slow,  # runs the model on 8 CPU devices
@@ -178,7 +178,7 @@ def test_a_step_of_two_videos_is_two_steps_of_one():
 def test_a_space_lowers_the_program_of_its_batch():
     """A space of CFG batch 4 (two videos) lowers a step of two videos, the batch its kernels are costed at."""
     from aoizora.errors import ShapeError
-    from aoizora.models.wan.space import WanSpace
+    from aoizora.models.wan.space.space import WanSpace
 
     strategy = Strategy(data=2, context=4, attention="ulysses", weights="gathered")
     mesh = make_mesh(strategy, jax.devices()[: strategy.num_devices])

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from wan_testutil import TINY_I2V, rel_err
 
-from aoizora.models.wan.config import VideoShape
-from aoizora.models.wan.params import init_params
-from aoizora.models.wan.sampling import make_forward, opaque_kernel_costs
-from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
+from aoizora.models.wan.transformer.config import VideoShape
+from aoizora.models.wan.transformer.params import init_params
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy, make_mesh
+from aoizora.models.wan.video.sampling import make_forward, opaque_kernel_costs
 
 pytestmark = [
     pytest.mark.slow,  # runs the model on 8 CPU devices
@@ -73,7 +73,7 @@ def test_splash_mask_gives_pallas_the_full_masks_tables(lq, lk, block):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
 
-    from aoizora.models.wan.attention import splash_mask
+    from aoizora.models.wan.transformer.attention import splash_mask
 
     heads = splash_mask(lq, lk, 3)
     mask = heads.masks[0]

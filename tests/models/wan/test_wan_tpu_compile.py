@@ -11,10 +11,10 @@ import re
 import pytest
 
 from aoizora import toolchain
-from aoizora.models.wan.config import WAN_T2V_14B, VideoShape
-from aoizora.models.wan.sampling import lower_denoise_step, opaque_kernel_costs
-from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import SplashBlocks, Strategy, make_mesh
+from aoizora.models.wan.transformer.config import WAN_T2V_14B, VideoShape
+from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy, make_mesh
+from aoizora.models.wan.video.sampling import lower_denoise_step, opaque_kernel_costs
+from aoizora.models.wan.video.schedulers import UniPCScheduler
 
 pytestmark = pytest.mark.tpu_compile
 
@@ -78,7 +78,7 @@ def test_kernel_costs_full_14b_ulysses_v5e_4x4():
 ])
 def test_full_size_lowering_from_abstract_inputs(preset, video, topology, strategy):
     """Lowering (Stage 1 of the planner) at full size: fast, no weights, sharded StableHLO."""
-    from aoizora.models.wan.config import PRESETS
+    from aoizora.models.wan.transformer.config import PRESETS
 
     cfg = PRESETS[preset]
     mesh = make_mesh(strategy, toolchain.compile_only_devices(topology))

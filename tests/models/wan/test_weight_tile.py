@@ -11,12 +11,12 @@ import pytest
 from jax.sharding import Mesh
 
 from aoizora.models.registry import wan_space
-from aoizora.models.wan.config import WAN_T2V_1_3B, VideoShape
-from aoizora.models.wan.experts import legal_expert_strategies
-from aoizora.models.wan.params import param_dtype, param_table
-from aoizora.models.wan.sampling import lower_denoise_step
-from aoizora.models.wan.schedulers import UniPCScheduler
-from aoizora.models.wan.strategy import Strategy, check_strategy
+from aoizora.models.wan.kernels.experts import legal_expert_strategies
+from aoizora.models.wan.transformer.config import WAN_T2V_1_3B, VideoShape
+from aoizora.models.wan.transformer.params import param_dtype, param_table
+from aoizora.models.wan.transformer.strategy import Strategy, check_strategy
+from aoizora.models.wan.video.sampling import lower_denoise_step
+from aoizora.models.wan.video.schedulers import UniPCScheduler
 from aoizora.toolchain import compile_only_devices
 from aoizora.topology import hardware_profile
 

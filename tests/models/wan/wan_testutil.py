@@ -6,9 +6,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from aoizora.models.wan.config import WanConfig
-from aoizora.models.wan.text_encoder_config import UMT5Config
-from aoizora.models.wan.vae_config import WanVAEConfig
+from aoizora.models.wan.text_encoder.config import UMT5Config
+from aoizora.models.wan.transformer.config import WanConfig
+from aoizora.models.wan.vae.config import WanVAEConfig
 
 TINY_T2V = WanConfig(
     num_layers=2, num_attention_heads=4, attention_head_dim=16, in_channels=4, out_channels=4,
@@ -58,8 +58,8 @@ def bf16_errors(model, checkpoint_dir, lat, ts, text, ref32) -> tuple[float, flo
     import jax
     import torch
 
-    from aoizora.models.wan.checkpoint import load_config, load_params
-    from aoizora.models.wan.model import forward
+    from aoizora.models.wan.transformer.checkpoint import load_config, load_params
+    from aoizora.models.wan.transformer.model import forward
 
     with torch.no_grad():
         refb = diffusers_bf16(model)(torch.from_numpy(lat).bfloat16(), torch.from_numpy(ts),

@@ -1,7 +1,7 @@
 """The baselines aoizora is measured against.
 
 * expert: the deployments the workload documents for the slice's generation
-  (`StrategySpace.expert_deployments`; for Wan, MaxDiffusion's, `aoizora.models.wan.experts`), each
+  (`StrategySpace.expert_deployments`; for Wan, MaxDiffusion's, `aoizora.models.wan.kernels.experts`), each
   on JAX's default placement, the first of them the primary one;
 * logical search: an Alpa-style search over the same logical space. Every strategy Stage 1 lowered
   and found to fit is costed by an alpha-beta model per mesh axis that knows nothing of the

@@ -16,8 +16,8 @@ from importlib import resources
 from typing import Any
 
 from aoizora.errors import ExportError
-from aoizora.models.wan.custom_tiles import KernelTile
-from aoizora.models.wan.strategy import Strategy, logical_rules
+from aoizora.models.wan.kernels.custom_tiles import KernelTile
+from aoizora.models.wan.transformer.strategy import Strategy, logical_rules
 
 #: aoizora model name -> the MaxDiffusion config that ships it (the config's pretrained_model_name_or_path)
 MODEL_CONFIGS: dict[str, str] = {

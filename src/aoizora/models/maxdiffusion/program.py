@@ -52,13 +52,13 @@ from aoizora.errors import MaxDiffusionUnavailable
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.maxdiffusion import PROGRAMS
 from aoizora.models.maxdiffusion.overrides import facts, maxdiffusion_config, strategy_overrides
-from aoizora.models.wan.custom_tiles import KernelTile, custom_kernel_tile
-from aoizora.models.wan.strategy import Strategy
+from aoizora.models.wan.kernels.custom_tiles import KernelTile, custom_kernel_tile
+from aoizora.models.wan.transformer.strategy import Strategy
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from aoizora.models.wan.space_fields import WanSpaceFields
+    from aoizora.models.wan.space.fields import WanSpaceFields
 
 #: the environment variable naming a MaxDiffusion checkout (its `src` is imported)
 CHECKOUT_VARIABLE = "MAXDIFFUSION_DIR"
@@ -419,8 +419,8 @@ def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     q and k are its first two floating operands of rank >= 3 ([batch x heads, length, head_dim]),
     the blocks the kernel's metadata records, the cost the kernel profile the space plans with gives
     (as aoizora's own program's calls are costed). None for another custom call (costed from its I/O)."""
-    from aoizora.models.wan.attention import splash_cost, splash_grid_steps
-    from aoizora.models.wan.space_costs import splash_opaque_cost
+    from aoizora.models.wan.space.costs import splash_opaque_cost
+    from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps
 
     name = op.kernel_name or op.name
     if "splash" not in name and "flash" not in name and not _attention_kernel(op):

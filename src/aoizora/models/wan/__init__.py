@@ -1,24 +1,40 @@
 """Wan video DiT in JAX (Wan 2.1 T2V-1.3B, T2V-14B, I2V-14B; Wan 2.2 T2V-A14B and I2V-A14B with two
 experts, TI2V-5B) with parallel strategies as configuration.
 
+Its sub-packages, lowest first (each imports only from its own and those before it,
+`tests/test_import_graph.py`): `transformer`, `kernels`, `text_encoder`, `vae`, `video`, `space`.
+
 What `__all__` exports, by module (each function's own docstring is its reference):
-- `config`: `WanConfig`, the presets (`PRESETS`), `VideoShape`;
-- `strategy`: `Strategy` (logical sharding over `MESH_AXES`), its legality (`check_strategy`,
+- `transformer.config`: `WanConfig`, the presets (`PRESETS`), `VideoShape`;
+- `transformer.strategy`: `Strategy` (logical sharding over `MESH_AXES`), its legality (`check_strategy`,
   `validate_strategy`, `enumerate_strategies`), `make_mesh`, `logical_rules`, `SplashBlocks`;
-- `model`, `sampling`, `sharding`: `forward`, the jitted denoise step and its lowering from abstract
-  inputs (`lower_denoise_step`, `lower_forward`), the opaque splash kernels' costs;
-- `pipeline`: Wan 2.2's two-expert pipelines; `schedulers`: the flow-matching schedulers;
-- `checkpoint`, `params`: diffusers weights, read and written, and the parameter tables;
-- `vae`, `vae_config`, `vae_params`: the VAE's decode (Wan 2.1's and Wan 2.2's VAE), its configs
+- `transformer.model`, `video.sampling`, `transformer.sharding`: `forward`, the jitted denoise step and its
+  lowering from abstract inputs (`lower_denoise_step`, `lower_forward`), the opaque splash kernels' costs;
+- `video.pipeline`: Wan 2.2's two-expert pipelines; `video.schedulers`: the flow-matching schedulers;
+- `transformer.checkpoint`, `transformer.params`: diffusers weights, read and written, and the parameter tables;
+- `vae.decoder`, `vae.config`, `vae.params`: the VAE's decode (Wan 2.1's and Wan 2.2's VAE), its configs
   (`WAN21_VAE`, `WAN22_VAE`) and shapes (`decode_shapes`), its diffusers weights;
-- `text_encoder`, `text_encoder_config`, `text_encoder_params`: the UMT5-XXL text encoder's forward
+- `text_encoder.encoder`, `text_encoder.config`, `text_encoder.params`: the UMT5-XXL text encoder's forward
   (`encode_text`) and the pipeline's prompt embeddings (`encode_prompts`), its config (`UMT5_XXL`) and
   shapes (`encode_shapes`), its transformers weights.
 """
 
-from aoizora.models.wan.attention import KernelCost, KernelLog
-from aoizora.models.wan.checkpoint import load_config, load_params, save_params
-from aoizora.models.wan.config import (
+from aoizora.models.wan.text_encoder.config import UMT5_XXL, WAN_TEXT_LEN, EncodeShapes, UMT5Config, encode_shapes
+from aoizora.models.wan.text_encoder.encoder import (
+    abstract_encode_inputs,
+    encode_prompts,
+    encode_text,
+    wan_prompt_embeds,
+)
+from aoizora.models.wan.text_encoder.params import (
+    init_text_params,
+    load_text_config,
+    load_text_params,
+    text_params_from_state_dict,
+)
+from aoizora.models.wan.transformer.attention import KernelCost, KernelLog
+from aoizora.models.wan.transformer.checkpoint import load_config, load_params, save_params
+from aoizora.models.wan.transformer.config import (
     PRESETS,
     WAN22_I2V_A14B,
     WAN22_T2V_A14B,
@@ -29,32 +45,15 @@ from aoizora.models.wan.config import (
     VideoShape,
     WanConfig,
 )
-from aoizora.models.wan.model import forward
-from aoizora.models.wan.params import init_params, param_logical_axes, param_shapes, param_table
-from aoizora.models.wan.pipeline import (
-    WanPipelineConfig,
-    load_expert_params,
-    load_pipeline_config,
-    make_pipeline_steps,
-    sample_pipeline,
-)
-from aoizora.models.wan.sampling import (
-    denoise_step,
-    lower_denoise_step,
-    lower_forward,
-    make_denoise_step,
-    make_forward,
-    opaque_kernel_costs,
-    sample,
-)
-from aoizora.models.wan.schedulers import EulerScheduler, UniPCScheduler
-from aoizora.models.wan.sharding import (
+from aoizora.models.wan.transformer.model import forward
+from aoizora.models.wan.transformer.params import init_params, param_logical_axes, param_shapes, param_table
+from aoizora.models.wan.transformer.sharding import (
     abstract_forward_inputs,
     abstract_params,
     abstract_step_inputs,
     param_shardings,
 )
-from aoizora.models.wan.strategy import (
+from aoizora.models.wan.transformer.strategy import (
     ATTENTION_VARIANTS,
     MESH_AXES,
     ULYSSES_RING_MESH_AXES,
@@ -67,17 +66,26 @@ from aoizora.models.wan.strategy import (
     make_mesh,
     validate_strategy,
 )
-from aoizora.models.wan.text_encoder import abstract_encode_inputs, encode_prompts, encode_text, wan_prompt_embeds
-from aoizora.models.wan.text_encoder_config import UMT5_XXL, WAN_TEXT_LEN, EncodeShapes, UMT5Config, encode_shapes
-from aoizora.models.wan.text_encoder_params import (
-    init_text_params,
-    load_text_config,
-    load_text_params,
-    text_params_from_state_dict,
+from aoizora.models.wan.vae.config import WAN21_VAE, WAN22_VAE, DecodeShapes, WanVAEConfig, decode_shapes
+from aoizora.models.wan.vae.decoder import abstract_decode_inputs, decode, decode_latents, denormalize_latents
+from aoizora.models.wan.vae.params import init_vae_params, load_vae_config, load_vae_params, vae_params_from_state_dict
+from aoizora.models.wan.video.pipeline import (
+    WanPipelineConfig,
+    load_expert_params,
+    load_pipeline_config,
+    make_pipeline_steps,
+    sample_pipeline,
 )
-from aoizora.models.wan.vae import abstract_decode_inputs, decode, decode_latents, denormalize_latents
-from aoizora.models.wan.vae_config import WAN21_VAE, WAN22_VAE, DecodeShapes, WanVAEConfig, decode_shapes
-from aoizora.models.wan.vae_params import init_vae_params, load_vae_config, load_vae_params, vae_params_from_state_dict
+from aoizora.models.wan.video.sampling import (
+    denoise_step,
+    lower_denoise_step,
+    lower_forward,
+    make_denoise_step,
+    make_forward,
+    opaque_kernel_costs,
+    sample,
+)
+from aoizora.models.wan.video.schedulers import EulerScheduler, UniPCScheduler
 
 __all__ = [
     "KernelCost", "KernelLog", "load_config", "load_params", "save_params", "PRESETS", "WAN_I2V_14B",
