@@ -107,3 +107,28 @@ def test_the_timing_table_of_the_ring_layouts_is_the_data():
         assert float(cells[2]) == round(statistics.median(walls), 1)
         for cell, timing in zip(cells[3:6], ("stage1", "compile_wall", "verify"), strict=True):
             assert float(cell) == round(statistics.median(r["timings"][timing] for r in runs[name]), 1), timing
+
+
+COMPILE_ONCE = PLANNING / "planning_speed_compile_once.json"
+
+
+def test_compiled_once_the_demo_chooses_what_cdef60c_chose_and_the_table_is_the_data():
+    """One compile per candidate at the flags' limit (`planning_speed_compile_once.json`): the
+    same strategy (tile and limit in its key), placement and flags as `cdef60c`, a step that moves
+    by design (the splash calibration, the default-limit fusion estimates), and the timing table of
+    docs/results/planning-speed.md is that file's."""
+    data = _load(COMPILE_ONCE)
+    (ref,) = data["runs"]["cdef60c"]
+    (run,) = data["runs"]["head"]
+    assert all(run[k] == ref[k] for k in ("strategy", "placement", "libtpu_args"))
+    assert run["step_seconds"] > ref["step_seconds"] * 1.1
+    text = (ROOT / "docs" / "results" / "planning-speed.md").read_text()
+    section = text[text.index("### Planning speed: one compile per candidate, at the flags' limit"):]
+    for name, commit in data["trees"].items():
+        (r,) = data["runs"][name]
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{commit}` |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[1]) == round(r["wall_s"], 1)
+        for cell, timing in zip(cells[2:5], ("stage1", "compile_wall", "verify"), strict=True):
+            assert float(cell) == round(r["timings"][timing], 1), timing
+        assert float(cells[6]) == round(r["warm_replan_s"], 1)
