@@ -60,7 +60,7 @@ def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp
 def _kernel_records(space: WanSpaceFields, strategy: Strategy, form: Strategy) -> list[KernelCost]:
     """The strategy's kernel records, traced on the mesh it (or its compiled `form`) was lowered on."""
     if strategy not in space._kernel_costs:
-        mesh = space._meshes.get(strategy) or space._meshes.get(form)
+        mesh = space._meshes.get(strategy, space._meshes.get(form))
         if mesh is None:
             return []
         space._kernel_costs[strategy] = opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch)
