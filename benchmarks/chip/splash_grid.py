@@ -18,6 +18,7 @@ predicted time without a chip. Runs on the chip host only.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -78,12 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--heads-check", action="store_true")
     ap.add_argument("--shard", default="0/1", help="I/N: time every N-th case from the I-th (split a grid over calls)")
+    ap.add_argument("--skip", type=Path, action="append", default=[],
+                    help="a grid document already measured: its cases are not timed again (repeatable)")
+    ap.add_argument("--workers", type=int, default=1, help="compile this many cases at once (threads)")
     ap.add_argument("--reverse", action="store_true", help="time the cases last to first (the longest calls first)")
     args = ap.parse_args(argv)
     hw = hardware_profile("v5e")
     cases = grid_cases(args.heads_check)
     index, count = (int(x) for x in args.shard.split("/"))
     cases = cases[index::count][::-1] if args.reverse else cases[index::count]
+    done = {SplashCase.from_json(row) for path in args.skip for row in json.loads(path.read_text())["rows"]}
+    cases = [c for c in cases if c not in done]
     if args.list:
         for case in cases:
             print(f"{case.call.label():40s} {case.blocks.describe():16s} {case.limit_kib}  "
@@ -93,18 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required unless --list")
-    from aoizora.measure.chip import time_splash_case
+    from aoizora.measure.candidates import time_splash_cases
     from aoizora.measure.records import document, write_document
 
-    rows = []
-    for i, case in enumerate(cases):
-        timing = time_splash_case(case, runs=args.runs)
-        rows.append({**case.to_json(), "predicted_seconds": case.predicted_seconds(hw), **timing.to_json()})
-        med = timing.median_seconds
-        print(f"[{i + 1}/{len(cases)}] {case.call.label()} {case.blocks.describe()} {case.limit_kib}: "
-              f"{'refused' if med is None else f'{med * 1e3:.2f} ms'}", flush=True)
-        if i % 5 == 4:
+    def keep(rows: list[dict]) -> None:
+        if len(rows) % 5 == 0:
             write_document(document("splash", rows, complete=False), args.out)
+
+    rows = time_splash_cases(cases, hw, runs=args.runs, workers=args.workers,
+                             say=lambda text: print(text, flush=True), on_row=keep)
     write_document(document("splash", rows, complete=True, model_profile="v5e"), args.out)
     return 0
 

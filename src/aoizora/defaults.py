@@ -30,6 +30,9 @@ def cache_root() -> Path:
 #: Stage 2 compiles in flight at once, each in its own process: the host's cores (a compile is
 #: single-process and CPU-bound; its memory, several GiB for a Wan 14B step, is the other limit).
 DEFAULT_COMPILE_WORKERS = os.cpu_count() or 1
+#: `aoizora measure`: programs compiled at once, in threads of the process that holds the chip (a
+#: 14B block's compile holds a few GiB of host memory, so not one per core)
+MEASURE_COMPILE_WORKERS = min(4, DEFAULT_COMPILE_WORKERS)
 
 #: CPUs of a Ray cluster a compile reserves (`--ray-cpus-per-compile`): a libtpu compile keeps one
 #: core busy on a loaded host (CPU time 0.96-0.99 of wall time) and takes a second one when it is

@@ -202,8 +202,10 @@ class StrategySpace(abc.ABC, Generic[S]):
         `flags` are the plan's compiler flags (`compiler.libtpu_args`)."""
         return None
 
-    def compiled_kernel_cost(self, strategy: S, op: OpaqueOp) -> OpaqueCost | None:
-        """Cost of one opaque custom call in the *compiled* program (the HLO analyzer's hook)."""
+    def compiled_kernel_cost(self, strategy: S, op: OpaqueOp, *, compiled: S | None = None) -> OpaqueCost | None:
+        """Cost of one opaque custom call in the *compiled* program (the HLO analyzer's hook), as
+        `strategy`'s; `compiled` is the strategy whose program was compiled (None: its compiled
+        form, `compiled_form(strategy)`, as Stage 2 compiles it)."""
         return None
 
     def expert_strategy(self, num_devices: int) -> S | None:

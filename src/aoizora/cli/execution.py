@@ -20,6 +20,7 @@ from aoizora.cli.paths import _check_output_dir, _check_outputs_apart
 from aoizora.defaults import (
     DEFAULT_COMPILE_TIMEOUT_S,
     DEFAULT_TOP_K,
+    MEASURE_COMPILE_WORKERS,
 )
 
 
@@ -76,6 +77,9 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
               help="With --per-device: transformer blocks in each program.")
 @click.option("--runs", type=click.IntRange(min=1, max=100), default=3, show_default=True,
               help="With --per-device/--splash: timed runs of each program after a warm-up.")
+@click.option("--workers", type=click.IntRange(min=1), default=MEASURE_COMPILE_WORKERS, show_default=True,
+              help="With --per-device/--splash: programs compiled at once (threads; each batch is compiled "
+                   "before any of it is timed, so no compile runs beside a timing).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="With --per-device/--splash: write measured against predicted here (JSON).")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False), default=None,
@@ -88,7 +92,7 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
 @_libtpu_args_option
 def measure(plan_path: str | None, model: str | None, topology_name: str | None, resolution: str | None,
             frames: int | None, top_k: int, strategy_keys: tuple[str, ...], per_device: bool, splash: bool,
-            layers: int, runs: int, out_path: str | None, report_dir: str | None, steps: int,
+            layers: int, runs: int, workers: int, out_path: str | None, report_dir: str | None, steps: int,
             checkpoint: str | None, distributed: bool, as_json: bool, libtpu_args: str | None) -> None:
     """Time a plan on the devices present: its whole steps (default), or, with --per-device and
     --splash, its candidates' per-device programs and splash calls on the attached chip, which may
@@ -111,8 +115,8 @@ def measure(plan_path: str | None, model: str | None, topology_name: str | None,
 
     measure_candidates(plan_path=plan_path, model=model, topology_name=topology_name, resolution=resolution,
                        frames=frames, top_k=top_k, strategy_keys=strategy_keys, per_device=per_device, splash=splash,
-                       layers=layers, runs=runs, out_path=out_path, report_dir=report_dir, as_json=as_json,
-                       libtpu_args=libtpu_args)
+                       layers=layers, runs=runs, workers=workers, out_path=out_path, report_dir=report_dir,
+                       as_json=as_json, libtpu_args=libtpu_args)
 
 
 @cli.command()

@@ -56,7 +56,7 @@ def _space_and_strategies(plan_path: str | None, model: str | None, topology_nam
 
 def measure_candidates(*, plan_path: str | None, model: str | None, topology_name: str | None,
                        resolution: str | None, frames: int | None, top_k: int, strategy_keys: tuple[str, ...],
-                       per_device: bool, splash: bool, layers: int, runs: int, out_path: str | None,
+                       per_device: bool, splash: bool, layers: int, runs: int, workers: int, out_path: str | None,
                        report_dir: str | None, as_json: bool, libtpu_args: str | None) -> None:
     from aoizora.measure import chip
     from aoizora.measure.candidates import per_device_rows, splash_rows
@@ -83,11 +83,11 @@ def measure_candidates(*, plan_path: str | None, model: str | None, topology_nam
                                             "documents": [*docs, document(kind, rows, **common)]}, out_path)
 
     if per_device:
-        rows = per_device_rows(space, topo, strategies, layers=layers, runs=runs, flags=flags, say=say,
+        rows = per_device_rows(space, topo, strategies, layers=layers, runs=runs, flags=flags, workers=workers, say=say,
                                on_row=partial("per-device"))
         docs.append(document("per-device", rows, **common))
     if splash:
-        rows = splash_rows(space, topo, strategies, runs=runs, say=say, on_row=partial("splash"))
+        rows = splash_rows(space, topo, strategies, runs=runs, workers=workers, say=say, on_row=partial("splash"))
         docs.append(document("splash", rows, **common))
     result: dict[str, Any] = docs[0] if len(docs) == 1 else {"kind": "measure", "documents": docs}
     if out_path:

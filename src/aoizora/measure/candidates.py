@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import MeasureError
 from aoizora.measure import chip
+from aoizora.measure.local_program import LocalProgram
 from aoizora.measure.per_device import (
     kernel_cost_hook,
     per_device_program,
@@ -24,13 +25,13 @@ from aoizora.measure.per_device import (
     strategy_flags,
     with_layers,
 )
-from aoizora.measure.splash_calls import splash_cases
+from aoizora.measure.splash_calls import SplashCase, splash_cases
 
 if TYPE_CHECKING:
     from aoizora.models.wan.space.space import WanSpace
     from aoizora.models.wan.transformer.strategy import Strategy
     from aoizora.toolchain import CompilerFlags
-    from aoizora.topology import Topology
+    from aoizora.topology import HardwareProfile, Topology
 
 Say = Callable[[str], None]
 
@@ -45,20 +46,30 @@ def check_generation(topology: Topology) -> None:
 
 
 def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, layers: int = 1,
-                    runs: int = 3, flags: CompilerFlags | None = None, say: Say = print,
+                    runs: int = 3, flags: CompilerFlags | None = None, workers: int = 1, say: Say = print,
                     on_row: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """One row per strategy: its per-device program with `layers` blocks, measured and predicted
-    (`on_row` sees the rows so far after each, e.g. to keep a partial file)."""
+    (`on_row` sees the rows so far after each, e.g. to keep a partial file). `workers` programs are
+    made and compiled at once (`chip.compiled_in_order`), then timed one by one."""
     check_generation(topology)
+    device = chip.tpu_device()
     small = with_layers(space, layers)
     hw = topology.hardware
+
+    def compile_one(st: Strategy) -> Callable[[], tuple[dict[str, str], LocalProgram, chip.Compiled]]:
+        def job() -> tuple[dict[str, str], LocalProgram, chip.Compiled]:
+            options = strategy_flags(small, st, flags).compiler_options()
+            local = per_device_program(small, st, topology, flags)
+            return options, local, chip.compile_module(local.text, options, device)
+        return job
+
     rows = []
-    for i, st in enumerate(strategies):
-        options = strategy_flags(small, st, flags).compiler_options()
-        local = per_device_program(small, st, topology, flags)
-        timing, text = chip.time_module_text(local.text, options, runs=runs)
-        predicted = (predicted_compute_seconds(text, hw, kernel_cost_hook(small, st, topology))
-                     if text is not None else None)
+    compiled = chip.compiled_in_order([compile_one(st) for st in strategies], workers)
+    for i, (st, (options, local, program)) in enumerate(zip(strategies, compiled, strict=True)):
+        timing = chip.time_compiled(program, runs)
+        predicted = (predicted_compute_seconds(program.text, hw, kernel_cost_hook(small, st, topology))
+                     if program.text is not None else None)
+        del program
         rows.append({"key": st.key(), "layers": layers, "compiler_options": options,
                      "replaced": local.replaced_json(), "predicted": predicted, **timing.to_json()})
         med = timing.median_seconds
@@ -71,15 +82,26 @@ def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strate
 
 
 def splash_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, runs: int = 5,
-                say: Say = print, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+                workers: int = 1, say: Say = print, on_row: Callable[[list[dict[str, Any]]], None] | None = None
                 ) -> list[dict[str, Any]]:
-    """One row per distinct splash call, tile and limit the strategies' tile search weighs."""
+    """One row per distinct splash call, tile and limit the strategies' tile search weighs
+    (`workers` compiled at once, then timed one by one)."""
     check_generation(topology)
-    hw = topology.hardware
+    return time_splash_cases(splash_cases(space, strategies), topology.hardware, runs=runs, workers=workers,
+                             say=say, on_row=on_row)
+
+
+def time_splash_cases(cases: list[SplashCase], hw: HardwareProfile, *, runs: int = 5, workers: int = 1,
+                      say: Say = print, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+                      ) -> list[dict[str, Any]]:
+    """One row per splash case: measured on the chip (compiled `workers` at a time), predicted by
+    `hw`'s splash model."""
+    device = chip.tpu_device()
+    jobs = [lambda case=case: chip.compile_splash_case(case, device) for case in cases]
     rows = []
-    cases = splash_cases(space, strategies)
-    for i, case in enumerate(cases):
-        timing = chip.time_splash_case(case, runs=runs)
+    for i, (case, program) in enumerate(zip(cases, chip.compiled_in_order(jobs, workers), strict=True)):
+        timing = chip.time_compiled(program, runs)
+        del program
         rows.append({**case.to_json(), "predicted_seconds": case.predicted_seconds(hw), **timing.to_json()})
         med = timing.median_seconds
         say(f"[{i + 1}/{len(cases)}] {case.call.label()} {case.blocks.describe()} limit {case.limit_kib}: "

@@ -1,11 +1,17 @@
 """Timing on the TPU chip attached to this host: splash calls and one device's program.
 
 Each measurement compiles its program for the first local TPU device (with the scoped-VMEM
-limit it asks for), runs it `warmup` times untimed, then `runs` times, each run timed from its
-dispatch to its result being ready. A run of a short program dispatches it `repeat` times back
-to back and counts the mean, so that the host's dispatch latency hides behind the chip's work.
-A program the compiler refuses (a tile whose working set overflows the scoped VMEM) is recorded
-as refused, with the compiler's first line, not timed.
+limit it asks for: `compile_splash_case`, `compile_module`), makes its inputs on the chip, runs it
+`warmup` times untimed, then `runs` times, each run timed from its dispatch to its result being
+ready (`time_compiled`). A run of a short program dispatches it `repeat` times back to back and
+counts the mean, so that the host's dispatch latency hides behind the chip's work. A program the
+compiler refuses (a tile whose working set overflows the scoped VMEM) is recorded as refused,
+with the compiler's first line, not timed.
+
+Compiling is the host's work and most of a measurement's wall time; `compiled_in_order` compiles
+several programs at once in threads (the compiler releases Python's lock), a batch at a time,
+and hands them on only when the whole batch is compiled, so that no compile runs while the chip
+is timed.
 """
 
 from __future__ import annotations
@@ -13,14 +19,17 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aoizora.errors import MeasureError
 
 #: a run lasts at least this long: short programs are dispatched several times per run
 MIN_RUN_SECONDS = 0.05
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -39,6 +48,18 @@ class Timing:
     def to_json(self) -> dict[str, Any]:
         return {"median_seconds": self.median_seconds, "seconds": self.seconds, "repeat": self.repeat,
                 "compile_seconds": self.compile_seconds, "refused": self.refused}
+
+
+@dataclass
+class Compiled:
+    """A program compiled for the chip and not yet run: `make_run` makes its inputs on the chip
+    and returns the dispatch to time; or the compiler's refusal. `text` is the compiled module
+    (for a module compiled from text), to predict it from."""
+
+    make_run: Callable[[], Callable[[], Any]] | None = None
+    compile_seconds: float | None = None
+    refused: str | None = None
+    text: str | None = None
 
 
 def tpu_device() -> Any:
@@ -87,36 +108,69 @@ def compiler_options(limit_kib: int | None) -> dict[str, str | bool] | None:
     return None if limit_kib is None else {SCOPED_VMEM_FLAG: str(int(limit_kib))}
 
 
-def time_splash_case(case: Any, runs: int = 5, warmup: int = 1, seed: int = 0) -> Timing:
-    """Time one `splash_calls.SplashCase` on the chip: the splash kernel alone over heads-major
-    inputs of the call's padded lengths (what the model's call runs inside its layer)."""
+def time_compiled(compiled: Compiled, runs: int, warmup: int = 1) -> Timing:
+    """Time a compiled program on the chip (`time_runs`), with its compile time; a refusal as is."""
+    if compiled.make_run is None:
+        return Timing(refused=compiled.refused, compile_seconds=compiled.compile_seconds)
+    timing = time_runs(compiled.make_run(), runs, warmup)
+    timing.compile_seconds = compiled.compile_seconds
+    return timing
+
+
+def compiled_in_order(jobs: Sequence[Callable[[], T]], workers: int = 1) -> Iterator[T]:
+    """Each job's result (a compile), in the jobs' order. With `workers` > 1 the jobs run in that
+    many threads, a batch of `workers` at a time, and a batch's results are handed on only once
+    all of it is done: the caller times them on the chip with no compile running beside it."""
+    if workers <= 1:
+        for job in jobs:
+            yield job()
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aoizora-compile") as pool:
+        for start in range(0, len(jobs), workers):
+            futures = [pool.submit(job) for job in jobs[start:start + workers]]
+            results = [f.result() for f in futures]
+            del futures
+            while results:
+                yield results.pop(0)
+
+
+def compile_splash_case(case: Any, device: Any, seed: int = 0) -> Compiled:
+    """Compile one `splash_calls.SplashCase` for `device`: the splash kernel alone over
+    heads-major inputs of the call's padded lengths (what the model's call runs inside its layer);
+    its inputs are drawn on the chip when it is timed."""
     import jax
     import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
 
     from aoizora.models.wan.transformer.attention import SplashTiles, run_splash
 
-    device = tpu_device()
     call, blocks = case.call, case.blocks
     tiles = SplashTiles.of(call.lq, call.lk, blocks.block_q, blocks.block_kv, blocks.block_kv_compute)
     kernel = tiles.kernel(call.heads, call.residuals, interpret=False)
-    keys = jax.random.split(jax.random.key(seed), 3)
-
-    def draw(key: Any, length: int) -> Any:
-        shape = (call.batch, call.heads, length, call.head_dim)
-        return jax.device_put(jax.random.normal(key, shape, jnp.bfloat16), device)
-
-    q, k, v = draw(keys[0], tiles.lq), draw(keys[1], tiles.lk), draw(keys[2], tiles.lk)
     segments = tiles.segments(None)
+    shapes = [(call.batch, call.heads, length, call.head_dim) for length in (tiles.lq, tiles.lk, tiles.lk)]
     fn = jax.jit(lambda a, b, c: run_splash(kernel, a, b, c, segments, "splash"))
+    on_device = SingleDeviceSharding(device)
     t0 = time.perf_counter()
     try:
-        compiled = fn.lower(q, k, v).compile(compiler_options=compiler_options(case.limit_kib))
+        executable = fn.lower(*(jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=on_device) for s in shapes)).compile(
+            compiler_options=compiler_options(case.limit_kib))
     except Exception as exc:  # the compiler's refusal (scoped VMEM) is a result, not a failure
-        return Timing(refused=_first_line(exc))
+        return Compiled(refused=_first_line(exc))
     compile_s = time.perf_counter() - t0
-    timing = time_runs(lambda: compiled(q, k, v), runs, warmup)
-    timing.compile_seconds = compile_s
-    return timing
+
+    def make_run() -> Callable[[], Any]:
+        keys = jax.random.split(jax.random.key(seed), 3)
+        q, k, v = (jax.device_put(jax.random.normal(key, shape, jnp.bfloat16), device)
+                   for key, shape in zip(keys, shapes, strict=True))
+        return lambda: executable(q, k, v)
+
+    return Compiled(make_run=make_run, compile_seconds=compile_s)
+
+
+def time_splash_case(case: Any, runs: int = 5, warmup: int = 1, seed: int = 0) -> Timing:
+    """Time one `splash_calls.SplashCase` on the chip (`compile_splash_case`, `time_compiled`)."""
+    return time_compiled(compile_splash_case(case, tpu_device(), seed), runs, warmup)
 
 
 def compile_module_text(text: str, device: Any, options: dict[str, str] | None = None) -> Any:
@@ -147,28 +201,32 @@ def compiled_text(executable: Any) -> str:
     return "\n".join(m.to_string() for m in executable.hlo_modules())
 
 
-def time_module_text(text: str, options: dict[str, str] | None, runs: int = 3, warmup: int = 1,
-                     seed: int = 0) -> tuple[Timing, str | None]:
-    """Compile a module's HLO text (one device's program, `local_program.localize`d) for the chip
-    with the compiler options and time it on random arguments of its parameters' shapes (normal
-    floats, zero integers); with the timing, the compiled module's text (None when refused)."""
+def compile_module(text: str, options: dict[str, str] | None, device: Any, seed: int = 0) -> Compiled:
+    """Compile a module's HLO text (one device's program, `local_program.localize`d) for `device`
+    with the compiler options; it runs on random arguments of its parameters' shapes (normal
+    floats, zero integers), made on the chip when it is timed."""
     from jax._src.lib import xla_client as xc
 
-    device = tpu_device()
     t0 = time.perf_counter()
     try:
         executable = compile_module_text(text, device, options)
     except Exception as exc:  # the compiler's refusal (scoped VMEM, HBM) is a result
-        return Timing(refused=_first_line(exc)), None
+        return Compiled(refused=_first_line(exc))
     compile_s = time.perf_counter() - t0
-    args = _random_arguments(xc.hlo.hlo_module_from_text(text), device, seed)
 
-    def run() -> Any:
-        return executable.execute_sharded(args).disassemble_into_single_device_arrays()
+    def make_run() -> Callable[[], Any]:
+        args = _random_arguments(xc.hlo.hlo_module_from_text(text), device, seed)
+        return lambda: executable.execute_sharded(args).disassemble_into_single_device_arrays()
 
-    timing = time_runs(run, runs, warmup)
-    timing.compile_seconds = compile_s
-    return timing, compiled_text(executable)
+    return Compiled(make_run=make_run, compile_seconds=compile_s, text=compiled_text(executable))
+
+
+def time_module_text(text: str, options: dict[str, str] | None, runs: int = 3, warmup: int = 1,
+                     seed: int = 0) -> tuple[Timing, str | None]:
+    """Compile a module's HLO text for the chip and time it (`compile_module`, `time_compiled`);
+    with the timing, the compiled module's text (None when refused)."""
+    compiled = compile_module(text, options, tpu_device(), seed)
+    return time_compiled(compiled, runs, warmup), compiled.text
 
 
 def _random_arguments(module: Any, device: Any, seed: int) -> list[Any]:

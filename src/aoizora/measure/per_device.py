@@ -53,23 +53,28 @@ def per_device_program(space: WanSpace, strategy: Strategy, topology: Topology,
 
 def kernel_cost_hook(space: WanSpace, strategy: Strategy, topology: Topology
                      ) -> Callable[[OpaqueOp], OpaqueCost | None]:
-    """The hook that costs the strategy's splash calls in a compiled module of it (as Stage 2's)."""
+    """The hook that costs the strategy's splash calls in a module compiled from the strategy
+    itself (at its own tile, not its compiled form), by the same records Stage 2 reads."""
     from aoizora.models.wan.transformer.strategy import make_mesh
 
     if strategy not in space._meshes:
         space._meshes[strategy] = make_mesh(strategy, compile_only_devices(topology.name))
-    return lambda op: space.compiled_kernel_cost(strategy, op)
+    return lambda op: space.compiled_kernel_cost(strategy, op, compiled=strategy)
 
 
 def predicted_compute_seconds(compiled_text: str, hardware: HardwareProfile,
                               opaque_cost: Callable[[OpaqueOp], OpaqueCost | None] | None = None) -> dict[str, Any]:
     """Q2's compute of one run of a compiled module on one device, in all and by kind of node:
-    `fusions` (the compiler's cycle estimates), `kernels` (opaque calls the hook costs), `other`."""
+    `fusions` (the compiler's cycle estimates), `kernels` (opaque calls the hook costs), `other`.
+    The fusions are also split by what bounds each on its roofline (`fusions_by_bound`: `mxu`
+    where its FLOPs at the MXU's peak take longer than its HBM bytes at the HBM's bandwidth, else
+    `hbm`), with their count, so that the estimate can be checked per kind against the chip."""
     from aoizora.hlo import build_program
     from aoizora.hlo.program import NodeKind
 
     program = build_program(compiled_text, opaque_cost=opaque_cost)
     parts = {"fusions": 0.0, "kernels": 0.0, "other": 0.0}
+    by_bound = {"mxu": {"seconds": 0.0, "count": 0}, "hbm": {"seconds": 0.0, "count": 0}}
     uncosted = 0
     for node in program.nodes:
         if node.kind in (NodeKind.LOOP, NodeKind.COLLECTIVE, NodeKind.COLLECTIVE_START, NodeKind.COLLECTIVE_DONE):
@@ -79,5 +84,17 @@ def predicted_compute_seconds(compiled_text: str, hardware: HardwareProfile,
             continue
         part = ("kernels" if node.kind == NodeKind.OPAQUE else
                 "fusions" if node.estimated_cycles is not None else "other")
-        parts[part] += node.compute_seconds(hardware) * node.multiplicity
-    return {"seconds": sum(parts.values()), **{f"{k}_seconds": v for k, v in parts.items()}, "uncosted_nodes": uncosted}
+        seconds = node.compute_seconds(hardware) * node.multiplicity
+        parts[part] += seconds
+        if part == "fusions":
+            bound = by_bound[fusion_bound(node.flops, node.hbm_bytes, hardware)]
+            bound["seconds"] += seconds
+            bound["count"] += node.multiplicity
+    return {"seconds": sum(parts.values()), **{f"{k}_seconds": v for k, v in parts.items()},
+            "fusions_by_bound": by_bound, "uncosted_nodes": uncosted}
+
+
+def fusion_bound(flops: float, hbm_bytes: float, hardware: HardwareProfile) -> str:
+    """`mxu` where work of `flops` and `hbm_bytes` takes longer on the MXU at its peak than on
+    HBM at its bandwidth (a matmul fusion), else `hbm` (elementwise, reductions, copies)."""
+    return "mxu" if flops / hardware.peak_bf16_flops > hbm_bytes / hardware.hbm_bandwidth_Bps else "hbm"

@@ -69,6 +69,34 @@ def test_the_compiled_forms_splash_calls_are_costed_at_the_planned_tile():
         assert planned.kernel == _costed(space, strategy, mesh, i)
 
 
+def test_a_strategy_compiled_at_its_own_tile_has_its_calls_costed_as_its_own():
+    """`aoizora measure` compiles a strategy at its searched tile and limit, not its compiled form:
+    its program's calls (padded to the searched blocks) are found among its own records when the
+    hook is told so, and missed among the form's."""
+    from aoizora.placement import enumerate_placements
+    from aoizora.topology import get_topology
+
+    space = wan_space("wan2.1-t2v-14b", "720p", 81, generation="v5e")
+    strategy = _candidate(space, "fsdp=2,context=4 | weights=gathered | attn=allgather")
+    topo = get_topology("v5e:2x4")
+    mesh = enumerate_placements(topo, space.mesh_spec(strategy)).placements[0].jax_mesh(topo)
+    space.compile_inputs(strategy, mesh)
+    heads_len_dim = lambda shape: Shape("bf16", (1, shape[2], shape[1], shape[3]))  # noqa: E731
+    kernels = _costs(space, strategy, mesh)
+    self_calls = 0
+    for i, kernel in enumerate(kernels):
+        q = heads_len_dim(kernel.q_shape)
+        op = OpaqueOp(name=f"{kernel.hlo_name}.{i}", target="tpu_custom_call",
+                      operand_shapes=(q, heads_len_dim(kernel.kv_shape)), result_shape=q, backend_config=None,
+                      kernel_name=kernel.hlo_name)
+        own = space.compiled_kernel_cost(strategy, op, compiled=strategy)
+        assert own is not None and own.kernel == _costed(space, strategy, mesh, i)
+        if kernel.q_shape[1] == 18944:  # the self-attention calls, their queries padded to 4736 blocks
+            self_calls += 1
+            assert space.compiled_kernel_cost(strategy, op) is None, "not a call of the compiled form's program"
+    assert self_calls
+
+
 def _costs(space, strategy, mesh):
     from aoizora.models.wan.video.sampling import opaque_kernel_costs
 

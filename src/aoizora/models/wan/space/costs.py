@@ -41,15 +41,17 @@ def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
                               strategy.kernel_profile, blocks.compute_blocks_per_step if blocks is not None else 1)
 
 
-def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp, *,
+                         compiled: Strategy | None = None) -> OpaqueCost | None:
     """The model's own record of the kernel this custom call is (matched by its HLO name). Stage 2
     compiles a strategy in its compiled form (`tiles.compiled_form`: blocks fitted to the
     default limit, whose calls may pad the queries to another length): the call is found among the
-    form's calls and costed as the strategy's own call at the same place in the forward."""
-    form = compiled_form(space, strategy)
+    calls of the strategy that was `compiled` (by default that form) and costed as the strategy's
+    own call at the same place in the forward."""
+    form = compiled_form(space, strategy) if compiled is None else compiled
     own = _kernel_records(space, strategy, form)
-    compiled = own if form == strategy else _kernel_records(space, form, form)
-    i = _matching_call(compiled, op)
+    records = own if form == strategy else _kernel_records(space, form, form)
+    i = _matching_call(records, op)
     if i is None or i >= len(own):
         return None
     kc = own[i]

@@ -161,10 +161,11 @@ class WanSpace(StrategySpace[Strategy]):
     def kernel_cost(self, strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
         return costs.kernel_cost(strategy, call)
 
-    def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
+    def compiled_kernel_cost(self, strategy: Strategy, op: OpaqueOp, *,
+                             compiled: Strategy | None = None) -> OpaqueCost | None:
         if self.program == "maxdiffusion":
             return program_source.kernel_cost(strategy, op)
-        return costs.compiled_kernel_cost(self, strategy, op)
+        return costs.compiled_kernel_cost(self, strategy, op, compiled=compiled)
 
     # the plan file (`plan_file`; the text forms are `Strategy`'s)
     def key_of(self, strategy: Strategy) -> str:
