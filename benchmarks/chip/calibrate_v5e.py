@@ -3,9 +3,12 @@
     python benchmarks/chip/calibrate_v5e.py [--json docs/data/chip/v5e_splash_calibration.json]
 
 Reads the splash rows of `docs/data/chip/v5e_splash_grid_*.json` (`benchmarks/chip/splash_grid.py`
-on the chip; refused tiles left out). The split is fixed before any fit, by call shape: the
-distinct (local batch, queries, keys, residuals) shapes in ascending order, the 1st, 3rd, 5th, ...
-are the fit set, the 2nd, 4th, ... the test set, so no shape's tiles are on both sides.
+on the chip; refused tiles left out). The fit was made from `v5e_splash_grid_part0.json` alone,
+split before any fit by call shape: its distinct (local batch, queries, keys, residuals) shapes in
+ascending order, the 1st, 3rd, 5th, ... are the fit set, the 2nd, 4th, ... the test set, so no
+shape's tiles are on both sides. The later parts (`part1`, ...) were measured after the fit and
+the profile's figures were chosen on none of them: they are the *later* set, reported whole and
+for the shapes in neither the fit nor the test set (`later_new_shapes`).
 
 Per map (one batch element and head), over the lengths padded to the blocks (S score elements,
 G grid steps, n = block_kv / block_kv_compute compute sub-blocks per grid step):
@@ -62,11 +65,21 @@ def shape_of(row: dict) -> tuple[int, int, int, bool]:
     return (row["batch"], row["lq"], row["lk"], row["residuals"])
 
 
+#: the measurements the fit was made from (its fit and test sets); later parts are the later set
+FIT_DATA = "v5e_splash_grid_part0.json"
+
+
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(fit, test): alternate call shapes in ascending order (module docstring)."""
+    """(fit, test) of the fit's data: alternate call shapes in ascending order (module docstring)."""
+    rows = [r for r in rows if r["source"] == FIT_DATA]
     shapes = sorted({shape_of(r) for r in rows})
     fit_shapes = set(shapes[0::2])
     return [r for r in rows if shape_of(r) in fit_shapes], [r for r in rows if shape_of(r) not in fit_shapes]
+
+
+def later(rows: list[dict]) -> list[dict]:
+    """The rows measured after the fit (module docstring)."""
+    return [r for r in rows if r["source"] != FIT_DATA]
 
 
 def features(row: dict) -> np.ndarray:
@@ -126,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = load_rows()
     fit_rows, test_rows = split(rows)
+    later_rows = later(rows)
+    known = {shape_of(r) for r in fit_rows + test_rows}
+    later_new = [r for r in later_rows if shape_of(r) not in known]
     inv_rate, unoverlapped, step, call = (float(x) for x in fit(fit_rows))
     committed = hardware_profile("v5e")
     # before: the profile as it was (no splash figures measured on v5e: the MXU roofline and the
@@ -145,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
               "parameters": {"attention_score_elements_per_s": 1 / inv_rate if inv_rate else None,
                              "splash_unoverlapped_element_s": unoverlapped, "splash_grid_step_s": step,
                              "splash_call_s": call}}
-    for name, subset in (("fit", fit_rows), ("test", test_rows)):
+    if later_rows:
+        result["later_sources"] = sorted({r["source"] for r in later_rows})
+        result["later_new_shapes"] = sorted({shape_of(r) for r in later_new})
+    sets = [("fit", fit_rows), ("test", test_rows), ("later", later_rows), ("later_new_shapes", later_new)]
+    for name, subset in (s for s in sets if s[1]):
         for when, predict in (("before", predicted_before), ("after", predicted_after)):
             body, summary = table(subset, predict)
             result[f"{name}_{when}"] = {"summary": summary, "table": body}

@@ -24,8 +24,18 @@ def rows():
 
 def test_the_split_puts_no_call_shape_on_both_sides(rows):
     fit, test = calibrate_v5e.split(rows)
-    assert fit and test and len(fit) + len(test) == len(rows)
+    later = calibrate_v5e.later(rows)
+    assert fit and test and later and len(fit) + len(test) + len(later) == len(rows)
     assert not {calibrate_v5e.shape_of(r) for r in fit} & {calibrate_v5e.shape_of(r) for r in test}
+    assert {r["source"] for r in fit + test} == {calibrate_v5e.FIT_DATA} != {r["source"] for r in later}
+
+
+def test_the_calls_measured_after_the_fit_are_within_seven_percent_too(rows):
+    calibration = json.loads((DATA / "v5e_splash_calibration.json").read_text())
+    for name in ("later", "later_new_shapes"):
+        summary = calibration[f"{name}_after"]["summary"]
+        assert summary["within_7pct"] == summary["rows"] > 0
+    assert calibration["later_after"]["summary"]["rows"] == len(calibrate_v5e.later(rows))
 
 
 def test_the_profile_holds_the_fit_of_the_fit_set(rows):
@@ -82,3 +92,23 @@ def test_the_grid_keeps_per_limit_and_kv_cap_the_largest_block_q():
     kept = splash_grid._largest_block_q(cases)
     assert [(c.blocks.describe(), c.limit_kib) for c in kept] == [
         ("1280/2048/1024", None), ("3024/2048/1024", 32768), ("3200/1024/1024", 32768), ("4736/2048/1024", 65536)]
+
+
+def test_the_committed_candidates_check_is_what_the_script_computes_now(tmp_path):
+    """The Top-8 of three v5e cells on the chip: the file is what the script computes from the
+    measurements, and the demo's plan measures within 1% of the fastest program measured."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "chip"))
+    import candidates_check
+
+    out = tmp_path / "candidates.json"
+    candidates_check.main(["--json", str(out)])
+    got, committed = json.loads(out.read_text()), json.loads((DATA / "v5e_candidates_check.json").read_text())
+    assert [c["file"] for c in got["cells"]] == list(candidates_check.CELLS)
+    for mine, theirs in zip(got["cells"], committed["cells"], strict=True):
+        assert [r["key"] for r in mine["rows"]] == [r["key"] for r in theirs["rows"]]
+        for a, b in zip(mine["rows"], theirs["rows"], strict=True):
+            assert {k: v for k, v in a.items() if k.endswith("_s")} == pytest.approx(
+                {k: v for k, v in b.items() if k.endswith("_s")}, rel=1e-9)
+        assert mine["spearman"] == pytest.approx(theirs["spearman"])
+        assert (mine["fastest"], mine["q2_pick"]) == (theirs["fastest"], theirs["q2_pick"])
+    assert got["demo_plan_over_fastest_pct"] == committed["demo_plan_over_fastest_pct"] <= 1.0

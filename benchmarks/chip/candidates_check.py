@@ -1,0 +1,143 @@
+"""Stage 1's Top-8 of three v5e cells measured on a TPU v5e chip, each strategy at its compiled form
+(the blocks fitted to libtpu's default scoped-VMEM limit, at that limit: what Stage 2 compiles) and
+at its planned tile and limit, against Q2's compute.
+
+    python benchmarks/chip/candidates_check.py [--json docs/data/chip/v5e_candidates_check.json]
+
+Reads the `aoizora measure --per-device` documents of `CELLS` (their commands are in the files; the
+demo request, and the held-out grid's two v5e cells). Per program: the measured median; Q2's
+compute of the module the chip's compiler produced (libtpu's cycle estimates of the fusions, split
+by what bounds each on its roofline, plus the splash calls, re-traced on this host with the current
+profile: the files were measured with a hook that missed the calls of a program compiled at its
+own tile); and the measured time less the splash calls' predicted time, the chip's time for the
+rest of the program, beside libtpu's estimate of it. Per cell: the Spearman rank correlation of
+predicted against measured, the fastest program, each strategy at its best measured tile, the
+program Q2's compute picks, and per strategy what the planned tile and limit gained on the chip
+against what the splash model predicts. None of these programs is in a fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from aoizora.api import wan_request_space
+from aoizora.measure.per_device import with_layers
+from aoizora.models.wan.space.costs import splash_opaque_cost
+from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
+from aoizora.models.wan.video.sampling import opaque_kernel_costs
+from aoizora.toolchain import compile_only_devices
+from aoizora.topology import get_topology
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
+CELLS = ("v5e_per_device_demo_top8_both_limits.json", "v5e_per_device_held_out_13b_v5e2x4.json",
+         "v5e_per_device_held_out_13b_v5e4x4.json")
+#: the demo plan's choice at the commits of `docs/data/planning/planning_speed_compile_once.json`
+DEMO_PLAN = "fsdp=2,context=4 | weights=gathered | attn=allgather | blocks=4736/2048/1024 | vmem=65536"
+
+
+def kernel_seconds(space, strategy: Strategy, topology) -> float:
+    """The splash calls of one run of the strategy's program at its own tile, as Q2 costs them."""
+    mesh = make_mesh(strategy, compile_only_devices(topology.name))
+    total = 0.0
+    for kc in opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch):
+        cost = splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
+                                  kc.compute_blocks_per_step)
+        total += topology.hardware.roofline_seconds(cost.flops, cost.hbm_bytes, cost.kernel) * kc.calls
+    return total
+
+
+def untiled(strategy: Strategy) -> str:
+    """The strategy without its tile and limit (the same per-device program at any tile)."""
+    return dataclasses.replace(strategy, splash_blocks=None, scoped_vmem_kib=None).key()
+
+
+def check_cell(doc: dict) -> dict:
+    topo = get_topology(doc["topology"])
+    w = doc["workload"]
+    space = wan_request_space({"model": w["name"], "resolution": f"{w['shapes']['width']}x{w['shapes']['height']}",
+                               "frames": w["shapes"]["frames"], "kernel_profile": "jax-splash", "program": "aoizora"},
+                              topo, vae_decode=False)
+    rows = []
+    for r in doc["rows"]:
+        if r["median_seconds"] is None:
+            continue
+        st = Strategy.from_key(r["key"])
+        kernels = kernel_seconds(with_layers(space, r["layers"]), st, topo)
+        p = r["predicted"]
+        rest_estimate = p["fusions_seconds"] + p["other_seconds"]
+        rows.append({"key": r["key"], "strategy": untiled(st), "limit_kib": st.scoped_vmem_kib,
+                     "measured_s": r["median_seconds"], "predicted_s": rest_estimate + kernels, "kernels_s": kernels,
+                     "rest_measured_s": r["median_seconds"] - kernels, "rest_estimate_s": rest_estimate,
+                     "fusions_mxu_s": p["fusions_by_bound"]["mxu"]["seconds"],
+                     "fusions_hbm_s": p["fusions_by_bound"]["hbm"]["seconds"]})
+    measured = [r["measured_s"] for r in rows]
+    fastest = min(rows, key=lambda r: r["measured_s"])
+    picked = min(rows, key=lambda r: r["predicted_s"])
+    best_by_strategy: dict[str, dict] = {}
+    for r in rows:
+        if r["strategy"] not in best_by_strategy or r["measured_s"] < best_by_strategy[r["strategy"]]["measured_s"]:
+            best_by_strategy[r["strategy"]] = r
+    tile_gains = []
+    for strategy in best_by_strategy:
+        pair = [r for r in rows if r["strategy"] == strategy]
+        default = [r for r in pair if r["limit_kib"] is None]
+        raised = [r for r in pair if r["limit_kib"] is not None]
+        if default and raised:
+            d, s = default[0], raised[0]
+            tile_gains.append({"strategy": strategy, "default_tile": d["key"], "planned_tile": s["key"],
+                               "measured_gain_pct": round(100 * (1 - s["measured_s"] / d["measured_s"]), 2),
+                               "kernels_predicted_gain_pct": round(100 * (d["kernels_s"] - s["kernels_s"])
+                                                                   / d["measured_s"], 2),
+                               "rest_measured_change_pct": round(100 * (s["rest_measured_s"] / d["rest_measured_s"]
+                                                                        - 1), 2)})
+    ratios = [r["rest_measured_s"] / r["rest_estimate_s"] for r in rows]
+    return {"file": doc["_file"], "topology": topo.name, "model": w["name"],
+            "video": f"{w['shapes']['width']}x{w['shapes']['height']}/{w['shapes']['frames']}",
+            "complete": doc.get("complete", True), "rows": rows,
+            "spearman": spearmanr([r["predicted_s"] for r in rows], measured).statistic,
+            "fastest": fastest["key"], "fastest_s": fastest["measured_s"],
+            "q2_pick": picked["key"], "q2_pick_over_fastest_pct": round(100 * (picked["measured_s"]
+                                                                          / fastest["measured_s"] - 1), 2),
+            "best_tile_by_strategy": {k: {"key": v["key"], "measured_s": v["measured_s"]}
+                                      for k, v in best_by_strategy.items()},
+            "planned_tile_against_default": tile_gains,
+            "rest_measured_over_estimate": {"min": min(ratios), "max": max(ratios)}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path, default=None, help="write every row and each cell's summary here")
+    args = ap.parse_args(argv)
+    cells = []
+    for name in CELLS:
+        doc = json.loads((DATA / name).read_text())
+        cells.append(check_cell({**doc, "_file": name}))
+    demo = cells[0]
+    demo_row = next(r for r in demo["rows"] if r["key"] == DEMO_PLAN)
+    out = {"cells": cells, "demo_plan": DEMO_PLAN,
+           "demo_plan_over_fastest_pct": round(100 * (demo_row["measured_s"] / demo["fastest_s"] - 1), 2)}
+    for c in cells:
+        print(f"## {c['model']} {c['video']} on {c['topology']} ({c['file']}{'' if c['complete'] else ', partial'})")
+        print(f"{'program':100s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'rest meas/est':>13s}")
+        for r in c["rows"]:
+            print(f"{r['key']:100s} {r['measured_s'] * 1e3:9.2f} {r['predicted_s'] * 1e3:9.2f} "
+                  f"{r['predicted_s'] / r['measured_s']:6.3f} {r['rest_measured_s'] / r['rest_estimate_s']:13.3f}")
+        print(f"Spearman {c['spearman']:.2f}; fastest {c['fastest']} ({c['fastest_s'] * 1e3:.2f} ms); Q2's compute "
+              f"picks {c['q2_pick']} (+{c['q2_pick_over_fastest_pct']}%)")
+        for g in c["planned_tile_against_default"]:
+            print(f"   {g['strategy']}: planned tile gains {g['measured_gain_pct']}% measured, the splash model "
+                  f"{g['kernels_predicted_gain_pct']}%; the rest of the program {g['rest_measured_change_pct']:+}%")
+    print(f"the demo plan's {DEMO_PLAN}: +{out['demo_plan_over_fastest_pct']}% over the fastest measured")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
