@@ -30,6 +30,11 @@ def test_the_split_puts_no_call_shape_on_both_sides(rows):
     assert {r["source"] for r in fit + test} == {calibrate_v5e.FIT_DATA} != {r["source"] for r in later}
 
 
+def test_the_profiles_splash_model_error_is_its_median_error_on_the_later_calls():
+    summary = json.loads((DATA / "v5e_splash_calibration.json").read_text())["later_after"]["summary"]
+    assert hardware_profile("v5e").splash_model_error == pytest.approx(summary["median_abs_error_pct"] / 100)
+
+
 def test_the_calls_measured_after_the_fit_are_within_seven_percent_too(rows):
     calibration = json.loads((DATA / "v5e_splash_calibration.json").read_text())
     for name in ("later", "later_new_shapes"):

@@ -202,8 +202,11 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
     strategy's self-attention calls cost least in JAX's splash model, without a compile: the
     cheapest of `splash_tile_candidates` (the first of equals, so a tie keeps the default-limit
-    blocks). A raised limit is chosen only when its tile costs less; the model charges nothing
-    else for it. None where no limit was measured for the call."""
+    blocks). A raised limit is chosen only when its tile costs less than the default-limit blocks
+    by more than the splash model's measured error (`HardwareProfile.splash_model_error`; any
+    amount where the kernel was not measured): on the chip the raised limit also changes the rest
+    of the program, by -13 % to +11 % by strategy and size, which the model does not predict, so
+    a gain it cannot resolve is not worth that. None where no limit was measured for the call."""
     from aoizora.topology import hardware_profile
 
     hw = hardware_profile(generation)
@@ -218,9 +221,12 @@ def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation
     if fixed_limit_kib is not None:
         return min((tile for tile, _ in candidates), key=cost), fixed_limit_kib
     best, best_cost = candidates[0], cost(candidates[0][0])
+    default_cost = best_cost
     for tile, limit in candidates[1:]:
         if cost(tile) < best_cost * (1 - 1e-9):
             best, best_cost = (tile, limit), cost(tile)
+    if best_cost >= default_cost * (1 - (hw.splash_model_error or 0.0)):
+        return candidates[0]
     return best
 
 
