@@ -56,8 +56,8 @@ def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strate
     small = with_layers(space, layers)
     hw = topology.hardware
 
-    def compile_one(st: Strategy) -> Callable[[], tuple[dict[str, str], LocalProgram, chip.Compiled]]:
-        def job() -> tuple[dict[str, str], LocalProgram, chip.Compiled]:
+    def compile_one(st: Strategy) -> Callable[[], tuple[dict[str, str], LocalProgram, chip.ChipProgram]]:
+        def job() -> tuple[dict[str, str], LocalProgram, chip.ChipProgram]:
             options = strategy_flags(small, st, flags).compiler_options()
             local = per_device_program(small, st, topology, flags)
             return options, local, chip.compile_module(local.text, options, device)

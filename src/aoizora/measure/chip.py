@@ -51,7 +51,7 @@ class Timing:
 
 
 @dataclass
-class Compiled:
+class ChipProgram:
     """A program compiled for the chip and not yet run: `make_run` makes its inputs on the chip
     and returns the dispatch to time; or the compiler's refusal. `text` is the compiled module
     (for a module compiled from text), to predict it from."""
@@ -108,7 +108,7 @@ def compiler_options(limit_kib: int | None) -> dict[str, str | bool] | None:
     return None if limit_kib is None else {SCOPED_VMEM_FLAG: str(int(limit_kib))}
 
 
-def time_compiled(compiled: Compiled, runs: int, warmup: int = 1) -> Timing:
+def time_compiled(compiled: ChipProgram, runs: int, warmup: int = 1) -> Timing:
     """Time a compiled program on the chip (`time_runs`), with its compile time; a refusal as is."""
     if compiled.make_run is None:
         return Timing(refused=compiled.refused, compile_seconds=compiled.compile_seconds)
@@ -134,7 +134,7 @@ def compiled_in_order(jobs: Sequence[Callable[[], T]], workers: int = 1) -> Iter
                 yield results.pop(0)
 
 
-def compile_splash_case(case: Any, device: Any, seed: int = 0) -> Compiled:
+def compile_splash_case(case: Any, device: Any, seed: int = 0) -> ChipProgram:
     """Compile one `splash_calls.SplashCase` for `device`: the splash kernel alone over
     heads-major inputs of the call's padded lengths (what the model's call runs inside its layer);
     its inputs are drawn on the chip when it is timed."""
@@ -156,7 +156,7 @@ def compile_splash_case(case: Any, device: Any, seed: int = 0) -> Compiled:
         executable = fn.lower(*(jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=on_device) for s in shapes)).compile(
             compiler_options=compiler_options(case.limit_kib))
     except Exception as exc:  # the compiler's refusal (scoped VMEM) is a result, not a failure
-        return Compiled(refused=_first_line(exc))
+        return ChipProgram(refused=_first_line(exc))
     compile_s = time.perf_counter() - t0
 
     def make_run() -> Callable[[], Any]:
@@ -165,7 +165,7 @@ def compile_splash_case(case: Any, device: Any, seed: int = 0) -> Compiled:
                    for key, shape in zip(keys, shapes, strict=True))
         return lambda: executable(q, k, v)
 
-    return Compiled(make_run=make_run, compile_seconds=compile_s)
+    return ChipProgram(make_run=make_run, compile_seconds=compile_s)
 
 
 def time_splash_case(case: Any, runs: int = 5, warmup: int = 1, seed: int = 0) -> Timing:
@@ -201,7 +201,7 @@ def compiled_text(executable: Any) -> str:
     return "\n".join(m.to_string() for m in executable.hlo_modules())
 
 
-def compile_module(text: str, options: dict[str, str] | None, device: Any, seed: int = 0) -> Compiled:
+def compile_module(text: str, options: dict[str, str] | None, device: Any, seed: int = 0) -> ChipProgram:
     """Compile a module's HLO text (one device's program, `local_program.localize`d) for `device`
     with the compiler options; it runs on random arguments of its parameters' shapes (normal
     floats, zero integers), made on the chip when it is timed."""
@@ -211,14 +211,14 @@ def compile_module(text: str, options: dict[str, str] | None, device: Any, seed:
     try:
         executable = compile_module_text(text, device, options)
     except Exception as exc:  # the compiler's refusal (scoped VMEM, HBM) is a result
-        return Compiled(refused=_first_line(exc))
+        return ChipProgram(refused=_first_line(exc))
     compile_s = time.perf_counter() - t0
 
     def make_run() -> Callable[[], Any]:
         args = _random_arguments(xc.hlo.hlo_module_from_text(text), device, seed)
         return lambda: executable.execute_sharded(args).disassemble_into_single_device_arrays()
 
-    return Compiled(make_run=make_run, compile_seconds=compile_s, text=compiled_text(executable))
+    return ChipProgram(make_run=make_run, compile_seconds=compile_s, text=compiled_text(executable))
 
 
 def time_module_text(text: str, options: dict[str, str] | None, runs: int = 3, warmup: int = 1,
