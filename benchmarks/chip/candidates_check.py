@@ -24,14 +24,12 @@ import json
 import sys
 from pathlib import Path
 
+from per_device_check import kernel_seconds
 from scipy.stats import spearmanr
 
 from aoizora.api import wan_request_space
 from aoizora.measure.per_device import with_layers
-from aoizora.models.wan.space.costs import splash_opaque_cost
-from aoizora.models.wan.transformer.strategy import Strategy, make_mesh
-from aoizora.models.wan.video.sampling import opaque_kernel_costs
-from aoizora.toolchain import compile_only_devices
+from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.topology import get_topology
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
@@ -39,17 +37,6 @@ CELLS = ("v5e_per_device_demo_top8_both_limits.json", "v5e_per_device_held_out_1
          "v5e_per_device_held_out_13b_v5e4x4.json")
 #: the demo plan's choice at the commits of `docs/data/planning/planning_speed_compile_once.json`
 DEMO_PLAN = "fsdp=2,context=4 | weights=gathered | attn=allgather | blocks=4736/2048/1024 | vmem=65536"
-
-
-def kernel_seconds(space, strategy: Strategy, topology) -> float:
-    """The splash calls of one run of the strategy's program at its own tile, as Q2 costs them."""
-    mesh = make_mesh(strategy, compile_only_devices(topology.name))
-    total = 0.0
-    for kc in opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch):
-        cost = splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
-                                  kc.compute_blocks_per_step)
-        total += topology.hardware.roofline_seconds(cost.flops, cost.hbm_bytes, cost.kernel) * kc.calls
-    return total
 
 
 def untiled(strategy: Strategy) -> str:
@@ -68,7 +55,7 @@ def check_cell(doc: dict) -> dict:
         if r["median_seconds"] is None:
             continue
         st = Strategy.from_key(r["key"])
-        kernels = kernel_seconds(with_layers(space, r["layers"]), st, topo)
+        kernels = kernel_seconds(with_layers(space, r["layers"]), st, topo, topo.hardware)
         p = r["predicted"]
         rest_estimate = p["fusions_seconds"] + p["other_seconds"]
         rows.append({"key": r["key"], "strategy": untiled(st), "limit_kib": st.scoped_vmem_kib,
