@@ -33,15 +33,57 @@ from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.topology import get_topology
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
-CELLS = ("v5e_per_device_demo_top8_both_limits.json", "v5e_per_device_held_out_13b_v5e2x4.json",
-         "v5e_per_device_held_out_13b_v5e4x4.json")
+#: each cell's measurements, in the order they were taken (a cell measured over several chip calls
+#: has a file per call)
+CELLS: tuple[tuple[str, ...], ...] = (
+    ("v5e_per_device_demo_top8_both_limits.json",),
+    ("v5e_per_device_held_out_13b_v5e2x4.json", "v5e_per_device_held_out_13b_v5e2x4_ranks5to8.json"),
+    ("v5e_per_device_held_out_13b_v5e4x4.json", "v5e_per_device_held_out_13b_v5e4x4_ranks5to8.json"))
 #: the demo plan's choice at the commits of `docs/data/planning/planning_speed_compile_once.json`
 DEMO_PLAN = "fsdp=2,context=4 | weights=gathered | attn=allgather | blocks=4736/2048/1024 | vmem=65536"
+#: the held-out cells' Top-8 plans (`aoizora plan ... --top-k 8 --no-vae-decode`, at `14df235`), by cell
+HELD_OUT_PLANS = {1: "held_out_plans/v5e-2x4_wan2.1-t2v-1.3b_480p_81f_top8.json",
+                  2: "held_out_plans/v5e-4x4_wan2.1-t2v-1.3b_480p_81f_top8.json"}
+
+
+def plan_check(cell: dict, plan: dict) -> dict:
+    """A plan's choice against the cell's measured programs: its per-device time over the fastest,
+    and, for the fastest program's strategy, what the chip's compute would gain on a whole step (the
+    measured difference scaled to the step by the plan's compute over this check's prediction) beside
+    the exposed communication Q2 adds to it (one chip cannot measure collectives)."""
+    rows = {r["key"]: r for r in cell["rows"]}
+    chosen = plan["strategy"]["key"]
+    alternatives = {a["strategy"]: a for a in plan["alternatives"]}
+    out: dict = {"plan": chosen, "measured": chosen in rows}
+    if chosen not in rows:
+        return out
+    mine, fastest = rows[chosen], rows[cell["fastest"]]
+    out["over_fastest_pct"] = round(100 * (mine["measured_s"] / fastest["measured_s"] - 1), 2)
+    plan_alt = alternatives[chosen]
+    scale = plan_alt["compute_seconds"] / mine["predicted_s"]  # per-device program -> the plan's whole step
+    rival = next((a for k, a in alternatives.items() if untiled(Strategy.from_key(k)) == fastest["strategy"]), None)
+    if rival is not None and cell["fastest"] != chosen:
+        out["fastest_strategy_on_a_step"] = {
+            "compute_gain_measured_s": (mine["measured_s"] - fastest["measured_s"]) * scale,
+            "compute_gain_predicted_s": plan_alt["compute_seconds"] - rival["compute_seconds"],
+            "exposed_comm_added_predicted_s": rival["exposed_comm_seconds"] - plan_alt["exposed_comm_seconds"]}
+    return out
 
 
 def untiled(strategy: Strategy) -> str:
     """The strategy without its tile and limit (the same per-device program at any tile)."""
     return dataclasses.replace(strategy, splash_blocks=None, scoped_vmem_kib=None).key()
+
+
+def merged_cell(names: tuple[str, ...]) -> dict:
+    """One cell's measurement documents as one: the first's request, every file's rows in order;
+    complete when the last file is (a later file measures what an earlier one left)."""
+    docs = [json.loads((DATA / name).read_text()) for name in names]
+    for d in docs[1:]:
+        if (d["topology"], d["workload"]) != (docs[0]["topology"], docs[0]["workload"]):
+            raise ValueError(f"{names}: the files measure different requests")
+    return {**docs[0], "rows": [r for d in docs for r in d["rows"]], "complete": docs[-1].get("complete", True),
+            "_files": list(names)}
 
 
 def check_cell(doc: dict) -> dict:
@@ -84,7 +126,7 @@ def check_cell(doc: dict) -> dict:
                                "rest_measured_change_pct": round(100 * (s["rest_measured_s"] / d["rest_measured_s"]
                                                                         - 1), 2)})
     ratios = [r["rest_measured_s"] / r["rest_estimate_s"] for r in rows]
-    return {"file": doc["_file"], "topology": topo.name, "model": w["name"],
+    return {"files": doc["_files"], "topology": topo.name, "model": w["name"],
             "video": f"{w['shapes']['width']}x{w['shapes']['height']}/{w['shapes']['frames']}",
             "complete": doc.get("complete", True), "rows": rows,
             "spearman": spearmanr([r["predicted_s"] for r in rows], measured).statistic,
@@ -102,15 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write every row and each cell's summary here")
     args = ap.parse_args(argv)
     cells = []
-    for name in CELLS:
-        doc = json.loads((DATA / name).read_text())
-        cells.append(check_cell({**doc, "_file": name}))
+    for i, names in enumerate(CELLS):
+        cells.append(check_cell(merged_cell(names)))
+        if i in HELD_OUT_PLANS:
+            cells[-1]["plan_check"] = plan_check(cells[-1], json.loads((DATA / HELD_OUT_PLANS[i]).read_text()))
     demo = cells[0]
     demo_row = next(r for r in demo["rows"] if r["key"] == DEMO_PLAN)
     out = {"cells": cells, "demo_plan": DEMO_PLAN,
            "demo_plan_over_fastest_pct": round(100 * (demo_row["measured_s"] / demo["fastest_s"] - 1), 2)}
     for c in cells:
-        print(f"## {c['model']} {c['video']} on {c['topology']} ({c['file']}{'' if c['complete'] else ', partial'})")
+        print(f"## {c['model']} {c['video']} on {c['topology']} ({', '.join(c['files'])}"
+              f"{'' if c['complete'] else ', partial'})")
         print(f"{'program':100s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'rest meas/est':>13s}")
         for r in c["rows"]:
             print(f"{r['key']:100s} {r['measured_s'] * 1e3:9.2f} {r['predicted_s'] * 1e3:9.2f} "
@@ -120,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
         for g in c["planned_tile_against_default"]:
             print(f"   {g['strategy']}: planned tile gains {g['measured_gain_pct']}% measured, the splash model "
                   f"{g['kernels_predicted_gain_pct']}%; the rest of the program {g['rest_measured_change_pct']:+}%")
+        if "plan_check" in c:
+            pc = c["plan_check"]
+            print(f"   its Top-8 plan chooses {pc['plan']}: +{pc.get('over_fastest_pct')}% over the fastest measured")
+            if "fastest_strategy_on_a_step" in pc:
+                f = pc["fastest_strategy_on_a_step"]
+                print(f"   the fastest's strategy on a step: {f['compute_gain_measured_s'] * 1e3:.1f} ms less compute "
+                      f"measured ({f['compute_gain_predicted_s'] * 1e3:.1f} ms predicted), "
+                      f"{f['exposed_comm_added_predicted_s'] * 1e3:.1f} ms more exposed communication predicted")
     print(f"the demo plan's {DEMO_PLAN}: +{out['demo_plan_over_fastest_pct']}% over the fastest measured")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
