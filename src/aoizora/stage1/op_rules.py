@@ -523,12 +523,58 @@ def _other(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) 
     return outs
 
 
+def window_reads(size: int, out_size: int, kernel: int, low: int, stride: int = 1, rhs_dilation: int = 1) -> int:
+    """The (output position, kernel tap) pairs of one spatial dimension whose tap reads the input
+    rather than its padding: `size` input positions, `low` padded below, `out_size` outputs."""
+    reads = 0
+    for k in range(kernel):
+        offset = k * rhs_dilation - low  # output o reads input o * stride + offset
+        first = -(offset // stride) if offset < 0 else 0  # ceil(-offset / stride)
+        last = min(out_size - 1, (size - 1 - offset) // stride) if size - 1 - offset >= 0 else -1
+        reads += max(0, last - first + 1)
+    return reads
+
+
+def _convolution(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
+    """A convolution: each device computes the output positions of its shard of the input's batch and
+    spatial dimensions with the whole kernel and every input feature (the input's feature dimension
+    and the kernel are gathered; the halo the partitioner exchanges at a shard's edge is not costed),
+    2 flops per multiply-add over the taps that read the input, not its padding."""
+    a = op.attrs
+    lt, kt, ot = op.operand_type(0), op.operand_type(1), op.result_type(0)
+    L = w.resolve_partial(op.operands[0], lt, ins[0], mult, "convolution input")
+    K = w.resolve_partial(op.operands[1], kt, ins[1], mult, "convolution kernel")
+    dims = list(L.dims) if len(L.dims) == lt.rank else [() for _ in range(lt.rank)]
+    dims[a["input_feature"]] = ()
+    Lt, Kt = with_dims(L, dims), replicated(kt.rank)
+    w.reshard(op.operands[0], lt, L, Lt, mult, "convolution input")
+    w.reshard(op.operands[1], kt, K, Kt, mult, "convolution kernel")
+    out_dims: list[tuple[str, ...]] = [() for _ in range(ot.rank)]
+    out_dims[a["output_batch"]] = Lt.dims[a["input_batch"]]
+    for i, o in zip(a["input_spatial"], a["output_spatial"], strict=True):
+        out_dims[o] = Lt.dims[i]
+    out = with_dims(Lt, out_dims)
+    taps = 1
+    for d, (i, k, o) in enumerate(zip(a["input_spatial"], a["kernel_spatial"], a["output_spatial"], strict=True)):
+        if a["lhs_dilation"][d] != 1:  # a transposed convolution: every tap of every output
+            taps *= kt.shape[k] * ot.shape[o]
+        else:
+            taps *= window_reads(lt.shape[i], ot.shape[o], kt.shape[k], a["padding"][d][0], a["window_strides"][d],
+                                 a["rhs_dilation"][d])
+    macs = ot.shape[a["output_batch"]] * ot.shape[a["output_feature"]] * kt.shape[a["kernel_input_feature"]] * taps
+    flops = 2.0 * macs / w.sizes.n(out.axes)
+    moved = w.sizes.local_bytes(lt, Lt) + w.sizes.local_bytes(kt, Kt) + w.sizes.local_bytes(ot, out)
+    w.op_node(op, flops, moved, moved, mult)
+    return [out]
+
+
 def _plumbing(w: Propagator, op: Op, ins: list[Sharding], mult: int, manual: bool) -> list[Sharding]:
     return [_rep_of(t) for t in op.result_types]
 
 
 RULES: dict[str, Rule] = {
     "stablehlo.dot_general": _dot,
+    "stablehlo.convolution": _convolution,
     "stablehlo.reduce": _reduce,
     "stablehlo.transpose": _transpose,
     "stablehlo.reshape": _reshape,
