@@ -419,6 +419,24 @@ class _Reader:
         return op
 
 
+def _convolution_attrs(a: Any) -> dict[str, Any]:
+    """A convolution's dimension numbers, window strides, dilations and padding."""
+    c = stablehlo.ConvDimensionNumbers(a["dimension_numbers"])
+    out: dict[str, Any] = {"input_batch": c.input_batch_dimension, "input_feature": c.input_feature_dimension,
+                           "input_spatial": tuple(c.input_spatial_dimensions),
+                           "kernel_input_feature": c.kernel_input_feature_dimension,
+                           "kernel_spatial": tuple(c.kernel_spatial_dimensions),
+                           "output_batch": c.output_batch_dimension, "output_feature": c.output_feature_dimension,
+                           "output_spatial": tuple(c.output_spatial_dimensions)}
+    spatial = len(out["input_spatial"])
+    for name in ("window_strides", "lhs_dilation", "rhs_dilation"):
+        out[name] = _i64_array(a[name]) if name in a else (1,) * spatial
+    pad = np.array(ir.DenseIntElementsAttr(a["padding"])).reshape(-1, 2) if "padding" in a else None
+    out["padding"] = (tuple((int(lo), int(hi)) for lo, hi in pad) if pad is not None and pad.size
+                      else ((0, 0),) * spatial)
+    return out
+
+
 def _attrs(name: str, o: ir.Operation) -> dict[str, Any]:
     """The attributes Stage 1 needs, per op kind, as Python values."""
     a = o.attributes
@@ -432,20 +450,7 @@ def _attrs(name: str, o: ir.Operation) -> dict[str, Any]:
         out["lhs_contract"] = tuple(d.lhs_contracting_dimensions)
         out["rhs_contract"] = tuple(d.rhs_contracting_dimensions)
     elif name == "stablehlo.convolution":
-        c = stablehlo.ConvDimensionNumbers(a["dimension_numbers"])
-        out["input_batch"], out["input_feature"] = c.input_batch_dimension, c.input_feature_dimension
-        out["input_spatial"] = tuple(c.input_spatial_dimensions)
-        out["kernel_input_feature"] = c.kernel_input_feature_dimension
-        out["kernel_spatial"] = tuple(c.kernel_spatial_dimensions)
-        out["output_batch"], out["output_feature"] = c.output_batch_dimension, c.output_feature_dimension
-        out["output_spatial"] = tuple(c.output_spatial_dimensions)
-        spatial = len(out["input_spatial"])
-        out["window_strides"] = _i64_array(a["window_strides"]) if "window_strides" in a else (1,) * spatial
-        out["lhs_dilation"] = _i64_array(a["lhs_dilation"]) if "lhs_dilation" in a else (1,) * spatial
-        out["rhs_dilation"] = _i64_array(a["rhs_dilation"]) if "rhs_dilation" in a else (1,) * spatial
-        pad = np.array(ir.DenseIntElementsAttr(a["padding"])).reshape(-1, 2) if "padding" in a else None
-        out["padding"] = (tuple((int(lo), int(hi)) for lo, hi in pad) if pad is not None and pad.size
-                          else ((0, 0),) * spatial)
+        out.update(_convolution_attrs(a))
     elif name == "stablehlo.transpose":
         out["permutation"] = _i64_array(a["permutation"])
     elif name in ("stablehlo.reduce", "stablehlo.reduce_window"):
