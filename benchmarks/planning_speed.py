@@ -89,14 +89,19 @@ def tree_commit(tree: Path) -> str:
     return head + ("+changes" if dirty else "")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_tree_and_request_options(ap: argparse.ArgumentParser, runs: int) -> None:
+    """The trees to compare, the runs of each, and the request (the demo's by default)."""
     ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of an aoizora checkout")
-    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=runs)
     ap.add_argument("--model", default="wan2.1-t2v-14b")
     ap.add_argument("--topology", default="v5e:2x4")
     ap.add_argument("--resolution", default="720p")
     ap.add_argument("--frames", type=int, default=81)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_tree_and_request_options(ap, runs=1)
     ap.add_argument("--top-k", type=int, default=3)
     ap.add_argument("--warm-top-k", type=int, default=None, help="after each cold plan, time a re-plan "
                     "with this Top-K in the same cache")

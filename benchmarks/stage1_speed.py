@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planning_speed import tree_commit
+from planning_speed import add_tree_and_request_options, tree_commit
 
 
 def run_aoizora(tree: Path, argv: list[str], out: Path | None = None) -> tuple[float, dict[str, Any]]:
@@ -56,12 +56,7 @@ def stage1_in_plan(tree: Path, request: list[str]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tree", action="append", required=True, help="NAME=PATH of an aoizora checkout")
-    ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--model", default="wan2.1-t2v-14b")
-    ap.add_argument("--topology", default="v5e:2x4")
-    ap.add_argument("--resolution", default="720p")
-    ap.add_argument("--frames", type=int, default=81)
+    add_tree_and_request_options(ap, runs=2)
     ap.add_argument("--in-plan", action="append", default=[], help="NAME of a tree whose Stage 1 is also "
                     "timed inside a plan (it must know --time-budget and --no-vae-decode)")
     ap.add_argument("--json", type=Path, default=None)

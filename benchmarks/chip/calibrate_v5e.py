@@ -36,6 +36,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
@@ -82,12 +83,16 @@ def later(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["source"] != FIT_DATA]
 
 
+def padded(row: dict) -> tuple[Any, int, int, int]:
+    """(the call's blocks, its queries and keys padded to them, its maps: batch × heads)."""
+    b = SplashCase.from_json(row).blocks
+    return (b, -(-row["lq"] // b.block_q) * b.block_q, -(-row["lk"] // b.block_kv) * b.block_kv,
+            row["batch"] * row["heads"])
+
+
 def features(row: dict) -> np.ndarray:
     """Per call: (S, S / n, G) summed over its maps, and 1 (the call)."""
-    b = SplashCase.from_json(row).blocks
-    lqp = -(-row["lq"] // b.block_q) * b.block_q
-    lkp = -(-row["lk"] // b.block_kv) * b.block_kv
-    maps = row["batch"] * row["heads"]
+    b, lqp, lkp, maps = padded(row)
     score = maps * lqp * lkp
     return np.array([score, score * b.block_kv_compute / b.block_kv, maps * (lqp // b.block_q) * (lkp // b.block_kv),
                      1.0], dtype=float)
@@ -108,10 +113,8 @@ KV_CHECK_FIT_DATA = (FIT_DATA, "v5e_splash_grid_part1.json")
 def kv_stream_bytes(row: dict) -> float:
     """The bytes of K and V a call streams from HBM: each query block re-reads the whole padded K/V
     of its map (bfloat16)."""
-    b = SplashCase.from_json(row).blocks
-    lqp = -(-row["lq"] // b.block_q) * b.block_q
-    lkp = -(-row["lk"] // b.block_kv) * b.block_kv
-    return float(row["batch"] * row["heads"] * (lqp // b.block_q) * lkp * row.get("head_dim", 128) * 2 * 2)
+    b, lqp, lkp, maps = padded(row)
+    return float(maps * (lqp // b.block_q) * lkp * row.get("head_dim", 128) * 2 * 2)
 
 
 def kv_stream_check(rows: list[dict]) -> dict:
