@@ -52,11 +52,35 @@ def compile_only_devices(topology_name: str) -> tuple[Any, ...]:
     try:
         desc = topologies.get_topology_desc(platform="tpu", topology_name=topology_name)
     except Exception as exc:  # libtpu reports unknown shapes as a generic runtime error
-        raise TopologyError(
-            f"libtpu does not accept the TPU slice {topology_name!r} ({_first_line(exc)}); "
-            "use a supported slice such as v5e:2x4, v5e:4x4, v6e:4x4, v4:2x2x2 or v5p:2x2x4"
-        ) from exc
+        desc = _one_host_slice(topologies, topology_name, exc)
     return tuple(desc.devices)
+
+
+_HOST_BLOCK = re.compile(r'chips_per_host_bounds "?(\d+(?:x\d+)*)"?')
+
+
+def _one_host_slice(topologies: Any, topology_name: str, refusal: Exception) -> Any:
+    """The slice described as one host holding all its chips, when libtpu refused it only because
+    it is smaller than libtpu's default block of chips per host (2x2x1): v5e:1x1, v5e:1x2, v6e:1x1,
+    v5p:1x1x1, tpu7x:1x1x1. Such a slice is part of one host's chips, which a process is given with
+    `TPU_CHIPS_PER_PROCESS_BOUNDS` (e.g. 1,1,1 for one chip), and libtpu compiles for it when told
+    its chips per host. A slice that does not fit inside that block (v5e:1x4, v5e:3x3), or any
+    other refusal, is a TopologyError with libtpu's own first reason."""
+    shape = [int(n) for n in topology_name.partition(":")[2].split("x") if n.isdigit()]
+    block = _HOST_BLOCK.search(str(refusal))
+    if block is not None and shape:
+        host = [int(n) for n in block.group(1).split("x")]
+        shape += [1] * (len(host) - len(shape))
+        if len(shape) == len(host) and all(n <= h for n, h in zip(shape, host, strict=True)):
+            try:
+                return topologies.get_topology_desc(
+                    platform="tpu", topology_name=topology_name, chips_per_host_bounds=tuple(shape))
+            except Exception:  # noqa: BLE001 - the first refusal is the one to report
+                pass
+    raise TopologyError(
+        f"libtpu does not accept the TPU slice {topology_name!r} ({_first_line(refusal)}); "
+        "use a supported slice such as v5e:2x4, v5e:4x4, v6e:4x4, v4:2x2x2 or v5p:2x2x4"
+    ) from refusal
 
 
 def _first_line(exc: BaseException) -> str:

@@ -22,7 +22,7 @@ from aoizora.plan.replicas import (
     replica_links,
     shared_links,
 )
-from aoizora.plan.throughput import Tried, choose
+from aoizora.plan.throughput import Tried, choose, turned_reason
 from aoizora.topology.slice import Topology
 from tests.plan.plan_doc import plan_doc
 
@@ -61,11 +61,22 @@ def test_split_blocks_are_disjoint_cover_and_raster_ordered():
     assert raster_id((1, 3), (2, 4)) == 7
 
 
-def test_libtpu_refuses_pairs_but_takes_2x2():
+def test_libtpu_refuses_lines_of_four_but_takes_blocks_inside_one_host():
     assert refused_sub_slice("v5e", Split((2, 4), (2, 2))) is None
-    reason = refused_sub_slice("v5e", Split((2, 4), (1, 2)))
-    assert reason and "v5e:1x2 is a sub-slice libtpu will not compile as a slice" in reason
+    reason = refused_sub_slice("v5e", Split((2, 4), (1, 4)))
+    assert reason and "v5e:1x4 is a sub-slice libtpu will not compile as a slice" in reason
+    for inside_one_host in ((1, 2), (2, 1), (1, 1)):  # compiled as one host's chips
+        assert refused_sub_slice("v5e", Split((2, 4), inside_one_host)) is None
     assert refused_sub_slice("v5e", Split((2, 4), (2, 4))) is None  # the whole slice is not a sub-slice
+
+
+def test_a_split_into_turned_blocks_is_planned_once():
+    planned = {(1, 2): Split((2, 2), (2, 1))}
+    reason = turned_reason(Split((2, 2), (1, 2)), planned, "v5e")
+    assert reason and reason.startswith("the blocks of 2x v5e:2x1 turned")
+    assert turned_reason(Split((2, 2), (2, 1)), planned, "v5e") is None  # the planned split itself
+    assert turned_reason(Split((2, 2), (1, 1)), planned, "v5e") is None
+    assert turned_reason(Split((2, 4), (1, 2)), planned, "v5e") is None  # 4 blocks, not the 2 planned
 
 
 def test_blocks_of_a_slice_without_wraparound_share_no_link():

@@ -110,12 +110,23 @@ def test_hardware_profiles_from_data_file():
         ("v5e-2x4", "malformed TPU slice name"),
         ("v4:2x4", "3-D"),
         ("v5e:3x3", "libtpu does not accept"),
+        ("v5e:1x4", "libtpu does not accept"),  # beyond one host's default 2x2 block, not whole blocks
         ("v5e:0x4", "positive"),
     ],
 )
 def test_bad_names_raise_clear_errors(name, fragment):
     with pytest.raises(TopologyError, match=fragment):
         get_topology(name)
+
+
+@pytest.mark.parametrize("name, chips, devices, links", [
+    ("v5e:1x1", 1, 1, 0), ("v5e:1x2", 2, 2, 2), ("v6e:2x1", 2, 2, 2), ("v5p:1x1x1", 1, 1, 0),
+    ("tpu7x:1x1x1", 1, 2, 2),  # one chip's two cores and their die-to-die links
+])
+def test_slices_inside_one_hosts_block_are_described_as_that_hosts_chips(name, chips, devices, links):
+    topo = get_topology(name)
+    assert (topo.num_chips, len(topo.devices), len(topo.links)) == (chips, devices, links)
+    assert topo.name == name and not any(topo.wrap)
 
 
 def test_name_aliases():

@@ -3,7 +3,9 @@
 A split is a partition of the slice's chip grid into equal, axis-aligned blocks; each block is a
 replica's sub-slice and runs the plan made for that sub-slice, on its own videos. Only blocks that
 libtpu accepts as a slice can be planned (their programs are compiled for that slice), so a split
-into blocks it refuses (on v5e, 1x2 pairs) is listed with that reason, never planned.
+into blocks it refuses (on v5e, 1x4 lines: more than one host's default block of 2x2 chips, and not
+whole blocks) is listed with that reason, never planned. Blocks inside one host's block (1x1, 1x2)
+are compiled as the chips of one host (`aoizora.toolchain.compile_only_devices`).
 
 Replicas run independently only where their traffic cannot meet: `shared_links` routes every pair
 of a replica's devices through the full slice (`Topology.device_route`, the routing Q2 costs) and

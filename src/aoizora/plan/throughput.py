@@ -2,7 +2,8 @@
 most videos per hour (`--objective throughput`; the default objective is one video's time).
 
 For every split of the slice into equal sub-slices (`aoizora.plan.replicas`) whose blocks libtpu
-accepts and whose replicas share no link, and every batch per replica from 1 video up (until nothing
+accepts and whose replicas share no link (a split whose blocks are another's turned, 2x1 against
+1x2, is planned once), and every batch per replica from 1 video up (until nothing
 fits HBM or the cap), the sub-slice is planned as any slice is (`plan_space`, whose caches are keyed
 on the slice, so every replica of every split shares them). Videos per hour = replicas x videos per
 run x 3600 / video seconds (`aoizora.slice_costs`, `aoizora.plan_video`: the arithmetic and video
@@ -60,6 +61,18 @@ def choose(tried: list[Tried]) -> Tried:
     return min(near, key=lambda t: (t.split.count, t.videos))
 
 
+def turned_reason(split: Split, planned: dict[tuple[int, ...], Split], generation: str) -> str | None:
+    """Why `split` is not planned when a split of as many blocks of the same shape turned (1x2
+    against 2x1) was: a generation's ICI links are alike in every dimension and its wraparound rule is
+    per axis (`HardwareProfile.wraps`), so turned blocks have the same strategies, links and plans;
+    None otherwise."""
+    same = planned.get(tuple(sorted(split.shape)))
+    if same is None or same.shape == split.shape or same.count != split.count:
+        return None
+    return (f"the blocks of {same.label(generation)} turned: the same plan on the same links, "
+            "planned once as that split")
+
+
 def _row(split: Split, generation: str, **fields: Any) -> dict[str, Any]:
     return {"split": split.label(generation), "count": split.count, "shape": list(split.shape), **fields}
 
@@ -76,11 +89,14 @@ def plan_throughput(space_for: SpaceFor, topology: Topology, *, max_videos: int 
     from aoizora.topology import get_topology
 
     generation, rows, tried = topology.generation, [], []
+    planned: dict[tuple[int, ...], Split] = {}  # the blocks planned, by their sorted side lengths
     for split in block_splits(topology.shape):
-        reason = refused_sub_slice(generation, split) or contention_reason(topology, split)
+        reason = (refused_sub_slice(generation, split) or contention_reason(topology, split)
+                  or turned_reason(split, planned, generation))
         if reason is not None:
             rows.append(_row(split, generation, not_planned=reason))
             continue
+        planned.setdefault(tuple(sorted(split.shape)), split)
         sub = topology if split.count == 1 else get_topology(slice_name(generation, split.shape))
         for videos in range(1, max_videos + 1):
             if console is not None:
