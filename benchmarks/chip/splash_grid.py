@@ -4,7 +4,7 @@ scoped-VMEM limit the tile search weighs for them.
     python benchmarks/chip/splash_grid.py --out docs/data/chip/v5e_splash_grid.json [--list]
 
 The calls: every self-attention splash call a strategy of Wan 2.1 1.3B or 14B runs on one device
-at 480p and 720p, 81 frames, on v5e:2x4 and v5e:4x4 (all-gather, Ulysses, ring and 2D-context
+at 480p and 720p, 81 frames, on v5e:2x4 and v5e:4x4 (`--slices`: others, e.g. v5e:1x1; all-gather, Ulysses, ring and 2D-context
 local lengths; local batch 1 and 2), one per (local batch, query length, key length, residuals)
 with the fewest heads a strategy gives it (a call's maps are independent, so the head count
 multiplies its time; `--heads-check` adds the 14B heads of the demo plan's call to check that).
@@ -35,9 +35,9 @@ FRAMES = 81
 DEMO_CALL = SplashCall(batch=1, heads=40, lq=18944, lk=75776, head_dim=128, residuals=False)
 
 
-def grid_cases(heads_check: bool) -> list[SplashCase]:
+def grid_cases(heads_check: bool, slices: Iterable[str] = SLICES) -> list[SplashCase]:
     by_shape: dict[tuple[int, int, int, bool], list[SplashCase]] = {}
-    for topo_name in SLICES:
+    for topo_name in slices:
         topo = get_topology(topo_name)
         for model in MODELS:
             for res in RESOLUTIONS:
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the cases and their predictions; time nothing")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--heads-check", action="store_true")
+    ap.add_argument("--slices", default=",".join(SLICES),
+                    help="the slices whose strategies' calls make the grid (comma-separated; e.g. v5e:1x1: one chip)")
     ap.add_argument("--shard", default="0/1", help="I/N: time every N-th case from the I-th (split a grid over calls)")
     ap.add_argument("--skip", type=Path, action="append", default=[],
                     help="a grid document already measured: its cases are not timed again (repeatable)")
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverse", action="store_true", help="time the cases last to first (the longest calls first)")
     args = ap.parse_args(argv)
     hw = hardware_profile("v5e")
-    cases = grid_cases(args.heads_check)
+    cases = grid_cases(args.heads_check, args.slices.split(","))
     index, count = (int(x) for x in args.shard.split("/"))
     cases = cases[index::count][::-1] if args.reverse else cases[index::count]
     done = {SplashCase.from_json(row) for path in args.skip for row in json.loads(path.read_text())["rows"]}
