@@ -29,7 +29,8 @@ def parse_video(text: str) -> tuple[int, int, int]:
     try:
         height, width, frames = (int(n) for n in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"write a video as HEIGHTxWIDTHxFRAMES, e.g. 480x832x21, not {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"write a video as HEIGHTxWIDTHxFRAMES, e.g. 480x832x21, not {text!r}") from None
     return height, width, frames
 
 
