@@ -3,11 +3,12 @@ scoped-VMEM limit the tile search weighs for them.
 
     python benchmarks/chip/splash_grid.py --out docs/data/chip/v5e_splash_grid.json [--list]
 
-The calls: every self-attention splash call a strategy of Wan 2.1 1.3B or 14B runs on one device
-at 480p and 720p, 81 frames, on v5e:2x4 and v5e:4x4 (`--slices`: others, e.g. v5e:1x1)
-(all-gather, Ulysses, ring and 2D-context local lengths; local batch 1 and 2), one per (local
-batch, query length, key length, residuals) with the fewest heads a strategy gives it (a call's maps are independent, so the head count
-multiplies its time; `--heads-check` adds the 14B heads of the demo plan's call to check that).
+The calls: every self-attention splash call a strategy of Wan 2.1 1.3B or 14B runs on one device at
+480p and 720p, 81 frames, on v5e:2x4 and v5e:4x4 (`--slices`: others, e.g. v5e:1x1) (all-gather,
+Ulysses, ring and 2D-context local lengths; local batch 1 and 2), one per (local batch, query
+length, key length, residuals) with the fewest heads a strategy gives it (a call's maps are
+independent, so the head count multiplies its time; `--heads-check` adds the 14B heads of the demo
+plan's call to check that).
 The tiles: of the (tile, limit) pairs `splash_tiles.splash_tile_candidates` weighs for the
 strategies that run the call, per limit and K/V cap the one of the largest block_q (the search's
 fewest-Q-blocks tile; MaxDiffusion's own block_q values where they are larger). Each case is

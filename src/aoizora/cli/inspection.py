@@ -26,9 +26,9 @@ def topology(topology_name: str, as_json: bool, core_ici: str) -> None:
 
     TOPO is named as JAX names it: GENERATION:SHAPE, e.g. v5e:2x4, v6e:4x4, v4:2x2x2, v5p:2x2x4,
     tpu7x:2x2x1 (libtpu accepts tpu7x 2x2x1, 2x2x2, 2x2x4, 2x4x4 and whole 4x4x4 cubes), and the part of
-    one host's 2x2x1 chips a process can be given: v5e:1x1, v5e:1x2, tpu7x:1x1x1. Aliases: v5litepod,
-    v5 (v5p), v6 (v6e), v7x (tpu7x: libtpu itself refuses v7x:...). Cloud accelerator types tpu7x-8, -16, -32, -64, -128 (TensorCores) name 2x2x1, 2x2x2,
-    2x2x4, 2x4x4 and 4x4x4.
+    one host's 2x2x1 chips a process can be given: v5e:1x1, v5e:1x2, tpu7x:1x1x1. Aliases: v5litepod, v5
+    (v5p), v6 (v6e), v7x (tpu7x: libtpu itself refuses v7x:...). Cloud accelerator types tpu7x-8, -16,
+    -32, -64, -128 (TensorCores) name 2x2x1, 2x2x2, 2x2x4, 2x4x4 and 4x4x4.
     """
     from aoizora.report.tables import print_topology
     from aoizora.topology import get_topology
