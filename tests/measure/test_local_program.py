@@ -91,3 +91,14 @@ def test_a_reduce_scatter_keeps_the_first_slice():
     assert local.replaced_json() == {"reduce-scatter": 1}
     value = np.arange(32, dtype=np.float32).reshape(8, 4)
     np.testing.assert_allclose(_run_alone(local.text, value), value[:2])
+
+
+def test_a_program_for_one_device_is_its_module_as_given():
+    """One chip's program (a v5e:1x1 plan) has nothing to partition, and the partitioner's pass does
+    not run on it: the module before optimization is one device's share, with nothing replaced."""
+    sharding = NamedSharding(Mesh(np.array(jax.devices("cpu")[:1]), ("x",)), P())
+    x = jax.ShapeDtypeStruct((8, 128), jnp.float32, sharding=sharding)
+    local = localize(partitioned_module(jax.jit(lambda a: jnp.tanh(a) @ a.T).lower(x)))
+    assert not local.replaced
+    np.testing.assert_allclose(_run_alone(local.text, np.ones((8, 128), np.float32)),
+                               np.full((8, 8), 128 * np.tanh(1.0)), rtol=1e-5)

@@ -139,10 +139,15 @@ def _is_collective(op: str) -> bool:
 _PARTITIONED_DUMP = re.compile(r"\.after_(?:tpu-)?spmd-partitioning\.")
 
 
+#: a lowered module for one device (`mhlo.num_partitions = 1`)
+_ONE_PARTITION = re.compile(r"mhlo\.num_partitions = 1 :")
+
+
 def partitioned_module(lowered: object, compiler_options: dict[str, str] | None = None) -> str:
     """The text of `lowered`'s module right after SPMD partitioning, for the devices it was lowered
     on (compile-only devices of a slice work: the compile runs on this host, with the program's
-    own compiler options). The compile that writes it is a whole one; its executable is dropped."""
+    own compiler options); for one device, which the partitioner does not visit, the module before
+    optimization. The compile that writes it is a whole one; its executable is dropped."""
     import tempfile
     from pathlib import Path
 
@@ -153,6 +158,9 @@ def partitioned_module(lowered: object, compiler_options: dict[str, str] | None 
                                    "xla_dump_large_constants": True}
         lowered.compile(compiler_options=options)  # type: ignore[attr-defined]  # a jax Lowered
         dumps = sorted(p for p in Path(tmp).iterdir() if _PARTITIONED_DUMP.search(p.name) and p.suffix == ".txt")
+        if not dumps and _ONE_PARTITION.search(lowered.as_text()):  # type: ignore[attr-defined]  # a jax Lowered
+            # one device: nothing to partition, so the pass does not run; its module is the one JAX gave
+            dumps = sorted(p for p in Path(tmp).iterdir() if p.name.endswith(".before_optimizations.txt"))
         if not dumps:
             raise LocalizeError("the compiler wrote no module after SPMD partitioning; this JAX or libtpu "
                                 "does not honour xla_dump_to as a compile option")
