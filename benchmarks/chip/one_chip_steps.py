@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['predicted_step_seconds'] * 1e3:9.1f} ms, measured {r['measured_step_seconds'] * 1e3:9.1f} ms, "
               f"predicted/measured {r['ratio']:.3f}")
     if args.json:
-        args.json.write_text(json.dumps({"command": "python benchmarks/chip/one_chip_steps.py", "rows": table},
-                                        indent=1) + "\n")
+        command = "python benchmarks/chip/one_chip_steps.py --json docs/data/chip/one_chip/one_chip_steps.json"
+        args.json.write_text(json.dumps({"command": command, "rows": table}, indent=1) + "\n")
     return 0
 
 

@@ -98,7 +98,7 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare(args: argparse.Namespace) -> int:
+def compare(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.stage2.vae_decode import video_decode_cost
     from aoizora.topology import get_topology
@@ -119,8 +119,9 @@ def compare(args: argparse.Namespace) -> int:
         print(f"{height}x{width}x{frames}: measured {rec['median_seconds'] * 1e3:9.1f} ms  "
               f"predicted {cost.seconds * 1e3:9.1f} ms  predicted/measured {rows[-1]['ratio']:.3f}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"topology": args.topology, "data": args.data, "rows": rows},
-                                              indent=1) + "\n")
+        command = " ".join(["python benchmarks/chip/vae_decode_chip.py", *(argv or sys.argv[1:])])
+        Path(args.json).write_text(json.dumps({"command": command, "topology": args.topology, "data": args.data,
+                                               "rows": rows}, indent=1) + "\n")
     return 0
 
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--topology", default="v5e:1x1")
     c.add_argument("--json", default=None, help="write the comparison here")
     args = parser.parse_args(argv)
-    return measure(args) if args.command == "measure" else compare(args)
+    return measure(args) if args.command == "measure" else compare(args, argv)
 
 
 if __name__ == "__main__":

@@ -123,3 +123,14 @@ def test_the_committed_candidates_check_is_what_the_script_computes_now(tmp_path
         assert json.dumps(mine.get("plan_check"), sort_keys=True) == json.dumps(theirs.get("plan_check"),
                                                                               sort_keys=True)
     assert got["demo_plan_over_fastest_pct"] == committed["demo_plan_over_fastest_pct"] <= 1.0
+
+
+def test_the_one_chip_steps_are_what_the_script_computes_from_the_committed_plans_and_measurements():
+    import one_chip_steps
+
+    committed = json.loads((DATA / "one_chip" / "one_chip_steps.json").read_text())["rows"]
+    assert committed == one_chip_steps.rows() and len(committed) == 4
+    # Q2's step over the chip's, one chip (no collectives): above 1 at every size, least at the longest
+    # sequence, where the splash calls (calibrated on the chip) are most of the step
+    ratios = [r["ratio"] for r in sorted(committed, key=lambda r: r["tokens"])]
+    assert all(1.0 < x < 1.35 for x in ratios) and ratios[-1] == min(ratios)
