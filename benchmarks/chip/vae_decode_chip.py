@@ -34,8 +34,9 @@ def parse_video(text: str) -> tuple[int, int, int]:
     return height, width, frames
 
 
-def measure_video(height: int, width: int, frames: int, runs: int) -> dict[str, Any]:
-    """Compile and time one decode on the attached devices (random weights and latents)."""
+def measure_video(height: int, width: int, frames: int, runs: int, devices: list[Any] | None = None) -> dict[str, Any]:
+    """Compile and time one decode on `devices` (default: every device JAX sees), random weights and
+    latents."""
     import jax
     import numpy as np
     from jax.sharding import Mesh
@@ -45,7 +46,7 @@ def measure_video(height: int, width: int, frames: int, runs: int) -> dict[str, 
     from aoizora.models.wan.vae.program import VaeDecodeSpace
     from aoizora.models.wan.vae.sharding import latent_shape, sharded_decode
 
-    devices = jax.devices()
+    devices = devices or jax.devices()
     latent = latent_shape(height, width, frames, 1, WAN21_VAE)
     space = VaeDecodeSpace()
     spec = space.mesh_spec(_shape(latent, len(devices)))

@@ -23,8 +23,8 @@ def test_a_video_is_height_width_frames():
 def test_the_decode_a_plan_costs_runs_and_is_timed():
     import jax
 
-    rec = vae_decode_chip.measure_video(32, 32, 5, runs=2)
-    assert rec["latent"] == [1, 16, 2, 4, 4] and rec["mesh"] == [1, len(jax.devices())]  # the width over all
+    rec = vae_decode_chip.measure_video(32, 32, 5, runs=2, devices=jax.devices()[:1])
+    assert rec["latent"] == [1, 16, 2, 4, 4] and rec["mesh"] == [1, 1]
     assert len(rec["seconds"]) == 2 and rec["median_seconds"] > 0 and rec["compile_seconds"] > 0
 
 

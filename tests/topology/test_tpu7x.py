@@ -85,12 +85,20 @@ def test_accepted_names(name, canonical):
 
 @pytest.mark.parametrize(
     "name, fragment",
-    [("tpu7x:2x2", "3-D"), ("tpu7x-1000", "accelerator type"), ("tpu7x:1x1x1", "libtpu does not accept"),
-     ("tpu7x:2x1x1", "libtpu does not accept"), ("tpu8:2x2x1", "unknown TPU generation")],
+    [("tpu7x:2x2", "3-D"), ("tpu7x-1000", "accelerator type"), ("tpu7x:1x4x1", "libtpu does not accept"),
+     ("tpu7x:3x2x1", "libtpu does not accept"), ("tpu8:2x2x1", "unknown TPU generation")],
 )
 def test_refused_names(name, fragment):
     with pytest.raises(TopologyError, match=fragment):
         get_topology(name)
+
+
+def test_one_chip_and_a_pair_are_planned_as_one_hosts_chips():
+    """libtpu refuses 1x1x1 and 2x1x1 with its default 2x2x1 chips per host; inside that block they
+    are the chips a process of one host is given, and aoizora describes them so."""
+    for name, chips in (("tpu7x:1x1x1", 1), ("tpu7x:2x1x1", 2)):
+        topo = get_topology(name)
+        assert topo.num_chips == chips and topo.cores_per_chip == 2
 
 
 def test_device_gets_its_core_share_of_per_chip_quantities():
@@ -161,5 +169,5 @@ def test_cli_topology_json_for_tpu7x_and_its_switch():
     data = json.loads(out.stdout)
     assert data["name"] == "tpu7x:2x2x1" and data["core_ici"] == "via-core0" and data["cores_per_chip"] == 2
     assert sum(l["kind"] == "d2d" for l in data["links"]) == 8
-    bad = run("v7x:1x1x1")
+    bad = run("v7x:1x4x1")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "libtpu does not accept" in bad.stderr
