@@ -28,9 +28,6 @@ _CONV = re.compile(r"stablehlo\.convolution.*?: \(tensor<([0-9x]+)x(f32|bf16)>, 
 
 def decode_convolutions(topology_name: str, height: int, width: int, frames: int) -> collections.Counter:
     """(input shape, kernel shape, dtype) -> count, over the lowered decode's convolutions."""
-    import numpy as np
-    from jax.sharding import Mesh
-
     from aoizora.models.wan.vae.config import WAN21_VAE
     from aoizora.models.wan.vae.program import decode_program
     from aoizora.models.wan.vae.sharding import latent_shape
@@ -38,8 +35,7 @@ def decode_convolutions(topology_name: str, height: int, width: int, frames: int
 
     topology = get_topology(topology_name)
     program = decode_program(topology, latent_shape(height, width, frames, 1, WAN21_VAE))
-    spec = program.space.mesh_spec(program.strategy)
-    mesh = Mesh(np.array(topology.devices).reshape(spec.axis_sizes), spec.axis_names)
+    mesh = program.placement.jax_mesh(topology)  # the mesh a plan compiles the decode on
     text = program.space.lowering_inputs(program.strategy, mesh).lower().as_text()
     return collections.Counter(
         (tuple(map(int, x.split("x"))), tuple(map(int, k.split("x"))), dtype) for x, dtype, k in _CONV.findall(text))

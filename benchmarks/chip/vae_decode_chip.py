@@ -43,13 +43,13 @@ def measure_video(height: int, width: int, frames: int, runs: int, devices: list
 
     from aoizora.models.wan.vae.config import WAN21_VAE
     from aoizora.models.wan.vae.params import init_vae_params
-    from aoizora.models.wan.vae.program import VaeDecodeSpace
+    from aoizora.models.wan.vae.program import DecodeShape, VaeDecodeSpace
     from aoizora.models.wan.vae.sharding import latent_shape, sharded_decode
 
     devices = devices or jax.devices()
     latent = latent_shape(height, width, frames, 1, WAN21_VAE)
     space = VaeDecodeSpace()
-    spec = space.mesh_spec(_shape(latent, len(devices)))
+    spec = space.mesh_spec(DecodeShape(tuple(latent), len(devices)))
     mesh = Mesh(np.array(devices).reshape(spec.axis_sizes), spec.axis_names)
     decode = sharded_decode(space.config, latent, mesh)
     params_abstract, latents_abstract = decode.inputs
@@ -69,12 +69,6 @@ def measure_video(height: int, width: int, frames: int, runs: int, devices: list
         times.append(time.perf_counter() - t0)
     return {"video": [height, width, frames], "latent": list(latent), "mesh": list(spec.axis_sizes),
             "compile_seconds": compile_s, "seconds": times, "median_seconds": statistics.median(times)}
-
-
-def _shape(latent: tuple[int, ...], devices: int) -> Any:
-    from aoizora.models.wan.vae.program import DecodeShape
-
-    return DecodeShape(tuple(latent), devices)
 
 
 def measure(args: argparse.Namespace) -> int:
