@@ -3,17 +3,13 @@
     python benchmarks/chip/calibrate_v5e.py [--json docs/data/chip/v5e_splash_calibration.json]
 
 Reads the splash rows of `docs/data/chip/v5e_splash_grid_*.json` (`benchmarks/chip/splash_grid.py`
-on the chip; refused tiles left out). The fit was made from `v5e_splash_grid_part0.json` alone,
-split before any fit by call shape: its distinct (local batch, queries, keys, residuals) shapes in
-ascending order, the 1st, 3rd, 5th, ... are the fit set, the 2nd, 4th, ... the test set, so no
-shape's tiles are on both sides. The later parts (`part1`, ...) were measured after the fit and
-the profile's figures were chosen on none of them: they are the *later* set, reported whole and
-for the shapes in neither the fit nor the test set (`later_new_shapes`).
+on the chip, one file per chip session; refused tiles left out).
 
 Per map (one batch element and head), over the lengths padded to the blocks (S score elements,
-G grid steps, n = block_kv / block_kv_compute compute sub-blocks per grid step):
+G grid steps, n = block_kv / block_kv_compute compute sub-blocks per grid step, B bytes of K and V
+re-read: each Q block streams its map's whole K/V again):
 
-    t = S / r  +  S * u / n  +  G * c  +  k
+    t = S / r  +  S * u / n  +  G * c  +  k  +  B * w
 
 `r`: the score elements per second the kernel sustains while its matmuls (QK^T, PV on the MXU)
 and its softmax (max, exp, sum on the vector unit) overlap; `u`: per element, the part of one
@@ -21,11 +17,19 @@ sub-block's chain (QK^T, then the softmax on its scores, then PV) that nothing o
 grid step: with two sub-blocks per step the second's matmul runs beside the first's softmax, so
 it is paid once per step, `1/n` of the elements; `c`: the fixed cost of a grid step; `k`: the
 fixed cost of a call (its launch, the prefetch of the mask's block tables, the pipeline's first
-and last copies). The four are fitted by non-negative least squares on relative error over the
-fit set. (A first fit without `k` left the test set 2-7 % high and charged the smallest tiles'
-many grid steps for what is a per-call cost: `c` came out at 0.43 us, against 5 ns with `k`.) The script prints
-the fit and test tables for the profile before (the MXU roofline, `pallas_grid_step_s`) and after,
-and says where `data/hardware.json` differs from the fit by more than 1%.
+and last copies); `w`: per byte of K/V re-read, the part of the stream the overlapped work does
+not hide. The five are fitted by non-negative least squares on relative error.
+
+The split, by chip session, so no call shape is on both sides (`split`): the fit set is
+`FIT_DATA` (parts 0 and 1, 105 calls), the test set every later part (153 calls). The history:
+the first calibration (`FIRST_FORM`, reported under `first_calibration`) had the four terms
+without `w`, fitted on part 0's alternate call shapes; on parts 2-4 its tile picks missed on long
+calls with few maps, and `w` was added for those misses, so parts 2-4 tested a form chosen after
+seeing them. Part 5 (`AFTER_FORM`) was measured after the form was fixed: the one test with
+nothing seen beforehand. Each set is reported with the profile before any measurement (the MXU
+roofline and the Pallas matmul's grid-step cost), the four terms fitted on the same fit set, and
+the five (the profile's). The script says where `data/hardware.json` differs from the fit by more
+than 1%.
 """
 
 from __future__ import annotations
@@ -45,13 +49,34 @@ from aoizora.measure.splash_calls import SplashCase
 from aoizora.topology import HardwareProfile, hardware_profile
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
+#: the chip sessions the profile's figures are fitted on; every later one is the test set
+FIT_DATA: tuple[str, ...] = ("v5e_splash_grid_part0.json", "v5e_splash_grid_part1.json")
+#: the chip sessions measured after the five-term form was fixed (part of the test set)
+AFTER_FORM: tuple[str, ...] = ("v5e_splash_grid_part5.json",)
+#: the first calibration: four terms (no K/V stream), fitted on alternate call shapes of this session
+FIRST_FORM = "v5e_splash_grid_part0.json"
 
 
 def uncalibrated(hw: HardwareProfile) -> HardwareProfile:
     """`hw` without the splash figures measured on the chip: the profile the chip's data were
     measured against (the MXU roofline and the Pallas matmul's grid-step cost)."""
     return dataclasses.replace(hw, attention_score_elements_per_s=None, splash_unoverlapped_element_s=None,
-                               splash_grid_step_s=None, splash_call_s=None)
+                               splash_grid_step_s=None, splash_call_s=None, splash_kv_stream_byte_s=None)
+
+
+def with_fit(hw: HardwareProfile, coef: np.ndarray) -> HardwareProfile:
+    """`hw` with the splash figures `coef` (1/r, u, c, k and, for the five-term form, w)."""
+    inv_rate, unoverlapped, step, call = (float(x) for x in coef[:4])
+    return dataclasses.replace(hw, attention_score_elements_per_s=1 / inv_rate,
+                               splash_unoverlapped_element_s=unoverlapped, splash_grid_step_s=step, splash_call_s=call,
+                               splash_kv_stream_byte_s=float(coef[4]) if len(coef) > 4 else None)
+
+
+def parameters(coef: np.ndarray) -> dict[str, float | None]:
+    """The fitted figures under their `HardwareProfile` names."""
+    names = ("splash_unoverlapped_element_s", "splash_grid_step_s", "splash_call_s", "splash_kv_stream_byte_s")
+    return {"attention_score_elements_per_s": 1 / coef[0] if coef[0] else None,
+            **{n: float(x) for n, x in zip(names, coef[1:], strict=False)}}
 
 
 def load_rows(data: Path = DATA) -> list[dict]:
@@ -63,24 +88,27 @@ def load_rows(data: Path = DATA) -> list[dict]:
 
 
 def shape_of(row: dict) -> tuple[int, int, int, bool]:
+    """The call's (local batch, queries, keys, residuals): the first calibration split by these."""
     return (row["batch"], row["lq"], row["lk"], row["residuals"])
 
 
-#: the measurements the fit was made from (its fit and test sets); later parts are the later set
-FIT_DATA = "v5e_splash_grid_part0.json"
+def call_of(row: dict) -> tuple[int, int, int, int, bool]:
+    """The call a row times at one tile: (local batch, heads, queries, keys, residuals)."""
+    return (row["batch"], row["heads"], row["lq"], row["lk"], row["residuals"])
 
 
 def split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(fit, test) of the fit's data: alternate call shapes in ascending order (module docstring)."""
-    rows = [r for r in rows if r["source"] == FIT_DATA]
+    """(fit, test): the calls of the `FIT_DATA` sessions, and those of every later session."""
+    return [r for r in rows if r["source"] in FIT_DATA], [r for r in rows if r["source"] not in FIT_DATA]
+
+
+def first_split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The first calibration's (fit, test): alternate call shapes of `FIRST_FORM` in ascending order,
+    the 1st, 3rd, ... fitted, the 2nd, 4th, ... tested."""
+    rows = [r for r in rows if r["source"] == FIRST_FORM]
     shapes = sorted({shape_of(r) for r in rows})
     fit_shapes = set(shapes[0::2])
     return [r for r in rows if shape_of(r) in fit_shapes], [r for r in rows if shape_of(r) not in fit_shapes]
-
-
-def later(rows: list[dict]) -> list[dict]:
-    """The rows measured after the fit (module docstring)."""
-    return [r for r in rows if r["source"] != FIT_DATA]
 
 
 def padded(row: dict) -> tuple[Any, int, int, int]:
@@ -90,26 +118,6 @@ def padded(row: dict) -> tuple[Any, int, int, int]:
             row["batch"] * row["heads"])
 
 
-def features(row: dict) -> np.ndarray:
-    """Per call: (S, S / n, G) summed over its maps, and 1 (the call)."""
-    b, lqp, lkp, maps = padded(row)
-    score = maps * lqp * lkp
-    return np.array([score, score * b.block_kv_compute / b.block_kv, maps * (lqp // b.block_q) * (lkp // b.block_kv),
-                     1.0], dtype=float)
-
-
-def fit(rows: list[dict]) -> np.ndarray:
-    """(1 / r, u, c, k) minimising the relative error over `rows`."""
-    a = np.array([features(r) / r["median_seconds"] for r in rows])
-    coef, _ = nnls(a, np.ones(len(rows)))
-    return coef
-
-
-#: The parts whose calls the K/V-streaming check fits its five figures on (the fit set's part and the
-#: first part measured after it); the later parts are its test set.
-KV_CHECK_FIT_DATA = (FIT_DATA, "v5e_splash_grid_part1.json")
-
-
 def kv_stream_bytes(row: dict) -> float:
     """The bytes of K and V a call streams from HBM: each query block re-reads the whole padded K/V
     of its map (bfloat16)."""
@@ -117,40 +125,20 @@ def kv_stream_bytes(row: dict) -> float:
     return float(maps * (lqp // b.block_q) * lkp * row.get("head_dim", 128) * 2 * 2)
 
 
-#: The parts measured after the K/V-streaming term's form was chosen (on parts 2-4's misses): its
-#: test with nothing seen beforehand (a subset of the test side)
-KV_CHECK_AFTER_FORM = ("v5e_splash_grid_part5.json",)
+def features(row: dict, terms: int = 5) -> np.ndarray:
+    """Per call: (S, S / n, G) summed over its maps, 1 (the call) and, with five terms, B."""
+    b, lqp, lkp, maps = padded(row)
+    score = maps * lqp * lkp
+    x = [score, score * b.block_kv_compute / b.block_kv, maps * (lqp // b.block_q) * (lkp // b.block_kv), 1.0,
+         kv_stream_bytes(row)]
+    return np.array(x[:terms], dtype=float)
 
 
-def kv_stream_check(rows: list[dict]) -> dict:
-    """Not the profile's model: the same four terms plus one per byte of K/V streamed (the share of
-    the re-reads that the MXU work does not hide), fitted by the same NNLS on `KV_CHECK_FIT_DATA`'s
-    calls and tested on the later parts (`after_form`: those measured after the term's form was
-    chosen), beside the profile's four-term fit on the same test set. Reported (`kv_stream_term`),
-    not applied."""
-    fit_rows = [r for r in rows if r["source"] in KV_CHECK_FIT_DATA]
-    test_rows = [r for r in rows if r["source"] not in KV_CHECK_FIT_DATA]
-    a = np.array([np.append(features(r), kv_stream_bytes(r)) / r["median_seconds"] for r in fit_rows])
-    coef, _ = nnls(a, np.ones(len(fit_rows)))
-    four = fit(fit_rows)
-
-    def with_kv(r: dict) -> float:
-        return float(np.append(features(r), kv_stream_bytes(r)) @ coef)
-
-    def without(r: dict) -> float:
-        return float(features(r) @ four)
-
-    out: dict = {"fit_sources": list(KV_CHECK_FIT_DATA), "test_sources": sorted({r["source"] for r in test_rows}),
-                 "parameters": {"attention_score_elements_per_s": 1 / coef[0] if coef[0] else None,
-                                "splash_unoverlapped_element_s": coef[1], "splash_grid_step_s": coef[2],
-                                "splash_call_s": coef[3], "kv_stream_byte_s": coef[4]}}
-    for name, predict in (("five_terms", with_kv), ("four_terms", without)):
-        after_form = [r for r in test_rows if r["source"] in KV_CHECK_AFTER_FORM]
-        for side, subset in (("fit", fit_rows), ("test", test_rows), ("after_form", after_form)):
-            picks = tile_picks(subset, predict)
-            out[f"{name}_{side}"] = {"summary": table(subset, predict)[1],
-                                     "tile_picks": {k: picks[k] for k in ("calls", "within_1pct")}}
-    return out
+def fit(rows: list[dict], terms: int = 5) -> np.ndarray:
+    """The figures (1 / r, u, c, k[, w]) minimising the relative error over `rows`."""
+    a = np.array([features(r, terms) / r["median_seconds"] for r in rows])
+    coef, _ = nnls(a, np.ones(len(rows)))
+    return coef
 
 
 def table(rows: list[dict], predict) -> tuple[list[list], dict]:
@@ -186,62 +174,64 @@ def tile_picks(rows: list[dict], predict) -> dict:
     return {"calls": len(picks), "within_1pct": good, "picks": picks}
 
 
+def report(rows: list[dict], predict, tables: bool = True) -> dict:
+    """One set under one profile: the error summary, the tile picks and (`tables`) every call."""
+    body, summary = table(rows, predict)
+    out: dict = {"summary": summary, "tile_picks": tile_picks(rows, predict)}
+    if tables:
+        out["table"] = body
+    return out
+
+
+def first_calibration(rows: list[dict], committed: HardwareProfile) -> dict:
+    """The four-term form fitted on `first_split`'s fit side, on its test side and on every later call."""
+    fit_rows, test_rows = first_split(rows)
+    coef = fit(fit_rows, terms=4)
+    hw = with_fit(committed, coef)
+
+    def predict(r: dict) -> float:
+        return SplashCase.from_json(r).predicted_seconds(hw)
+
+    later_rows = [r for r in rows if r["source"] != FIRST_FORM]
+    return {"form": "four terms: S / r + S * u / n + G * c + k", "fit_source": FIRST_FORM,
+            "fit_shapes": sorted({shape_of(r) for r in fit_rows}),
+            "test_shapes": sorted({shape_of(r) for r in test_rows}),
+            "parameters": parameters(coef),
+            **{name: report(subset, predict, tables=False)
+               for name, subset in (("fit", fit_rows), ("test", test_rows), ("later", later_rows))}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", type=Path, default=None, help="write the fit, its split and both tables here")
+    ap.add_argument("--json", type=Path, default=None, help="write the fit, its split and the tables here")
     args = ap.parse_args(argv)
     rows = load_rows()
     fit_rows, test_rows = split(rows)
-    later_rows = later(rows)
-    known = {shape_of(r) for r in fit_rows + test_rows}
-    later_new = [r for r in later_rows if shape_of(r) not in known]
-    inv_rate, unoverlapped, step, call = (float(x) for x in fit(fit_rows))
+    sets = {"fit": fit_rows, "test": test_rows, "after_form": [r for r in test_rows if r["source"] in AFTER_FORM]}
+    coef = fit(fit_rows)
     committed = hardware_profile("v5e")
-    # before: the profile as it was (no splash figures measured on v5e: the MXU roofline and the
-    # Pallas matmul's grid-step cost); after: the fitted figures in the same model code
-    before = uncalibrated(committed)
-    after = dataclasses.replace(committed, attention_score_elements_per_s=1 / inv_rate,
-                                splash_unoverlapped_element_s=unoverlapped, splash_grid_step_s=step, splash_call_s=call)
+    profiles = {"before": uncalibrated(committed), "four_terms": with_fit(committed, fit(fit_rows, terms=4)),
+                "after": with_fit(committed, coef)}
+    result: dict = {"form": "five terms: S / r + S * u / n + G * c + k + B * w", "fit_sources": list(FIT_DATA),
+                    "test_sources": sorted({r["source"] for r in test_rows}), "after_form_sources": list(AFTER_FORM),
+                    "parameters": parameters(coef)}
+    for name, subset in sets.items():
+        for when, hw in profiles.items():
+            def predict(r: dict, hw: HardwareProfile = hw) -> float:
+                return SplashCase.from_json(r).predicted_seconds(hw)
 
-    def predicted_before(r: dict) -> float:
-        return SplashCase.from_json(r).predicted_seconds(before)
-
-    def predicted_after(r: dict) -> float:
-        return SplashCase.from_json(r).predicted_seconds(after)
-
-    result = {"fit_shapes": sorted({shape_of(r) for r in fit_rows}),
-              "test_shapes": sorted({shape_of(r) for r in test_rows}),
-              "parameters": {"attention_score_elements_per_s": 1 / inv_rate if inv_rate else None,
-                             "splash_unoverlapped_element_s": unoverlapped, "splash_grid_step_s": step,
-                             "splash_call_s": call}}
-    if later_rows:
-        result["later_sources"] = sorted({r["source"] for r in later_rows})
-        result["later_new_shapes"] = sorted({shape_of(r) for r in later_new})
-    sets = [("fit", fit_rows), ("test", test_rows), ("later", later_rows), ("later_new_shapes", later_new)]
-    for name, subset in (s for s in sets if s[1]):
-        for when, predict in (("before", predicted_before), ("after", predicted_after)):
-            body, summary = table(subset, predict)
-            result[f"{name}_{when}"] = {"summary": summary, "table": body}
-            picks = tile_picks(subset, predict)
-            result[f"{name}_{when}"]["tile_picks"] = picks
-            print(f"## {name} set, {when}: {summary}; tile picks within 1% of the fastest: "
-                  f"{picks['within_1pct']} of {picks['calls']} calls")
-            for line in body:
-                print("  ", *line)
+            out = result[f"{name}_{when}"] = report(subset, predict)
+            picks = out["tile_picks"]
+            print(f"## {name} set ({len(subset)} calls), {when.replace('_', ' ')}: {out['summary']}; tile picks "
+                  f"within 1% of the fastest: {picks['within_1pct']} of {picks['calls']} calls")
+            if when == "after":
+                for line in out["table"]:
+                    print("  ", *line)
+    result["first_calibration"] = first_calibration(rows, committed)
     print("parameters:", json.dumps(result["parameters"]))
-    if later_rows:
-        result["kv_stream_term"] = kv = kv_stream_check(rows)
-        for name in ("five_terms", "four_terms"):
-            for side in ("fit", "test", "after_form"):
-                r = kv[f"{name}_{side}"]
-                sources = KV_CHECK_AFTER_FORM if side == "after_form" else kv[side + "_sources"]
-                print(f"## K/V-streaming check, {name.replace('_', ' ')}, {side} ({', '.join(sources)}): "
-                      f"{r['summary']}; tile picks within 1%: {r['tile_picks']['within_1pct']} of "
-                      f"{r['tile_picks']['calls']}")
-    fitted = result["parameters"]
-    for name, value in fitted.items():
+    for name, value in result["parameters"].items():
         mine = getattr(committed, name)
-        if value and (mine is None or abs(mine / value - 1) > 0.01):
+        if mine is None or (value and abs(mine / value - 1) > 0.01) or (not value and mine):
             print(f"note: data/hardware.json's v5e {name} is {mine}, not the fitted {value:.4g}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

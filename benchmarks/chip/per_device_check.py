@@ -39,7 +39,7 @@ def kernel_seconds(space, strategy: Strategy, topology, hardware) -> float:
     total = 0.0
     for kc in opaque_kernel_costs(space.config, space.video, strategy, mesh, space.batch):
         cost = splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
-                                  kc.compute_blocks_per_step)
+                                  kc.compute_blocks_per_step, kc.kv_stream_bytes)
         total += hardware.roofline_seconds(cost.flops, cost.hbm_bytes, cost.kernel) * kc.calls
     return total
 

@@ -22,50 +22,62 @@ def rows():
     return calibrate_v5e.load_rows(DATA)
 
 
-def test_the_split_puts_no_call_shape_on_both_sides(rows):
+def calibration() -> dict:
+    return json.loads((DATA / "v5e_splash_calibration.json").read_text())
+
+
+def test_the_split_is_by_chip_session_and_puts_no_call_on_both_sides(rows):
     fit, test = calibrate_v5e.split(rows)
-    later = calibrate_v5e.later(rows)
-    assert fit and test and later and len(fit) + len(test) + len(later) == len(rows)
-    assert not {calibrate_v5e.shape_of(r) for r in fit} & {calibrate_v5e.shape_of(r) for r in test}
-    assert {r["source"] for r in fit + test} == {calibrate_v5e.FIT_DATA} != {r["source"] for r in later}
+    assert fit and test and len(fit) + len(test) == len(rows)
+    assert {r["source"] for r in fit} == set(calibrate_v5e.FIT_DATA)
+    assert not {calibrate_v5e.call_of(r) for r in fit} & {calibrate_v5e.call_of(r) for r in test}
+    assert set(calibrate_v5e.AFTER_FORM) <= {r["source"] for r in test}
+    first_fit, first_test = calibrate_v5e.first_split(rows)
+    assert not {calibrate_v5e.shape_of(r) for r in first_fit} & {calibrate_v5e.shape_of(r) for r in first_test}
 
 
-def test_the_profiles_splash_model_error_is_its_median_error_on_the_later_calls():
-    summary = json.loads((DATA / "v5e_splash_calibration.json").read_text())["later_after"]["summary"]
+def test_the_profiles_splash_model_error_is_its_median_error_on_the_test_set():
+    summary = calibration()["test_after"]["summary"]
     assert hardware_profile("v5e").splash_model_error == pytest.approx(summary["median_abs_error_pct"] / 100)
 
 
-def test_the_calls_measured_after_the_fit_are_within_seven_percent_but_the_shortest(rows):
-    """Every later call of 3 ms or more is within 7 % of the chip; the few that miss are calls of a
+def test_on_the_test_set_the_calls_are_within_seven_percent_but_the_shortest(rows):
+    """Every test call of 3 ms or more is within 7 % of the chip; the few that miss are calls of a
     millisecond or two, where the fixed cost per call (fitted on longer calls) is most of the time."""
-    calibration = json.loads((DATA / "v5e_splash_calibration.json").read_text())
-    assert calibration["later_after"]["summary"]["rows"] == len(calibrate_v5e.later(rows))
-    for name in ("later", "later_new_shapes"):
-        summary = calibration[f"{name}_after"]["summary"]
-        assert summary["within_7pct"] >= 0.95 * summary["rows"] > 0
-        misses = [r for r in calibration[f"{name}_after"]["table"] if abs(r[-1]) > 7.0]
-        assert all(measured_ms < 3.0 for _, _, _, measured_ms, _, _ in misses)
+    summary = calibration()["test_after"]["summary"]
+    assert summary["rows"] == len(calibrate_v5e.split(rows)[1])
+    assert summary["within_7pct"] >= 0.95 * summary["rows"] > 0
+    misses = [r for r in calibration()["test_after"]["table"] if abs(r[-1]) > 7.0]
+    assert all(measured_ms < 3.0 for _, _, _, measured_ms, _, _ in misses)
+    assert calibration()["after_form_after"]["summary"]["within_7pct"] == len(
+        [r for r in rows if r["source"] in calibrate_v5e.AFTER_FORM])
 
 
 def test_the_profile_holds_the_fit_of_the_fit_set(rows):
     fit, _ = calibrate_v5e.split(rows)
-    inv_rate, unoverlapped, step, call = calibrate_v5e.fit(fit)
+    inv_rate, unoverlapped, step, call, kv = calibrate_v5e.fit(fit)
     hw = hardware_profile("v5e")
     assert hw.attention_score_elements_per_s == pytest.approx(1 / inv_rate, rel=0.01)
     assert hw.splash_unoverlapped_element_s == pytest.approx(unoverlapped, rel=0.01)
-    assert hw.splash_grid_step_s == pytest.approx(step, rel=0.01)
+    assert hw.splash_grid_step_s == pytest.approx(step, abs=1e-10)
     assert hw.splash_call_s == pytest.approx(call, rel=0.01)
+    assert hw.splash_kv_stream_byte_s == pytest.approx(kv, rel=0.01)
+
+
+def test_the_tile_picks_on_the_test_set_meet_the_target_and_beat_the_four_term_form():
+    """The target: the model's cheapest tile measures within 1 % of the fastest in at least 90 % of
+    calls. The K/V term is what meets it (on the calls measured after its form was fixed, too)."""
+    c = calibration()
+    for side in ("test", "after_form"):
+        five, four = c[f"{side}_after"]["tile_picks"], c[f"{side}_four_terms"]["tile_picks"]
+        assert five["within_1pct"] >= 0.9 * five["calls"] > 0
+        assert five["within_1pct"] > four["within_1pct"]
 
 
 def test_the_committed_calibration_tables_are_what_the_script_computes_now(tmp_path):
     out = tmp_path / "calibration.json"
     calibrate_v5e.main(["--json", str(out)])
-    assert json.loads(out.read_text()) == json.loads((DATA / "v5e_splash_calibration.json").read_text())
-
-
-def test_on_the_test_set_every_splash_call_is_within_seven_percent(rows):
-    summary = json.loads((DATA / "v5e_splash_calibration.json").read_text())["test_after"]["summary"]
-    assert summary["within_7pct"] == summary["rows"] == len(calibrate_v5e.split(rows)[1])
+    assert json.loads(out.read_text()) == calibration()
 
 
 def test_the_committed_per_device_check_is_what_the_script_computes_now(tmp_path):
@@ -134,3 +146,4 @@ def test_the_one_chip_steps_are_what_the_script_computes_from_the_committed_plan
     # sequence, where the splash calls (calibrated on the chip) are most of the step
     ratios = [r["ratio"] for r in sorted(committed, key=lambda r: r["tokens"])]
     assert all(1.0 < x < 1.35 for x in ratios) and ratios[-1] == min(ratios)
+

@@ -175,3 +175,20 @@ def test_only_a_splash_call_pays_the_splash_kernels_own_step_cost():
     assert splash == pytest.approx(1000 * hw.splash_grid_step_s + hw.splash_call_s)
     assert hardware_profile("v6e").splash_grid_step_s is None  # measured on v5e only
     assert hardware_profile("v6e").splash_call_s is None
+
+
+def test_a_splash_call_pays_the_un_hidden_part_of_its_kv_re_reads_where_measured():
+    """v5e: each Q block re-reads its map's K/V, and the share the overlapped work does not hide is
+    paid per byte (`splash_kv_stream_byte_s`); a device's share of the chip pays it at its share of
+    the HBM bandwidth. Not measured on v6e: no such term there."""
+    hw = hardware_profile("v5e")
+    score, kv = 40 * 18944 * 75776.0, 4 * 40 * 75776 * 128 * 2 * 2.0
+
+    def call(profile, kv_bytes):
+        return profile.roofline_seconds(4.0 * 128 * score, 0, KernelWork(
+            matmul_dim=128, score_elements=score, grid_steps=0, compute_blocks_per_step=2, kv_stream_bytes=kv_bytes))
+
+    assert call(hw, kv) - call(hw, None) == pytest.approx(kv * hw.splash_kv_stream_byte_s)
+    assert hw.per_device(2).splash_kv_stream_byte_s == pytest.approx(2 * hw.splash_kv_stream_byte_s)
+    v6e = hardware_profile("v6e")
+    assert v6e.splash_kv_stream_byte_s is None and call(v6e, kv) == call(v6e, None)

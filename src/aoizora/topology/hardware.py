@@ -31,7 +31,9 @@ class KernelWork:
     `compute_blocks_per_step`: for JAX's splash kernel, the K/V compute sub-blocks each grid step
     runs (block_kv / block_kv_compute); None for any other kernel. It marks the call as a splash
     call, costed with the splash kernel's own measured figures where the profile has them
-    (`HardwareProfile.splash_unoverlapped_element_s`, `splash_grid_step_s`).
+    (`HardwareProfile.splash_unoverlapped_element_s`, `splash_grid_step_s`,
+    `splash_kv_stream_byte_s`). `kv_stream_bytes`: for a splash call, the bytes of K and V its Q
+    blocks re-read from HBM (part of its HBM bytes).
     """
 
     matmul_dim: int | None = None
@@ -40,6 +42,7 @@ class KernelWork:
     narrow_fraction: float = 1.0
     mxu_efficiency: float = 1.0
     compute_blocks_per_step: int | None = None
+    kv_stream_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class HardwareProfile:
     splash_unoverlapped_element_s: float | None = None
     splash_grid_step_s: float | None = None
     splash_call_s: float | None = None
+    #: JAX's splash kernel, where measured: the time per byte of K/V its Q blocks re-read from HBM
+    #: that the overlapped work does not hide (each Q block streams its map's whole K/V again, and
+    #: the DMA of a step's K/V block is not fully behind the previous step's work), paid on top
+    splash_kv_stream_byte_s: float | None = None
     #: where the splash kernel was measured: the splash model's median relative error on calls it
     #: was not fitted on (None: not measured). The tile search raises the scoped-VMEM limit only
     #: for a tile whose predicted gain is larger: a smaller one is within what the model resolves,
@@ -136,6 +143,8 @@ class HardwareProfile:
                                             else self.attention_score_elements_per_s * share),
             splash_unoverlapped_element_s=(None if self.splash_unoverlapped_element_s is None
                                            else self.splash_unoverlapped_element_s / share),
+            splash_kv_stream_byte_s=(None if self.splash_kv_stream_byte_s is None
+                                     else self.splash_kv_stream_byte_s / share),
             devices_per_chip=devices_per_chip,
         )
 
@@ -151,8 +160,10 @@ class HardwareProfile:
         (`kernel.grid_steps`) on top: small blocks mean many short iterations. A splash call
         (`kernel.compute_blocks_per_step` set) on a generation where the kernel was measured pays
         its own per-step cost instead, the un-overlapped part of each step's chain
-        (`splash_unoverlapped_element_s` per score element over the sub-blocks per step), and its
-        fixed cost per call (`splash_call_s`): `flops`, bytes, elements and steps are one call's.
+        (`splash_unoverlapped_element_s` per score element over the sub-blocks per step), the
+        un-hidden part of its K/V re-reads (`splash_kv_stream_byte_s` per byte of
+        `kernel.kv_stream_bytes`), and its fixed cost per call (`splash_call_s`): `flops`, bytes,
+        elements and steps are one call's.
         Q1, Q2 and the simulator all cost such work here.
         """
         kernel = kernel or KernelWork()
@@ -168,6 +179,8 @@ class HardwareProfile:
         if kernel.compute_blocks_per_step is not None:
             if kernel.score_elements and self.splash_unoverlapped_element_s:
                 seconds += kernel.score_elements * self.splash_unoverlapped_element_s / kernel.compute_blocks_per_step
+            if kernel.kv_stream_bytes and self.splash_kv_stream_byte_s:
+                seconds += kernel.kv_stream_bytes * self.splash_kv_stream_byte_s
             if self.splash_grid_step_s is not None:
                 step = self.splash_grid_step_s * self.devices_per_chip / self.tensorcores_per_chip
             seconds += self.splash_call_s or 0.0
@@ -211,6 +224,7 @@ class HardwareProfile:
             "splash_unoverlapped_element_s": self.splash_unoverlapped_element_s,
             "splash_grid_step_s": self.splash_grid_step_s,
             "splash_call_s": self.splash_call_s,
+            "splash_kv_stream_byte_s": self.splash_kv_stream_byte_s,
             "splash_model_error": self.splash_model_error,
             "tensorcores_per_chip": self.tensorcores_per_chip,
             "async_collective_fusion": self.async_collective_fusion,

@@ -108,4 +108,4 @@ def _costed(space, strategy, mesh, i):
 
     kc = _costs(space, strategy, mesh)[i]
     return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
-                              kc.compute_blocks_per_step).kernel
+                              kc.compute_blocks_per_step, kc.kv_stream_bytes).kernel

@@ -420,7 +420,7 @@ def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     the blocks the kernel's metadata records, the cost the kernel profile the space plans with gives
     (as aoizora's own program's calls are costed). None for another custom call (costed from its I/O)."""
     from aoizora.models.wan.space.costs import splash_opaque_cost
-    from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps
+    from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps, splash_kv_stream_bytes
 
     name = op.kernel_name or op.name
     if "splash" not in name and "flash" not in name and not _attention_kernel(op):
@@ -439,7 +439,8 @@ def kernel_cost(strategy: Strategy, op: OpaqueOp) -> OpaqueCost | None:
     steps = splash_grid_steps(heads, lq, lk, blocks.get("block_q"), blocks.get("block_kv"))
     kv, kv_compute = blocks.get("block_kv"), blocks.get("block_kv_compute")
     per_step = max(1, kv // kv_compute) if kv and kv_compute else 1
-    return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile, per_step)
+    kv_bytes = splash_kv_stream_bytes(heads, lq, lk, d, 2, blocks.get("block_q"))
+    return splash_opaque_cost(flops, hbm, d, steps, strategy.kernel_profile, per_step, kv_bytes)
 
 
 def _attention_kernel(op: OpaqueOp) -> bool:

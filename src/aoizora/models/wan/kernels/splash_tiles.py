@@ -144,17 +144,19 @@ def splash_call_seconds(hw: HardwareProfile, lq: int, lk: int, head_dim: int, bl
     (samples x heads; by default one) of `lq` queries and `lk` keys, padded to the blocks: the
     padded score matrix's MXU and vector work, K/V streamed once per Q block, one fixed cost per
     grid step, and where the kernel was measured (v5e) the part of each step's chain its K/V
-    compute sub-blocks leave un-overlapped and a fixed cost per call. A tile's cost relative to
+    compute sub-blocks leave un-overlapped, the part of its K/V re-reads nothing hides, and a
+    fixed cost per call. A tile's cost relative to
     another's does not depend on the number of maps (every term but the call's, the same for
     every tile, scales with it)."""
-    from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps
+    from aoizora.models.wan.transformer.attention import splash_cost, splash_grid_steps, splash_kv_stream_bytes
     from aoizora.topology import KernelWork
 
     lqp, lkp = _round_up(lq, blocks.block_q), _round_up(lk, blocks.block_kv)
     flops, hbm = splash_cost(maps, lqp, lkp, head_dim, 2, False, blocks.block_q)
     work = KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim),
                       grid_steps=splash_grid_steps(maps, lqp, lkp, blocks.block_q, blocks.block_kv),
-                      compute_blocks_per_step=blocks.compute_blocks_per_step)
+                      compute_blocks_per_step=blocks.compute_blocks_per_step,
+                      kv_stream_bytes=splash_kv_stream_bytes(maps, lqp, lkp, head_dim, 2, blocks.block_q))
     return hw.roofline_seconds(flops, hbm, work)
 
 
@@ -197,19 +199,21 @@ def ring_fitted_blocks(strategy: Strategy, tokens: int, batch: int, max_block_q:
 
 
 def searched_splash_tile(strategy: Strategy, tokens: int, batch: int, generation: str,
-                         head_dim: int = 128, fixed_limit_kib: int | None = None
-                         ) -> tuple[SplashBlocks, int | None] | None:
+                         head_dim: int = 128, fixed_limit_kib: int | None = None, *,
+                         hw: HardwareProfile | None = None) -> tuple[SplashBlocks, int | None] | None:
     """The splash tile and scoped-VMEM limit (KiB; None: libtpu's default) under which the
     strategy's self-attention calls cost least in JAX's splash model, without a compile: the
     cheapest of `splash_tile_candidates` (the first of equals, so a tie keeps the default-limit
     blocks). A raised limit is chosen only when its tile costs less than the default-limit blocks
     by more than the splash model's measured error (`HardwareProfile.splash_model_error`; any
     amount where the kernel was not measured): on the chip the raised limit also changes the rest
-    of the program, by -13 % to +11 % by strategy and size, which the model does not predict, so
-    a gain it cannot resolve is not worth that. None where no limit was measured for the call."""
+    of the program, by -10 % to +24 % by strategy and size, which the model does not predict, so
+    a gain it cannot resolve is not worth that (Stage 2 checks a raised limit the plan would keep
+    by a compile at it: `aoizora.stage2.limit_check`). None where no limit was measured for the
+    call. `hw`: the generation's profile to cost the tiles with (default: its own, `hardware_profile`)."""
     from aoizora.topology import hardware_profile
 
-    hw = hardware_profile(generation)
+    hw = hw if hw is not None else hardware_profile(generation)
     candidates = splash_tile_candidates(strategy, tokens, batch, generation, fixed_limit_kib)
     if not candidates:
         return None

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 
 from aoizora.hlo.program import OpaqueCost, OpaqueOp
 from aoizora.models.wan.space.tiles import compiled_form
-from aoizora.models.wan.transformer.attention import KernelCost, splash_cost, splash_grid_steps
+from aoizora.models.wan.transformer.attention import (
+    KernelCost,
+    splash_cost,
+    splash_grid_steps,
+    splash_kv_stream_bytes,
+)
 from aoizora.models.wan.transformer.kernel_profiles import DEFAULT_KERNEL_PROFILE, KERNEL_PROFILES
 from aoizora.models.wan.transformer.strategy import Strategy
 from aoizora.models.wan.video.sampling import opaque_kernel_costs
@@ -37,8 +42,10 @@ def kernel_cost(strategy: Strategy, call: KernelCall) -> OpaqueCost | None:
     batch_heads = q.elements // (lq * d)
     itemsize = q.bytes // q.elements  # a float: Stage 1's IR counts bytes as floats
     flops, hbm = splash_cost(batch_heads, lq, lk, d, itemsize, residuals, block_q)  # type: ignore[arg-type]
+    kv_bytes = splash_kv_stream_bytes(batch_heads, lq, lk, d, itemsize, block_q)  # type: ignore[arg-type]
     return splash_opaque_cost(flops, hbm, d, splash_grid_steps(batch_heads, lq, lk, block_q, block_kv),
-                              strategy.kernel_profile, blocks.compute_blocks_per_step if blocks is not None else 1)
+                              strategy.kernel_profile, blocks.compute_blocks_per_step if blocks is not None else 1,
+                              kv_bytes)
 
 
 def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp, *,
@@ -56,7 +63,7 @@ def compiled_kernel_cost(space: WanSpaceFields, strategy: Strategy, op: OpaqueOp
         return None
     kc = own[i]
     return splash_opaque_cost(kc.flops, kc.bytes_accessed, kc.q_shape[3], kc.grid_steps, strategy.kernel_profile,
-                              kc.compute_blocks_per_step)
+                              kc.compute_blocks_per_step, kc.kv_stream_bytes)
 
 
 def _kernel_records(space: WanSpaceFields, strategy: Strategy, form: Strategy) -> list[KernelCost]:
@@ -88,11 +95,13 @@ def _matching_call(costs: list[KernelCost], op: OpaqueOp) -> int | None:
 
 
 def splash_opaque_cost(flops: float, hbm_bytes: float, head_dim: int, grid_steps: int,
-                       profile: str = DEFAULT_KERNEL_PROFILE, compute_blocks_per_step: int = 1) -> OpaqueCost:
+                       profile: str = DEFAULT_KERNEL_PROFILE, compute_blocks_per_step: int = 1,
+                       kv_stream_bytes: float | None = None) -> OpaqueCost:
     """A splash call's cost: its FLOPs (4 per score element and head-dim unit: QK^T and PV), HBM
     bytes, and what bounds it besides, per the kernel the deployment runs (`kernel_profiles`):
     for JAX's splash its score-matrix elements (the softmax's vector work per element), its head
-    dim (the narrowest dimension of both matmuls), its grid iterations and the K/V compute
-    sub-blocks each runs (`compute_blocks_per_step`)."""
-    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps, compute_blocks_per_step)
+    dim (the narrowest dimension of both matmuls), its grid iterations, the K/V compute
+    sub-blocks each runs (`compute_blocks_per_step`) and the K/V bytes its Q blocks re-read
+    (`kv_stream_bytes`)."""
+    work = KERNEL_PROFILES[profile].work(flops, head_dim, grid_steps, compute_blocks_per_step, kv_stream_bytes)
     return OpaqueCost(flops=flops, hbm_bytes=int(hbm_bytes), kernel=work)

@@ -5,8 +5,7 @@ All arrays are laid out (batch, length, heads, head_dim). Inside `shard_map` eac
 its batch shard (``data``×``fsdp``), sequence shard (``context``, or ``context_ring`` ×
 ``context_ulysses``) and head shard (``tensor``).
 
-Variants (self-attention only; cross-attention never communicates — its K/V come from the
-replicated text/image context):
+Variants (self-attention only; cross-attention's K/V come from the replicated text context):
 
 * ``allgather`` – K/V are all-gathered over ``context``; each device attends its Q shard to
   the whole sequence.
@@ -20,17 +19,16 @@ replicated text/image context):
   ring of R steps over ``context_ring`` attends that span to every span, then an all-to-all back.
 
 Ulysses chunking (``ulysses`` and ``ulysses_ring``, as MaxDiffusion's ``ulysses_attention_chunks``)
-runs the all-to-alls and attention once per group of a device's heads, so the scheduler can
-overlap one group's all-to-all with another's attention.
+runs the all-to-alls and attention once per group of a device's heads, so the scheduler can overlap
+one group's all-to-all with another's attention.
 
 Padding: the sequence is padded to a multiple of the shard count; padded keys are masked
 everywhere (padded queries are computed and dropped by the caller). With fixed splash block sizes
 each splash call also pads its queries to a multiple of block_q and its keys to a multiple of
 block_kv (masked), as MaxDiffusion's splash wrapper does.
 
-Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes,
-into the `KernelLog` the caller passes (`AttentionSetup.kernels`), so the HLO analyzer can cost
-them.
+Opaque kernels (Pallas splash calls) are recorded at trace time with their FLOPs and bytes, into
+the `KernelLog` the caller passes (`AttentionSetup.kernels`), so the HLO analyzer can cost them.
 """
 
 from __future__ import annotations
@@ -81,6 +79,7 @@ class KernelCost:
     bytes_accessed: float
     calls: int
     block_kv_compute: int | None = None  # None: block_kv (one compute sub-block per grid step)
+    kv_stream_bytes: float = 0.0  # of `bytes_accessed`, the K and V re-read per Q block (`splash_kv_stream_bytes`)
 
     @property
     def compute_blocks_per_step(self) -> int:
@@ -129,13 +128,18 @@ def splash_cost(batch_heads: int, lq: int, lk: int, d: int, itemsize: int, resid
     """FLOPs and HBM bytes of one splash call over `batch_heads` (batch x heads) attention maps:
     q read and the output written once, K/V streamed once per Q block (`block_q`, by default the
     block `splash_attention` picks for `lq`), segment ids, log-sum-exp residuals when saved."""
-    bq = block_q or _default_block_q(lq)
     flops = 4.0 * batch_heads * lq * lk * d
     q_bytes = batch_heads * lq * d * itemsize
-    kv_bytes = 2 * batch_heads * lk * d * itemsize * (lq // bq)
+    kv_bytes = splash_kv_stream_bytes(batch_heads, lq, lk, d, itemsize, block_q)
     res_bytes = batch_heads * lq * 128 * 4 if residuals else 0
     seg_bytes = (lq + lk) * 4
     return flops, float(2 * q_bytes + kv_bytes + res_bytes + seg_bytes)
+
+
+def splash_kv_stream_bytes(batch_heads: int, lq: int, lk: int, d: int, itemsize: int,
+                           block_q: int | None = None) -> float:
+    """The K and V bytes a splash call streams: each Q block (`block_q`) re-reads its map's K and V."""
+    return float(2 * batch_heads * lk * d * itemsize * (lq // (block_q or _default_block_q(lq))))
 
 
 def splash_grid_steps(batch_heads: int, lq: int, lk: int, block_q: int | None = None,
@@ -158,7 +162,7 @@ def _record(kernels: KernelLog | None, name: str, batch: int, heads: int, lq: in
         q_shape=(batch, lq, heads, d),
         kv_shape=(batch, lk, heads, d), block_q=bq, block_kv=bkv, flops=flops,
         transcendentals=1.0 * batch * heads * lq * lk, bytes_accessed=hbm_bytes, calls=0, block_kv_compute=bkv_compute,
-    ))
+        kv_stream_bytes=splash_kv_stream_bytes(batch * heads, lq, lk, d, itemsize, bq)))
 
 
 # --------------------------------------------------------------------------------------------

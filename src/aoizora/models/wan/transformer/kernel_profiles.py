@@ -63,12 +63,14 @@ class KernelProfile:
     #: local attention, which each kernel runs)
     variants: tuple[str, ...] = ("allgather", "ulysses", "ring", "ulysses_ring")
 
-    def work(self, flops: float, head_dim: int, grid_steps: int, compute_blocks_per_step: int = 1) -> KernelWork:
+    def work(self, flops: float, head_dim: int, grid_steps: int, compute_blocks_per_step: int = 1,
+             kv_stream_bytes: float | None = None) -> KernelWork:
         """What bounds one call of `flops` FLOPs with this head dim and grid (JAX's and tokamax's
-        splash: `compute_blocks_per_step` K/V compute sub-blocks in each grid step)."""
+        splash: `compute_blocks_per_step` K/V compute sub-blocks in each grid step, and
+        `kv_stream_bytes` of K/V re-read by its Q blocks)."""
         if self.mxu_efficiency is None:
             return KernelWork(matmul_dim=head_dim, score_elements=flops / (4.0 * head_dim), grid_steps=grid_steps,
-                              compute_blocks_per_step=compute_blocks_per_step)
+                              compute_blocks_per_step=compute_blocks_per_step, kv_stream_bytes=kv_stream_bytes)
         return KernelWork(matmul_dim=head_dim, narrow_fraction=self.narrow_fraction,
                           mxu_efficiency=self.mxu_efficiency)
 
