@@ -147,3 +147,19 @@ def test_the_one_chip_steps_are_what_the_script_computes_from_the_committed_plan
     ratios = [r["ratio"] for r in sorted(committed, key=lambda r: r["tokens"])]
     assert all(1.0 < x < 1.35 for x in ratios) and ratios[-1] == min(ratios)
 
+
+def test_the_committed_limit_rules_are_what_the_script_computes_now(tmp_path):
+    """Raise the limit or not, judged by the 23 programs the chip ran at both limits: the compile
+    check Stage 2 makes before a plan keeps a raised limit picks the faster program, or one within
+    1 % of it, more often than the tile search's rule alone, with either splash model."""
+    import limit_rules
+
+    out = tmp_path / "rules.json"
+    limit_rules.main(["--json", str(out)])
+    got = json.loads(out.read_text())
+    assert got == json.loads((DATA / "v5e_limit_rules.json").read_text())
+    rules = got["rules"]
+    assert rules["compile_check"]["strategies"] == 23
+    assert rules["compile_check"]["within_1pct"] > max(rules["kernel_rule"]["within_1pct"],
+                                                       rules["kernel_rule_four_terms"]["within_1pct"])
+    assert min(got["rest_change_at_raised_limit_pct"]) < 0 < max(got["rest_change_at_raised_limit_pct"])

@@ -73,12 +73,14 @@ def compile_strategy(
     cache: CompileCache | None = None,
     flags: CompilerFlags | None = None,
     executor: CompileExecutor | None = None,
+    as_is: bool = False,
 ) -> Compiled:
     """Compile `strategy` over `placement`'s device order with compiler `flags` (or read it from `cache`).
 
-    What is compiled is the strategy's compiled form (`StrategySpace.compiled_form`), with the
-    flags that form needs (`StrategySpace.compile_flags`) under `flags` (the plan's, which win);
-    its kernels are costed as `strategy`'s (`StrategySpace.compiled_kernel_cost`).
+    What is compiled is the strategy's compiled form (`StrategySpace.compiled_form`; with `as_is`,
+    the strategy itself, as it runs), with the flags that form needs (`StrategySpace.compile_flags`)
+    under `flags` (the plan's, which win); its kernels are costed as `strategy`'s
+    (`StrategySpace.compiled_kernel_cost`).
 
     The program is lowered here and looked up in `cache` first; a miss is compiled by `executor`
     (default: a child process started for this compile), in a process killed when the compile exceeds
@@ -91,7 +93,7 @@ def compile_strategy(
     from aoizora.toolchain import toolchain_versions
 
     mesh = placement.jax_mesh(topology)
-    compiled_as = space.compiled_form(strategy)
+    compiled_as = strategy if as_is else space.compiled_form(strategy)
     flags = form_flags(space, compiled_as, flags)
     with LOWERING_LOCK:  # lowerings run one at a time, compiles in parallel
         inputs = space.compile_inputs(compiled_as, mesh)
@@ -100,7 +102,8 @@ def compile_strategy(
         entry = None
         if cache is not None:
             entry = cache.key(text, topology.name, [d.id for d in mesh.devices.flat], toolchain_versions(), flags)
-    hook: Callable[[OpaqueOp], OpaqueCost | None] = lambda op: space.compiled_kernel_cost(strategy, op)  # noqa: E731
+    hook: Callable[[OpaqueOp], OpaqueCost | None] = (  # noqa: E731
+        lambda op: space.compiled_kernel_cost(strategy, op, compiled=compiled_as))
     hit = _from_cache(cache, entry, key, hook, placement)
     if hit is not None:
         return hit

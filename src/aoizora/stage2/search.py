@@ -23,6 +23,7 @@ from aoizora.stage2.budget import NOT_COMPILED, STOPPED, OutOfBudget, TimeBudget
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import shared_compile_placement
+from aoizora.stage2.limit_check import LimitChecks, check_raised_limits
 from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, memory_kind
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import verify_leading_pairs
@@ -43,7 +44,9 @@ class Stage2Config:
     memory, among `backfill_for` (None: every kept one). `compile_placement(key, strategy)`: the
     placement a strategy is compiled over (None: its first). `budget`: the planning time budget
     (None: none): no compile starts after it ends, one still running then is stopped, and no pair
-    is verified after it (`aoizora.stage2.budget`).
+    is verified after it (`aoizora.stage2.budget`). `check_limits`: before the leading pair keeps a
+    scoped-VMEM limit its compiled form left out, compile it at that limit and keep whichever of the
+    two is faster by Q2 (`aoizora.stage2.limit_check`).
     """
 
     options: Q2Options | None = None
@@ -58,6 +61,7 @@ class Stage2Config:
     backfill_for: Collection[str] | None = None
     compile_placement: Callable[[str, Any], Placement] | None = None
     budget: TimeBudget | None = None
+    check_limits: bool = True
 
 
 @dataclass
@@ -152,6 +156,8 @@ class _Stage2Run:
         self.notes: list[str] = []
         self.cached: list[float] = []  # original compile seconds of programs read from the compile cache
         self.finished: dict[int, StrategyOutcome] = {}
+        self.limits = LimitChecks() if config.check_limits else None
+        self.baselines = set(config.baselines)
 
     def flags_of(self, key: str) -> CompilerFlags | None:
         return self.flags_by_key.get(key, self.flags)
@@ -179,6 +185,20 @@ class _Stage2Run:
                 self.budget.record.stopped.append(key)
                 raise OutOfBudget(STOPPED) from None
             raise
+
+    def compile_over(self, key: str, strategy: Any, placement: Placement, as_is: bool) -> Compiled:
+        """The strategy compiled over `placement`'s device order: as it runs (`as_is`) or in its
+        compiled form (`aoizora.stage2.limit_check`)."""
+        timeout = compile_timeout(self.budget, self.compile_timeout_s)
+        compiled = compiling.compile_strategy(self.space, strategy, key, self.topology, placement, timeout,
+                                              self.compile_cache, self.flags_of(key), executor=self.pool, as_is=as_is)
+        if not compiled.from_cache:
+            self.timings["compile"] += compiled.compile_seconds
+        return compiled
+
+    def _time_left(self) -> bool:
+        """Whether the planning time budget (if any) leaves time to start a compile."""
+        return self.budget is None or not compile_timeout(self.budget, self.compile_timeout_s).spent
 
     def not_started(self, i: int, entry: tuple[str, Any]) -> None:
         """A strategy the budget kept from compiling: an outcome that says so."""
@@ -231,6 +251,12 @@ class _Stage2Run:
                                  self.compile_timeout_s, self.compile_cache, self.flags_of, self.timings, self.notes,
                                  self.pool, budget=self.budget)
             self.timings["verify"] += time.perf_counter() - t0
+            if self.limits is not None:
+                t0 = time.perf_counter()
+                if check_raised_limits(self.space, self.model, outcomes, self.limits, self.compile_over, self.notes,
+                                       time_left=self._time_left, baselines=self.baselines):
+                    self.timings["limit_check"] = self.timings.get("limit_check", 0.0) + time.perf_counter() - t0
+                outcomes = outcomes + self.limits.forms
             best = min((s.q2.step_seconds for o in outcomes for s in o.scored), default=math.inf)
             if (self.budget is not None and self.budget.expired()) or not self.sweep.reopen(best):
                 return outcomes
