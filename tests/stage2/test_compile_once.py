@@ -111,3 +111,25 @@ def test_the_leaders_raised_limit_is_kept_only_where_its_compile_costs_less(monk
         assert SCOPED_VMEM_FLAG not in result.plan.data["compiler"]["libtpu_args"]
     else:
         assert chosen.scoped_vmem_kib is not None and note.endswith("; kept")
+
+
+def test_a_raised_limit_the_compiler_refuses_leaves_the_default_limits_form(monkeypatch, tmp_path):
+    """The compiler refusing the leader at its raised limit (its working set past the scoped VMEM)
+    drops that program for memory, and the form at the default limit is planned."""
+
+    def stand_in(space, strategy, topology, placement, lowered, text, timeout_s, flags, executor):
+        if _limit(flags) is not None:
+            raise RuntimeError("RESOURCE_EXHAUSTED: CompileTimeScopedVmemOom: scoped vmem limit exceeded")
+        ids = tuple(int(d.id) for d in placement.jax_mesh(topology).devices.flat)
+        return ChildResult(EMPTY.format(n=len(ids)), ids, 1, 0.0)
+
+    monkeypatch.setattr(compiling, "_compile_miss", stand_in)
+    space, result = _plan(cache_dir=tmp_path)
+    chosen = space.from_description(result.plan.strategy)
+    assert chosen.scoped_vmem_kib is None
+    refused = [o for o in result.outcomes if o.dropped]
+    assert refused and all(o.dropped.startswith("out of scoped VMEM") for o in refused)
+    assert any("compile at the raised scoped-VMEM limit failed" in n for n in result.plan.data["notes"])
+    from aoizora.plan.cache import degraded
+
+    assert degraded(result.plan.data) is None  # a refusal for memory is the request's, not the host's

@@ -81,9 +81,9 @@ def check_raised_limits(space: StrategySpace, model: CostModel, outcomes: list[S
         try:
             raised = compile_over(outcome.key, outcome.strategy, pair.placement, True)
         except Exception as exc:  # noqa: BLE001 - a compile that fails leaves the default limit
-            outcome.scored, outcome.dropped = [], f"at its raised scoped-VMEM limit: {drop_reason(exc)}"
+            outcome.scored, outcome.dropped = [], drop_reason(exc)  # a refusal for memory stays one
             notes.append(f"{outcome.key}: its compile at the raised scoped-VMEM limit failed ({drop_reason(exc)}); "
-                         f"{form_key} is planned in its place")
+                         f"{form_key}, at the default limit, stands in its place")
             continue
         _rescore(space, model, outcome, raised)
         r = min(s.q2.step_seconds for s in outcome.scored)
