@@ -92,9 +92,10 @@ class HardwareProfile:
     #: the DMA of a step's K/V block is not fully behind the previous step's work), paid on top
     splash_kv_stream_byte_s: float | None = None
     #: where the splash kernel was measured: the splash model's median relative error on calls it
-    #: was not fitted on (None: not measured). The tile search raises the scoped-VMEM limit only
-    #: for a tile whose predicted gain is larger: a smaller one is within what the model resolves,
-    #: and the raised limit changes the rest of the program by a measured -13 % to +11 %
+    #: was not fitted on (None: not measured). The tile search proposes a raised scoped-VMEM limit
+    #: only for a tile whose predicted gain is larger: a smaller one is within what the model
+    #: resolves, and the raised limit changes the rest of the program by a measured -10 % to +24 %
+    #: (which Stage 2 checks by a compile at it: `aoizora.stage2.limit_check`)
     splash_model_error: float | None = None
     tensorcores_per_chip: int = 1
     #: whether libtpu compiles an all-gather of an activation the program computes as an
