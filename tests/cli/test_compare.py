@@ -127,10 +127,11 @@ def test_the_table_says_what_the_video_time_is_and_when_no_slice_meets_the_targe
 @pytest.mark.tpu_compile
 def test_compare_plans_the_small_model_on_two_small_slices(tmp_path):
     """Wan 2.1 1.3B, 480p, 5 frames on one v5e and one v6e chip, Top-1, planned for real (without the VAE
-    decode's compile, which the plan tests cover: each video time is then the steps alone, and says so)."""
+    decode's compile, which the plan tests cover: each video time is then the steps alone, and says so; and
+    without the raised limit's check, a slow compile that tests/stage2/test_compile_once.py covers)."""
     result = CliRunner().invoke(cli, ["compare", "--model", "wan2.1-t2v-1.3b", "--resolution", "480p", "--frames", "5",
                                       "--slices", "v5e:1x1,v6e:1x1", "--top-k", "1", "--verify-top", "0", "--json",
-                                      "--no-vae-decode",
+                                      "--no-vae-decode", "--no-limit-check",
                                       "--out", str(tmp_path)], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)

@@ -39,8 +39,9 @@ def readme_run(tmp_path_factory):
     for argv in _readme_commands():
         assert argv[0] == "aoizora"
         # the plan as written, less the VAE decode's compile (minutes at 480p; tests/stage2/test_companions.py
-        # and tests/plan/test_plan_video_time.py cover it): this section is about the export
-        extra = ["--no-vae-decode"] if argv[1] == "plan" else []
+        # and tests/plan/test_plan_video_time.py cover it) and the raised limit's check (a slow compile;
+        # tests/stage2/test_compile_once.py covers it): this section is about the export
+        extra = ["--no-vae-decode", "--no-limit-check"] if argv[1] == "plan" else []
         results.append(_cli(*argv[1:], *extra, cwd=cwd))
     return cwd, results, _readme_commands()
 

@@ -27,7 +27,8 @@ def test_throughput_plan_of_v5e_1x2_records_its_replicas_and_the_splits_tried(tm
     result = CliRunner().invoke(cli, [
         "plan", "--model", "wan2.1-t2v-1.3b", "--resolution", "480p", "--frames", "5", "--topology", "v5e:1x2",
         "--objective", "throughput", "--max-videos-per-replica", "1", "--top-k", "1", "--verify-top", "0",
-        "--no-vae-decode", "--workers", "1", "--json", "--out", str(out), "--export", "maxdiffusion", str(export)],
+        "--no-vae-decode", "--no-limit-check", "--workers", "1", "--json", "--out", str(out),
+        "--export", "maxdiffusion", str(export)],
         catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     doc = strict_json_loads(result.stdout)

@@ -43,12 +43,12 @@ def few_candidates(monkeypatch):
     monkeypatch.setattr(WanSpace, "candidates", lambda self, n: [c for c in every(self, n) if c.legal][:4])
 
 
-def _plan(libtpu_args: str = "", cache_dir=None):
+def _plan(libtpu_args: str = "", cache_dir=None, check_limits: bool = True):
     from aoizora.stage2.compile_cache import CompileCache
 
     space = wan_space("wan2.1-t2v-1.3b", "480p", 5, generation="v5e", vae=None)
     return space, planner.plan_space(space, "v5e:2x2", top_k=3, verify_top=2, use_cache=False, progress=False,
-                                     include_experts=False, libtpu_args=libtpu_args,
+                                     include_experts=False, libtpu_args=libtpu_args, check_limits=check_limits,
                                      compile_cache=CompileCache(cache_dir) if cache_dir is not None else None)
 
 
@@ -133,3 +133,12 @@ def test_a_raised_limit_the_compiler_refuses_leaves_the_default_limits_form(monk
     from aoizora.plan.cache import degraded
 
     assert degraded(result.plan.data) is None  # a refusal for memory is the request's, not the host's
+
+
+def test_without_the_limit_check_every_compile_is_at_the_default_limit(compiles, tmp_path):
+    """`check_limits=False` (`--no-limit-check`): the plan from the default-limit compiles alone, and
+    its request says so (the plan cache keeps the two apart)."""
+    _, result = _plan(cache_dir=tmp_path, check_limits=False)
+    assert compiles and all(_limit(flags) is None for _, flags in compiles)
+    assert not any("raised scoped-VMEM limit" in n for n in result.plan.data["notes"])
+    assert result.plan.data["request"]["options"]["check_limits"] is False

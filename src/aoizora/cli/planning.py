@@ -44,6 +44,7 @@ def demo(ctx: click.Context, out_dir: str) -> None:
         export_to=("maxdiffusion", os.path.join(out_dir, "maxdiffusion")), top_k=3,
         out_path=os.path.join(out_dir, "plan.json"), report_dir=os.path.join(out_dir, "report"), as_json=False,
         stage1_only=False, no_cache=False, compile_timeout=DEFAULT_COMPILE_TIMEOUT_S, verify_top=DEFAULT_VERIFY_TOP,
+        check_limits=True,
         time_budget=None, workers=DEFAULT_COMPILE_WORKERS, executor="local", ray_cpus_per_compile=None,
         libtpu_args=None, expert_residency="both", vae_decode=True, ring_order="reordering-map",
         ring_direction="auto", objective="latency", max_videos_per_replica=None,
@@ -86,6 +87,11 @@ def demo(ctx: click.Context, out_dir: str) -> None:
               help="Plan again even if an identical request is cached (plan, Stage 1 and compile caches unused).")
 @click.option("--compile-timeout", type=_Seconds(), default=DEFAULT_COMPILE_TIMEOUT_S, show_default=True,
               help="CPU seconds per TPU compile (its process's, so a busy host changes no plan; on Ray: seconds).")
+@click.option("--limit-check/--no-limit-check", "check_limits", default=True, show_default=True,
+              help="Before the plan keeps a scoped-VMEM limit its candidates were compiled without (one "
+                   "raised by the tile search), compile the leading pair at it and keep whichever is faster by "
+                   "Q2: one compile at the raised limit, several times slower than the others on v5e. "
+                   "--no-limit-check plans from the default-limit compiles alone.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing.")
 @click.option("--time-budget", type=_Seconds(), default=None,
@@ -113,7 +119,8 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
          maxdiffusion_command: str | None, kernel_profile: str | None, program: str,
          export_to: tuple[str, str] | None, top_k: int, out_path: str | None,
          report_dir: str | None, as_json: bool, stage1_only: bool, no_cache: bool, compile_timeout: float,
-         verify_top: int, time_budget: float | None, workers: int, executor: str, ray_cpus_per_compile: float | None,
+         check_limits: bool, verify_top: int, time_budget: float | None, workers: int, executor: str,
+         ray_cpus_per_compile: float | None,
          libtpu_args: str | None, expert_residency: str, vae_decode: bool, ring_order: str,
          ring_direction: str, objective: str = "latency", max_videos_per_replica: int | None = None) -> None:
     """Plan a Wan model on a TPU slice: Stage 1 (lower, Q1) -> compile Top-K -> placements x Q2."""
@@ -168,6 +175,7 @@ def plan(model: str | None, topology_name: str, resolution: str | None, frames: 
         with executor_from_spec(executor, workers, cpus_per_compile=ray_cpus_per_compile) as pool:
             common: dict[str, Any] = dict(
                 top_k=k, options=options, compile_timeout_s=compile_timeout, verify_top=verify_top,
+                check_limits=check_limits,
                 use_cache=not no_cache, progress=not as_json, console=console, libtpu_args=flags, executor=pool,
                 time_budget_s=time_budget)
             if objective == "throughput":

@@ -34,6 +34,11 @@ from aoizora.errors import ArgumentError
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
               help="Strategies Stage 1 passes to Stage 2, on each slice.")
+@click.option("--limit-check/--no-limit-check", "check_limits", default=True, show_default=True,
+              help="Before the plan keeps a scoped-VMEM limit its candidates were compiled without (one "
+                   "raised by the tile search), compile the leading pair at it and keep whichever is faster by "
+                   "Q2: one compile at the raised limit, several times slower than the others on v5e. "
+                   "--no-limit-check plans from the default-limit compiles alone.")
 @click.option("--verify-top", type=click.IntRange(min=0), default=DEFAULT_VERIFY_TOP, show_default=True,
               help="Best pairs recompiled with their own device order before choosing, on each slice.")
 @click.option("--no-cache", is_flag=True, help="Plan every slice again (plan, Stage 1 and compile caches unused).")
@@ -43,7 +48,8 @@ from aoizora.errors import ArgumentError
               help="CPU seconds per TPU compile (its process's, so a busy host changes no plan; on Ray: seconds).")
 @_workers_option
 def compare(model: str, slice_names: str, resolution: str | None, frames: int | None, prices_path: str | None,
-            max_video_seconds: float | None, out_dir: str | None, as_json: bool, top_k: int, verify_top: int,
+            max_video_seconds: float | None, out_dir: str | None, as_json: bool, top_k: int, check_limits: bool,
+            verify_top: int,
             no_cache: bool, no_vae_decode: bool, compile_timeout: float, workers: int, executor: str,
             ray_cpus_per_compile: float | None) -> None:
     """Plan a Wan video on each slice and compare them: per slice the chosen strategy, the video time,
@@ -72,7 +78,8 @@ def compare(model: str, slice_names: str, resolution: str | None, frames: int | 
         result = compare_wan(model, [t.name for t in topologies], resolution, frames, prices=prices,
                              max_video_seconds=max_video_seconds, on_slice=announce, top_k=top_k,
                              vae_decode=not no_vae_decode,
-                             verify_top=verify_top, use_cache=not no_cache, compile_timeout_s=compile_timeout,
+                             verify_top=verify_top, check_limits=check_limits, use_cache=not no_cache,
+                             compile_timeout_s=compile_timeout,
                              progress=not as_json, console=console, executor=pool)
     doc = result.to_json()
     if out_dir:

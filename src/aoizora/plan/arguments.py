@@ -89,6 +89,7 @@ def check_plan_space_options(options: dict[str, Any], known: Sequence[str]) -> N
     kinds: dict[str, tuple[tuple[type, ...], str]] = {
         "options": ((Q2Options,), "a Q2Options"), "use_cache": ((bool,), "True or False"),
         "progress": ((bool,), "True or False"), "include_experts": ((bool,), "True or False"),
+        "check_limits": ((bool,), "True or False"),
         "compile_cache": ((CompileCache,), "a CompileCache"), "stage1": ((Stage1Result,), "a Stage1Result"),
         "libtpu_args": ((str, CompilerFlags), "flags as LIBTPU_INIT_ARGS writes them (str) or CompilerFlags"),
     }

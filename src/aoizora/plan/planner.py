@@ -93,6 +93,7 @@ def plan_space(
     include_experts: bool = True,
     executor: CompileExecutor | None = None,
     time_budget_s: float | None = None,
+    check_limits: bool = True,
 ) -> PlanResult:
     """Plan a workload (its strategy space) on a slice (a `Topology` or its name, e.g. "v5e:2x4");
     answers from the cache when it can.
@@ -117,6 +118,9 @@ def plan_space(
     plan anything was cut from is not cached (`aoizora.stage2.budget`). When no compile finished in
     time, the plan is Stage 1's rank 1 on its predicted placement, its step Q1's bound
     (`prediction.basis` "q1", `stage2.time_budget.nothing_compiled`, a note saying so).
+    `check_limits`: before the plan keeps a scoped-VMEM limit its candidates were compiled without,
+    compile the leading pair at it and keep the faster by Q2 (`aoizora.stage2.limit_check`; one
+    compile at the raised limit, the slow kind); False plans from the default-limit compiles alone.
 
     Over 60 lines for its keyword parameters and their documentation; the body is the pipeline's
     steps in order (cache, expert compiles, Stage 1, Stage 2, the chosen pair, the plan file).
@@ -124,13 +128,13 @@ def plan_space(
     topology = check_plan_space_arguments(space, topology, dict(
         top_k=top_k, options=options, compile_timeout_s=compile_timeout_s, verify_top=verify_top, use_cache=use_cache,
         progress=progress, compile_cache=compile_cache, stage1=stage1, libtpu_args=libtpu_args,
-        include_experts=include_experts, executor=executor, time_budget_s=time_budget_s))
+        include_experts=include_experts, executor=executor, time_budget_s=time_budget_s, check_limits=check_limits))
     options = options or Q2Options()
     budget = TimeBudget(time_budget_s) if time_budget_s is not None else None
     flags = planning_flags(libtpu_args, topology.name)
     space = space.under_flags(flags)
     request = _request(space, topology, flags, options, top_k=top_k, verify_top=verify_top,
-                       include_experts=include_experts)
+                       include_experts=include_experts, check_limits=check_limits)
     programs = space.companion_programs(topology)
     if programs:  # a plan that costs them is not the plan of a request that did not
         request["companions"] = [p.label for p in programs]
@@ -176,7 +180,7 @@ def plan_space(
                               compile_cache=compile_cache, flags=flags, flags_by_key=expert_flags,
                               lower_bounds=bounds, baselines=[ex.key for ex in experts], reserve=reserve,
                               backfill_for=[e.key for e in stage1.kept], compile_placement=placements,
-                              budget=budget)
+                              budget=budget, check_limits=check_limits)
         stage2 = _stage2(space, kept, topology, config, executor, early.futures, progress, console)
         t_wait = time.perf_counter()
         if progress and companions.waiting():
@@ -294,7 +298,7 @@ def _stage2_candidates(stage1: Stage1Result, experts: list[ExpertEntry]
 
 
 def _request(space: StrategySpace, topology: Topology, flags: CompilerFlags, options: Q2Options, *, top_k: int,
-             verify_top: int, include_experts: bool) -> dict[str, Any]:
+             verify_top: int, include_experts: bool, check_limits: bool = True) -> dict[str, Any]:
     """Everything a plan depends on: the plan cache's key, recorded in the plan."""
     return {
         "workload": space.workload(),
@@ -304,7 +308,7 @@ def _request(space: StrategySpace, topology: Topology, flags: CompilerFlags, opt
         "aoizora": aoizora_version(),
         "source": source_fingerprint(),
         "options": {"top_k": top_k, "ring_order": options.ring_order, "ring_direction": options.ring_direction,
-                    "verify_top": verify_top, "include_experts": include_experts},
+                    "verify_top": verify_top, "include_experts": include_experts, "check_limits": check_limits},
     }
 
 

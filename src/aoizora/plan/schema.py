@@ -363,6 +363,8 @@ PLAN_SCHEMA: dict[str, Any] = {
                                          "the compiled config), `uni` or `bi`"),
                 "verify_top": _about("integer", "best pairs recompiled over their own device order (`--verify-top`)"),
                 "include_experts": _about("boolean", "whether the expert deployments joined Stage 2 as candidates"),
+                "check_limits": _about("boolean", "whether the leading pair's raised scoped-VMEM limit was checked "
+                                       "by a compile at it (`--limit-check`, the default; absent in older plans)"),
             }}, "the planning options"),
         }}, "the request the plan answers; the plan cache's key"),
     },
