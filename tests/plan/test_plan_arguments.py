@@ -99,7 +99,7 @@ def test_good_arguments_pass_through(monkeypatch):
 def test_every_argument_that_shapes_a_plan_is_in_its_request_or_checked():
     """plan_space's keywords: each is part of the plan cache's request, or cannot change the plan
     (how it runs or reports), or is checked against the request (`stage1`)."""
-    in_request = {"top_k", "options", "verify_top", "include_experts", "libtpu_args"}
+    in_request = {"top_k", "options", "verify_top", "include_experts", "libtpu_args", "check_limits"}
     no_effect = {"use_cache", "progress", "console", "compile_cache", "executor"}
     checked = {"stage1"}
     # a compile timeout or a time budget can lose candidates, and a plan that lost one is never cached
