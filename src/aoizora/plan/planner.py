@@ -21,7 +21,14 @@ from aoizora.plan.plan import Plan
 from aoizora.plan.schema import SCHEMA_VERSION
 from aoizora.progress import Counter, estimate_remaining, progress_reporter
 from aoizora.stage1 import Stage1Result, default_stage1_cache, run_stage1
-from aoizora.stage2 import NOT_COMPILED, CompanionCompiles, TimeBudget, compile_timeout, predicted_best_placement
+from aoizora.stage2 import (
+    NOT_COMPILED,
+    CompanionCompiles,
+    TimeBudget,
+    compile_timeout,
+    lowest_pair,
+    predicted_best_placement,
+)
 from aoizora.stage2.compile_cache import CompileCache, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements
 from aoizora.stage2.compile_workers import CompileExecutor, CompileWorkers
@@ -262,11 +269,11 @@ def candidate_flags(space: StrategySpace, stage1: Stage1Result, flags: CompilerF
 def _best_pair(outcomes: list[StrategyOutcome], attempted: int, topology: Topology) -> Scored:
     """The pair with the lowest Q2 (a verified one on a tie); PlanningError when no strategy compiled
     (under a time budget that cut Stage 2 short, the plan is Stage 1's best instead: `_stage1_document`)."""
-    pairs = [s for o in outcomes for s in o.scored]
-    if not pairs:
+    lowest = lowest_pair(outcomes)
+    if lowest is None:
         reasons = "; ".join(f"{o.key}: {o.dropped}" for o in outcomes if o.dropped)
         raise PlanningError(f"none of the {attempted} strategies compiled for {topology.name} ({reasons})")
-    return min(pairs, key=lambda s: (s.q2.step_seconds, not s.verified))
+    return lowest[1]
 
 
 def _budget_notes(budget: TimeBudget | None) -> list[str]:

@@ -3,7 +3,7 @@ from the compiled HLO, score every placement of each with Q2.
 
 Public API:
 - `run_stage2` (`search.py`), its `Stage2Config` and `Stage2Result`, and the outcomes in it
-  (`StrategyOutcome`, `Scored`, `Compiled`: `outcomes.py`);
+  (`StrategyOutcome`, `Scored`, `Compiled`, and `lowest_pair`, the pair a plan chooses: `outcomes.py`);
 - `compile_strategy` (one strategy over one device order, through the compile cache: `compiling.py`),
   `drop_reason`, `refused_for_memory`, `memory_kind`, `MemoryKind`, `OUT_OF_HBM` and `OUT_OF_VMEM`
   (why a strategy was dropped);
@@ -38,6 +38,7 @@ from aoizora.stage2.outcomes import (
     Scored,
     StrategyOutcome,
     drop_reason,
+    lowest_pair,
     memory_kind,
     refused_for_memory,
 )
@@ -49,9 +50,11 @@ __all__ = [
     "NOT_COMPILED", "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
     "CachedCompileError", "CompanionCompiles", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "compile_strategy",
+    "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome",
+    "compile_strategy",
     "default_compile_cache", "drop_reason",
-    "executor_from_spec", "memory_kind", "predicted_best_placement", "predicted_compile_placement", "program_cost",
+    "executor_from_spec", "lowest_pair", "memory_kind", "predicted_best_placement", "predicted_compile_placement",
+    "program_cost",
     "recompile_cannot_change_q2",
     "refused_for_memory", "run_stage2", "shared_compile_placement",
 ]

@@ -26,8 +26,15 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from aoizora.cost import CostModel
-from aoizora.placement import Placement, enumerate_placements
-from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, drop_reason
+from aoizora.placement import Placement
+from aoizora.stage2.outcomes import (
+    Compiled,
+    StrategyOutcome,
+    drop_reason,
+    lowest_pair,
+    scored_on_every_placement,
+    strategy_placements,
+)
 from aoizora.workload import StrategySpace
 
 #: compile(key, strategy, placement, as_is): the strategy's program over the placement's device
@@ -44,12 +51,6 @@ class LimitChecks:
     forms: list[StrategyOutcome] = dataclasses.field(default_factory=list)
 
 
-def leader(outcomes: list[StrategyOutcome]) -> tuple[StrategyOutcome, Scored] | None:
-    """The outcome and pair with the lowest Q2 (None: nothing scored)."""
-    pairs = [(o, s) for o in outcomes for s in o.scored]
-    return min(pairs, key=lambda p: p[1].q2.step_seconds) if pairs else None
-
-
 def check_raised_limits(space: StrategySpace, model: CostModel, outcomes: list[StrategyOutcome],
                         checks: LimitChecks, compile_over: CompileOver, notes: list[str],
                         time_left: Callable[[], bool] = lambda: True, baselines: Collection[str] = ()) -> bool:
@@ -60,7 +61,7 @@ def check_raised_limits(space: StrategySpace, model: CostModel, outcomes: list[S
     its default-limit form is added to `checks.forms`, scored on every placement."""
     ran = False
     while time_left():
-        lead = leader(outcomes + checks.forms)
+        lead = lowest_pair(outcomes + checks.forms)
         if lead is None:
             return ran
         outcome, pair = lead
@@ -106,6 +107,5 @@ def _rescore(space: StrategySpace, model: CostModel, outcome: StrategyOutcome, c
     """Score `compiled` on every placement of the outcome's strategy; the pair on the placement it
     was compiled over (its own device order) is verified."""
     outcome.compiled = compiled
-    outcome.scored = [Scored(outcome.key, p, model.evaluate(compiled.program, p), compiled.program,
-                             verified=p.name == compiled.placement_name)
-                      for p in enumerate_placements(model.topology, space.mesh_spec(outcome.strategy)).placements]
+    outcome.scored = scored_on_every_placement(model, strategy_placements(model, space.mesh_spec(outcome.strategy)),
+                                               outcome.key, compiled, verify_own=True)

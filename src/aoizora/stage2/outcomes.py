@@ -4,13 +4,14 @@ a timeout, or another compile failure."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from aoizora.cost import Q2Result
+from aoizora.cost import CostModel, Q2Result
 from aoizora.hlo.program import Program
-from aoizora.placement import JAX_DEFAULT, Placement
+from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
 from aoizora.stage2.budget import OutOfBudget
 from aoizora.stage2.compile_workers import CompileTimeout
 
@@ -53,6 +54,25 @@ class StrategyOutcome:
     @property
     def jax_default(self) -> Scored | None:
         return next((s for s in self.scored if s.placement.name == JAX_DEFAULT), None)
+
+
+def scored_on_every_placement(model: CostModel, mesh_placements: Iterable[Placement], key: str,
+                              compiled: Compiled, *, verify_own: bool = False) -> list[Scored]:
+    """`compiled` scored by Q2 on each placement; with `verify_own`, the pair on the placement it was
+    compiled over (its own device order) is marked verified."""
+    return [Scored(key, p, model.evaluate(compiled.program, p), compiled.program,
+                   verified=verify_own and p.name == compiled.placement_name) for p in mesh_placements]
+
+
+def lowest_pair(outcomes: Iterable[StrategyOutcome]) -> tuple[StrategyOutcome, Scored] | None:
+    """The outcome and pair with the lowest Q2, a verified pair first on a tie (None: nothing scored)."""
+    pairs = [(o, s) for o in outcomes for s in o.scored]
+    return min(pairs, key=lambda p: (p[1].q2.step_seconds, not p[1].verified)) if pairs else None
+
+
+def strategy_placements(model: CostModel, mesh_spec: Any) -> list[Placement]:
+    """Every placement Stage 2 scores a strategy of mesh `mesh_spec` on (the slice is the model's)."""
+    return enumerate_placements(model.topology, mesh_spec).placements
 
 
 class CachedCompileError(Exception):

@@ -17,14 +17,20 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
-from aoizora.placement import Placement, enumerate_placements
+from aoizora.placement import Placement
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import NOT_COMPILED, STOPPED, OutOfBudget, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
 from aoizora.stage2.compiling import shared_compile_placement
 from aoizora.stage2.limit_check import LimitChecks, check_raised_limits
-from aoizora.stage2.outcomes import Compiled, Scored, StrategyOutcome, memory_kind
+from aoizora.stage2.outcomes import (
+    Compiled,
+    StrategyOutcome,
+    memory_kind,
+    scored_on_every_placement,
+    strategy_placements,
+)
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import verify_leading_pairs
 from aoizora.toolchain import CompilerFlags
@@ -232,8 +238,8 @@ class _Stage2Run:
         else:
             self.timings["compile"] += compiled.compile_seconds
         t0 = time.perf_counter()
-        for p in enumerate_placements(self.topology, self.space.mesh_spec(outcome.strategy)).placements:
-            outcome.scored.append(Scored(outcome.key, p, self.model.evaluate(compiled.program, p), compiled.program))
+        outcome.scored.extend(scored_on_every_placement(
+            self.model, strategy_placements(self.model, self.space.mesh_spec(outcome.strategy)), outcome.key, compiled))
         self.timings["score"] += time.perf_counter() - t0
         self.sweep.scored(outcome.key, [s.q2.step_seconds for s in outcome.scored])
 
