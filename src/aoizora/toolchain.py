@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,10 @@ COMPILER_ENVIRONMENT_VARIABLES = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
 def compiler_environment() -> dict[str, str]:
     """The compiler flags this process's environment gives every compile (unset: "")."""
     return {k: os.environ.get(k, "") for k in COMPILER_ENVIRONMENT_VARIABLES}
+
+
+#: compile(lowered, flags): a lowered jax program compiled with compiler `flags` (None: none)
+LoweredCompile = Callable[[Any, "CompilerFlags | None"], Any]
 
 
 def compile_lowered(lowered: Any, flags: CompilerFlags | None = None) -> Any:

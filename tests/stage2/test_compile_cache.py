@@ -115,3 +115,54 @@ def test_entries_that_do_not_match_their_checksum_or_key_are_discarded_and_logge
     (message,) = [r.getMessage() for r in caplog.records]
     assert "discarded compile-cache entry k" in message and "\n" not in message
     assert (cache.hits, cache.misses) == (0, 1)
+
+
+def test_a_lowered_program_compiles_once_through_the_cache_and_a_refusal_is_read_back(tmp_path, monkeypatch):
+    """`cached_compile`: a miss compiles and stores libtpu's program; a hit compiles nothing; a
+    refusal for memory is stored and raised again from the cache, while another failure is not."""
+    import jax
+    import jax.numpy as jnp
+
+    from aoizora.stage2 import compiling
+    from aoizora.stage2.outcomes import OUT_OF_VMEM, CachedCompileError
+    from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags, compile_only_devices
+
+    device = compile_only_devices("v5e:2x2")[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    x = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+
+    def lowered(scale: float):
+        return jax.jit(lambda a: a * scale, in_shardings=sharding).lower(x)
+
+    compiles = []
+    real = compiling.compile_lowered
+
+    def counted(low, flags):
+        compiles.append(flags)
+        if flags:
+            raise RuntimeError("RESOURCE_EXHAUSTED: CompileTimeScopedVmemOom: scoped vmem out of memory")
+        return real(low, flags)
+
+    monkeypatch.setattr(compiling, "compile_lowered", counted)
+    compile_with = compiling.cached_compile(CompileCache(tmp_path), "v5e:2x2")
+    first = compile_with(lowered(2.0), None)
+    assert first.hlo_text and "multiply" in first.hlo_text and first.memory_bytes
+    assert compile_with(lowered(2.0), None) == first and len(compiles) == 1
+    compile_with(lowered(3.0), None)
+    assert len(compiles) == 2  # another program, another entry
+    flags = CompilerFlags(((SCOPED_VMEM_FLAG, "1024"),))
+    for _ in range(2):
+        with pytest.raises(Exception, match="(?i)vmem") as info:
+            compile_with(lowered(2.0), flags)
+    assert len(compiles) == 3 and isinstance(info.value, CachedCompileError)
+    assert str(info.value).startswith(OUT_OF_VMEM)
+
+    def broken(low, flags):
+        compiles.append(flags)
+        raise RuntimeError("INTERNAL: not a refusal")
+
+    monkeypatch.setattr(compiling, "compile_lowered", broken)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="INTERNAL"):
+            compile_with(lowered(5.0), None)
+    assert len(compiles) == 5  # not stored: compiled again

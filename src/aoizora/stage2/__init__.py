@@ -5,6 +5,7 @@ Public API:
 - `run_stage2` (`search.py`), its `Stage2Config` and `Stage2Result`, and the outcomes in it
   (`StrategyOutcome`, `Scored`, `Compiled`, and `lowest_pair`, the pair a plan chooses: `outcomes.py`);
 - `compile_strategy` (one strategy over one device order, through the compile cache: `compiling.py`),
+  `cached_compile` (a one-device lowered program through the compile cache),
   `drop_reason`, `refused_for_memory`, `memory_kind`, `MemoryKind`, `OUT_OF_HBM` and `OUT_OF_VMEM`
   (why a strategy was dropped);
 - `BoundedSweep` (`sweep.py`): the compiles in bound order, pruned by Q1;
@@ -27,7 +28,7 @@ from aoizora.stage2.companions import CompanionCompiles, ProgramCost, program_co
 from aoizora.stage2.compile_cache import CompileCache, CompileRecord, default_compile_cache
 from aoizora.stage2.compile_order import CompilePlacements, predicted_best_placement, predicted_compile_placement
 from aoizora.stage2.compile_workers import CompileExecutor, CompileTimeout, CompileWorkers
-from aoizora.stage2.compiling import EarlyCompiles, compile_strategy, shared_compile_placement
+from aoizora.stage2.compiling import EarlyCompiles, cached_compile, compile_strategy, shared_compile_placement
 from aoizora.stage2.executors import executor_from_spec
 from aoizora.stage2.outcomes import (
     OUT_OF_HBM,
@@ -50,7 +51,7 @@ __all__ = [
     "NOT_COMPILED", "OUT_OF_HBM", "OUT_OF_VMEM", "BoundedSweep", "BudgetRecord", "TimeBudget", "compile_timeout",
     "CachedCompileError", "CompanionCompiles", "CompileCache", "CompileExecutor",
     "CompilePlacements", "CompileRecord", "CompileTimeout", "CompileWorkers", "Compiled", "EarlyCompiles", "MemoryKind",
-    "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome",
+    "ProgramCost", "Scored", "Stage2Config", "Stage2Result", "Stage2Summary", "StrategyOutcome", "cached_compile",
     "compile_strategy",
     "default_compile_cache", "drop_reason",
     "executor_from_spec", "lowest_pair", "memory_kind", "predicted_best_placement", "predicted_compile_placement",

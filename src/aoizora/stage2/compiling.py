@@ -26,7 +26,7 @@ from aoizora.stage2.compile_workers import (
     memory_bytes,
 )
 from aoizora.stage2.outcomes import CachedCompileError, Compiled, drop_reason, is_out_of_memory
-from aoizora.toolchain import CompilerFlags, compile_lowered
+from aoizora.toolchain import CompilerFlags, LoweredCompile, compile_lowered, toolchain_versions
 from aoizora.topology import Topology
 from aoizora.workload import LOWERING_LOCK, StrategySpace
 
@@ -61,6 +61,35 @@ def compile_with_timeout(lowered: Any, timeout_s: CompileLimit | float | None,
     return box["compiled"]
 
 
+def cached_compile(cache: CompileCache, topology_name: str) -> LoweredCompile:
+    """A `LoweredCompile` that reads libtpu's answer from `cache` first: a one-device program for a
+    compile-only device of `topology_name` (the key does not hold a device order), compiled on a
+    miss and stored, with the compiler's refusal for memory, which a hit raises again as
+    `CachedCompileError` (its message `drop_reason`'s). Returns the `CompileRecord`."""
+
+    def compile_through_cache(lowered: Any, flags: CompilerFlags | None) -> CompileRecord:
+        text = lowered.as_text()
+        key = cache.key(text, topology_name, [], toolchain_versions(), flags)
+        record = cache.get(key)
+        if record is not None:
+            if record.error is not None:
+                raise CachedCompileError(record.error)
+            return record
+        t0 = time.perf_counter()
+        try:
+            compiled = compile_lowered(lowered, flags)
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                cache.put(key, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc)))
+            raise
+        record = CompileRecord(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled),
+                               time.perf_counter() - t0)
+        cache.put(key, record)
+        return record
+
+    return compile_through_cache
+
+
 def shared_compile_placement(space: StrategySpace, topology: Topology, strategy: Any) -> Placement:
     """The placement whose device order Stage 2 compiles a strategy over (its first), the program
     then scored on every placement."""
@@ -90,8 +119,6 @@ def compile_strategy(
     this process, where a timeout abandons the compile instead of stopping it.
     Raises the compiler's error (or CompileTimeout); refusals such as out-of-HBM are cached too.
     """
-    from aoizora.toolchain import toolchain_versions
-
     mesh = placement.jax_mesh(topology)
     compiled_as = strategy if as_is else space.compiled_form(strategy)
     flags = form_flags(space, compiled_as, flags)

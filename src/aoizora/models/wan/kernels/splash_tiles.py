@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aoizora.models.wan.transformer.strategy import SPLASH_ALIGN, SplashBlocks, Strategy, padded_length
+from aoizora.toolchain import LoweredCompile, compile_lowered
 
 if TYPE_CHECKING:
     from aoizora.topology import HardwareProfile
@@ -93,7 +94,8 @@ def fitted_splash_blocks(strategy: Strategy, tokens: int, batch: int,
 
 
 def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: SplashBlocks,
-                        heads: int = 4, head_dim: int = 128, scoped_vmem_limit_kib: int | None = None) -> None:
+                        heads: int = 4, head_dim: int = 128, scoped_vmem_limit_kib: int | None = None,
+                        compile_with: LoweredCompile = compile_lowered) -> None:
     """Compile the model's splash call (with log-sum-exp residuals, the ring variant's larger
     working set) alone for one compile-only device of `topology`: `batch` × `lq` queries against
     `lk` keys in bf16. libtpu's refusal (e.g. "CompileTimeScopedVmemOom" when a block's working
@@ -101,14 +103,16 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
 
     `scoped_vmem_limit_kib`: the scoped VMEM limit the compile uses (libtpu's
     `SCOPED_VMEM_FLAG`, passed as a compiler option of this compile only, so other
-    compiles of the process keep theirs); None: libtpu's default for the generation."""
+    compiles of the process keep theirs); None: libtpu's default for the generation.
+    `compile_with(lowered, flags)` compiles the lowered call (`aoizora.stage2.compiling.cached_compile`
+    reads a compile cache first)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from aoizora.models.wan.transformer.attention import splash_attention
-    from aoizora.toolchain import SCOPED_VMEM_FLAG, compile_only_devices
+    from aoizora.toolchain import SCOPED_VMEM_FLAG, CompilerFlags, compile_only_devices
 
     device = compile_only_devices(topology)[:1]
     sharding = NamedSharding(Mesh(np.array(device), ("x",)), PartitionSpec())
@@ -118,10 +122,9 @@ def compile_splash_call(topology: str, batch: int, lq: int, lk: int, blocks: Spl
     q = jax.ShapeDtypeStruct((batch, lq, heads, head_dim), jnp.bfloat16)
     kv = jax.ShapeDtypeStruct((batch, lk, heads, head_dim), jnp.bfloat16)
     lowered = fn.lower(q, kv, kv)
-    if scoped_vmem_limit_kib is None:
-        lowered.compile()
-    else:
-        lowered.compile(compiler_options={SCOPED_VMEM_FLAG: str(int(scoped_vmem_limit_kib))})
+    flags = None if scoped_vmem_limit_kib is None else CompilerFlags(((SCOPED_VMEM_FLAG,
+                                                                       str(int(scoped_vmem_limit_kib))),))
+    compile_with(lowered, flags)
 
 
 #: The raised scoped-VMEM limits the tile search tries (KiB): those MaxDiffusion's recipes run with
