@@ -11,7 +11,7 @@ BASE := $(VENV)/.installed-base
 TESTS := $(VENV)/.installed-test
 LINT := $(VENV)/.installed-lint
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast test-seed lint bench clean
 
 $(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ test: $(TESTS)
 FAST_TESTS := not slow and not tpu_compile and not parity and not ray
 test-fast: $(TESTS)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "$(FAST_TESTS)"
+
+# The suite from an empty compile cache, keeping what it compiled as the seed later sessions start
+# from (tests/compile_seed.py): run after a change to what the tests compile, commit the seed.
+test-seed: $(TESTS)
+	AOIZORA_TEST_RECORD_SEED=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

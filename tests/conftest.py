@@ -6,6 +6,9 @@ device count.
 """
 
 import os
+from pathlib import Path
+
+from tests import compile_seed
 
 _flag = "--xla_force_host_platform_device_count=8"
 if _flag not in os.environ.get("XLA_FLAGS", ""):
@@ -24,6 +27,8 @@ if os.environ.get("AOIZORA_CACHE_DIR") in (None, os.environ.get("AOIZORA_TEST_SE
     _cache_dir = tempfile.mkdtemp(prefix="aoizora-test-cache-")
     os.environ["AOIZORA_CACHE_DIR"] = os.environ["AOIZORA_TEST_SESSION_CACHE_DIR"] = _cache_dir
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+    if not compile_seed.recording():
+        compile_seed.plant(Path(_cache_dir))
 
 # Markers of the tests that compile with libtpu, run diffusers, start Ray or a CLI subprocess: the
 # suite's long tests (pyproject.toml lists them).
@@ -43,3 +48,21 @@ def pytest_collection_modifyitems(session, config, items):
     first_seen = {path: i for i, path in enumerate(long_tests)}
     items.sort(key=lambda item: (-long_tests[item.nodeid.split("::", 1)[0]],
                                  first_seen[item.nodeid.split("::", 1)[0]]))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under `make test-seed`, the controller keeps the session's compiled programs as the new seed."""
+    cache_dir = os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")
+    if cache_dir and not os.environ.get("PYTEST_XDIST_WORKER") and compile_seed.recording():
+        kept = compile_seed.keep(Path(cache_dir))
+        print(f"\ncompile seed: kept {kept} compiled programs in tests/data/compile_seed")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line when the session compiled programs the seed lacks (the suite was slower for it)."""
+    cache_dir = os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")
+    if cache_dir and not os.environ.get("PYTEST_XDIST_WORKER") and not compile_seed.recording():
+        missing = compile_seed.missing(Path(cache_dir))
+        if missing:
+            terminalreporter.write_line(f"compile seed: {missing} programs compiled that tests/data/compile_seed "
+                                        "lacks; `make test-seed` records them")

@@ -19,6 +19,7 @@ from aoizora.models.wan.video.pipeline import WanPipelineConfig
 from aoizora.placement import jax_default_placement
 from aoizora.stage1 import analyse
 from aoizora.stage1.search import ArgumentsDoNotFit, argument_bytes
+from aoizora.stage2.compile_cache import default_compile_cache
 from aoizora.stage2.compiling import compile_strategy
 from aoizora.topology import get_topology
 from aoizora.workload import lowering_inputs_on
@@ -64,8 +65,8 @@ def test_compiled_step_holds_both_experts(topo_2x4):
     both, swap = _spaces()
     placement = jax_default_placement(topo_2x4, both.mesh_spec(STRATEGY))
     key = both.key_of(STRATEGY)
-    with_both = compile_strategy(both, STRATEGY, key, topo_2x4, placement, timeout_s=600)
-    with_one = compile_strategy(swap, STRATEGY, key, topo_2x4, placement, timeout_s=600)
+    with_both = compile_strategy(both, STRATEGY, key, topo_2x4, placement, timeout_s=600, cache=default_compile_cache())
+    with_one = compile_strategy(swap, STRATEGY, key, topo_2x4, placement, timeout_s=600, cache=default_compile_cache())
     extra = expert_bytes_per_device(EXPERT, STRATEGY)
     assert with_both.memory_bytes - with_one.memory_bytes == pytest.approx(extra, rel=0.02)
 

@@ -77,6 +77,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
     cost (a cross-attention call once took the far larger self-attention cost)."""
     from aoizora.hlo.program import NodeKind
     from aoizora.placement import enumerate_placements
+    from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
@@ -85,7 +86,7 @@ def test_compiled_splash_calls_are_costed_as_themselves():
     space = WanSpace(config, VideoShape(21, 480, 832))
     st = Strategy(fsdp=2, context=2, attention="allgather", weights="gathered")
     placement = enumerate_placements(topo, space.mesh_spec(st)).placements[0]
-    program = compile_strategy(space, st, st.key(), topo, placement, 600.0).program
+    program = compile_strategy(space, st, st.key(), topo, placement, 600.0, default_compile_cache()).program
     splash = [n for n in program.nodes if n.kind == NodeKind.OPAQUE and "splash" in n.name]
     assert len(splash) == 2  # self-attention over the gathered K/V, cross-attention over the text
     for n in splash:
@@ -187,6 +188,7 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     between ring neighbours, and every splash ring step gets the model's own cost."""
     from aoizora.hlo.program import CollectiveKind, NodeKind
     from aoizora.placement import enumerate_placements
+    from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.stage2.compiling import compile_strategy
     from aoizora.topology import get_topology
 
@@ -198,7 +200,8 @@ def test_ulysses_ring_compiles_with_sub_axis_groups_and_its_kernels_costed():
     assert spec.axis_names == ("data", "fsdp", "context_ring", "context_ulysses", "tensor")
     placements = enumerate_placements(topo, spec).placements
     assert len(placements) > 1
-    program = compile_strategy(space, st, st.key(), topo, placements[0], 600.0).program
+    program = compile_strategy(space, st, st.key(), topo, placements[0], 600.0,
+                               default_compile_cache()).program
     # logical id = data·4 + ring·2 + ulysses (fsdp and tensor are 1)
     a2a = [c for c in program.collectives if c.kind == CollectiveKind.ALL_TO_ALL]
     ulysses = [c for c in a2a if sorted(map(sorted, c.groups)) == [[0, 1], [2, 3], [4, 5], [6, 7]]]

@@ -25,6 +25,7 @@ from aoizora.models.wan.transformer.attention import splash_grid_steps
 from aoizora.models.wan.transformer.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy
 from aoizora.topology import hardware_profile
+from tests.compile_seed import through_cache
 
 # 14B's head_dim, 4 heads (so that every variant below divides them), one layer; 480p/21 frames
 # is 9,360 tokens, which no context degree here divides into 128-aligned shards without padding.
@@ -132,9 +133,12 @@ def test_the_largest_query_block_is_what_the_compiler_allows(batch):
     more overflows the scoped VMEM (benchmarks/hardware/splash_vmem.py, repeated for one generation)."""
     limit = hardware_profile("v5e").splash_max_block_q[batch]
     n = SPLASH_LIMIT_LENGTH
-    compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+    seeded = through_cache("v5e:2x2")
+    compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE),
+                        compile_with=seeded)
     with pytest.raises(Exception, match="(?i)vmem"):
-        compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE))
+        compile_splash_call("v5e:2x2", batch, n, n, SplashBlocks(limit + 128, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE),
+                            compile_with=seeded)
 
 
 @pytest.mark.tpu_compile
@@ -147,6 +151,7 @@ def test_the_blocks_fitted_to_a_720p_strategy_compile_for_v6e():
     st = Strategy(data=2, context=4, attention="allgather", weights="replicated")
     blocks = fitted_splash_blocks(st, 75_600, 2, hardware_profile("v6e").splash_max_block_q)
     assert blocks.block_q > 2048  # 7 Q blocks, where the kernel's pick (512) runs 37
-    compile_splash_call("v6e:2x2", 1, 18_944, 75_776, blocks)
+    seeded = through_cache("v6e:2x2")
+    compile_splash_call("v6e:2x2", 1, 18_944, 75_776, blocks, compile_with=seeded)
     with pytest.raises(Exception, match="(?i)vmem"):
-        compile_splash_call("v6e:2x2", 1, 18_944, 75_776, SplashBlocks(3840, 2048, 1024))
+        compile_splash_call("v6e:2x2", 1, 18_944, 75_776, SplashBlocks(3840, 2048, 1024), compile_with=seeded)

@@ -22,6 +22,7 @@ from aoizora.models.wan.kernels.vmem import (
 )
 from aoizora.models.wan.transformer.strategy import SplashBlocks
 from aoizora.topology import hardware_profile
+from tests.compile_seed import through_cache
 
 DATA = json.loads((Path(__file__).parents[3] / "benchmarks" / "hardware" / "data" / "splash_vmem_rule.json")
                   .read_text())
@@ -105,10 +106,10 @@ def _compile_boundary(gen: str, topology: str, batch: int, limit_kib: int | None
             - _margin(gen, batch) <= limit:
         over += ROW
     compile_splash_call(topology, batch, n, n, SplashBlocks(fits, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE),
-                        scoped_vmem_limit_kib=limit_kib)
+                        scoped_vmem_limit_kib=limit_kib, compile_with=through_cache(topology))
     with pytest.raises(Exception, match="(?i)vmem"):
         compile_splash_call(topology, batch, n, n, SplashBlocks(over, LARGE_BLOCK_KV, LARGE_BLOCK_KV_COMPUTE),
-                            scoped_vmem_limit_kib=limit_kib)
+                            scoped_vmem_limit_kib=limit_kib, compile_with=through_cache(topology))
 
 
 @pytest.mark.tpu_compile
