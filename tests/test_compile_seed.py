@@ -32,3 +32,25 @@ def test_source_files_are_named_from_the_project_or_the_installed_package():
     assert without_machine_paths(text) == ('FileNames\n1 "src/aoizora/models/wan/transformer/model.py"\n'
                                            '2 "python3.11/site-packages/jax/_src/core.py"\n3 "<string>"')
     assert without_machine_paths(None) is None
+
+
+def test_a_recorded_session_becomes_the_seed_the_next_session_plants(tmp_path, monkeypatch):
+    from aoizora.stage2.compile_cache import CompileRecord
+    from tests import compile_seed
+
+    monkeypatch.setattr(compile_seed, "SEED", tmp_path / "seed")
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "seed" / "stale.json.gz").write_bytes(b"")  # an old entry no session compiled
+    recorded = CompileCache(tmp_path / "recorded" / "compiled")
+    recorded.put("k1", CompileRecord('HloModule m\nFileNames\n1 "/home/u/x/src/aoizora/a.py"', (0,), 1, 2.0))
+    recorded.put("k2", CompileRecord(None, None, None, 1.0, error="out of scoped VMEM at compile: ..."))
+    assert compile_seed.keep(tmp_path / "recorded") == 2
+    assert sorted(p.name for p in (tmp_path / "seed").iterdir()) == ["k1.json.gz", "k2.json.gz"]
+
+    session = tmp_path / "session"
+    assert compile_seed.plant(session) == 2 and compile_seed.missing(session) == 0
+    planted = CompileCache(session / "compiled")
+    assert planted.get("k1").hlo_text == 'HloModule m\nFileNames\n1 "src/aoizora/a.py"'
+    assert planted.get("k2").error.startswith("out of scoped VMEM")
+    planted.put("k3", CompileRecord("HloModule n", (0,), 1, 2.0))  # a program the seed lacks
+    assert compile_seed.missing(session) == 1
