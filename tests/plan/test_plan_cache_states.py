@@ -75,7 +75,7 @@ def test_a_cache_folder_that_is_a_file_plans_without_caches(tmp_path, monkeypatc
     assert blocker.read_text() == "not a folder"
 
 
-@pytest.mark.slow  # runs the CLI in a subprocess (Stage 1 of the 1.3B model, no cache)
+@pytest.mark.slow  # runs the CLI in a subprocess (Stage 1 of the 1.3B model on one chip, no cache)
 def test_the_cli_says_one_line_when_the_cache_folder_cannot_be_used(tmp_path):
     """Once a traceback after Stage 1 had done its work."""
     blocker = tmp_path / "cache"
@@ -83,7 +83,7 @@ def test_the_cli_says_one_line_when_the_cache_folder_cannot_be_used(tmp_path):
     env_dir = blocker / "sub"
     proc = subprocess.run(
         [sys.executable, "-c", "from aoizora.cli import main; main()", "plan", "--model", "wan2.1-t2v-1.3b",
-         "--topology", "v5e:2x2", "--resolution", "480p", "--frames", "5", "--stage1-only", "--json"],
+         "--topology", "v5e:1x1", "--resolution", "480p", "--frames", "5", "--stage1-only", "--json"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "AOIZORA_CACHE_DIR": str(env_dir)},
     )
