@@ -68,19 +68,15 @@ def cached_compile(cache: CompileCache, topology_name: str) -> LoweredCompile:
     `CachedCompileError` (its message `drop_reason`'s). Returns the `CompileRecord`."""
 
     def compile_through_cache(lowered: Any, flags: CompilerFlags | None) -> CompileRecord:
-        text = lowered.as_text()
-        key = cache.key(text, topology_name, [], toolchain_versions(), flags)
-        record = cache.get(key)
+        key = cache.key(lowered.as_text(), topology_name, [], toolchain_versions(), flags)
+        record = _stored_record(cache, key)
         if record is not None:
-            if record.error is not None:
-                raise CachedCompileError(record.error)
             return record
         t0 = time.perf_counter()
         try:
             compiled = compile_lowered(lowered, flags)
         except Exception as exc:
-            if is_out_of_memory(exc):
-                cache.put(key, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc)))
+            _store_refusal(cache, key, "", t0, exc)
             raise
         record = CompileRecord(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled),
                                time.perf_counter() - t0)
@@ -158,17 +154,30 @@ def form_flags(space: StrategySpace, compiled_as: Any, flags: CompilerFlags | No
     return CompilerFlags.parse(own).merged(flags) if flags is not None else CompilerFlags.parse(own)
 
 
+def _stored_record(cache: CompileCache, entry: str) -> CompileRecord | None:
+    """The record stored under `entry` (None: a miss); a stored refusal is raised as CachedCompileError."""
+    record = cache.get(entry)
+    if record is not None and record.error is not None:
+        raise CachedCompileError(record.error)
+    return record
+
+
+def _store_refusal(cache: CompileCache, entry: str, label: str, started: float, exc: BaseException) -> None:
+    """Keep the compiler's refusal for memory under `entry` (timeouts and other failures are not kept)."""
+    if is_out_of_memory(exc):
+        cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - started, error=drop_reason(exc),
+                                       label=label))
+
+
 def _from_cache(cache: CompileCache | None, entry: str | None, key: str,
                 hook: Callable[[OpaqueOp], OpaqueCost | None], placement: Placement) -> Compiled | None:
     """The program stored under `entry`, None on a miss (an unparseable entry is discarded: a miss).
     Raises CachedCompileError for a stored refusal."""
     if cache is None or entry is None:
         return None
-    record = cache.get(entry)
+    record = _stored_record(cache, entry)
     if record is None:
         return None
-    if record.error is not None:
-        raise CachedCompileError(record.error)
     assert record.hlo_text is not None  # a record without an error holds its program
     try:
         program = build_program(record.hlo_text, opaque_cost=hook, device_ids=record.device_ids)
@@ -185,10 +194,9 @@ def _compile_and_store(compile_miss: Callable[[], ChildResult], cache: CompileCa
     t0 = time.perf_counter()
     try:
         result = compile_miss()
-    except Exception as exc:  # timeouts are not cached: only the compiler's refusal for memory is
-        if cache is not None and entry is not None and is_out_of_memory(exc):
-            cache.put(entry, CompileRecord(None, None, None, time.perf_counter() - t0, error=drop_reason(exc),
-                                           label=label))
+    except Exception as exc:
+        if cache is not None and entry is not None:
+            _store_refusal(cache, entry, label, t0, exc)
         raise
     program = build_program(result.hlo_text, opaque_cost=hook, device_ids=result.device_ids)
     if cache is not None and entry is not None:

@@ -26,14 +26,13 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from aoizora.cost import CostModel
-from aoizora.placement import Placement
+from aoizora.placement import Placement, enumerate_placements
 from aoizora.stage2.outcomes import (
     Compiled,
     StrategyOutcome,
     drop_reason,
     lowest_pair,
     scored_on_every_placement,
-    strategy_placements,
 )
 from aoizora.workload import StrategySpace
 
@@ -107,5 +106,5 @@ def _rescore(space: StrategySpace, model: CostModel, outcome: StrategyOutcome, c
     """Score `compiled` on every placement of the outcome's strategy; the pair on the placement it
     was compiled over (its own device order) is verified."""
     outcome.compiled = compiled
-    outcome.scored = scored_on_every_placement(model, strategy_placements(model, space.mesh_spec(outcome.strategy)),
-                                               outcome.key, compiled, verify_own=True)
+    placements = enumerate_placements(model.topology, space.mesh_spec(outcome.strategy)).placements
+    outcome.scored = scored_on_every_placement(model, placements, outcome.key, compiled, verify_own=True)

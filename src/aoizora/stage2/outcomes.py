@@ -11,7 +11,7 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Result
 from aoizora.hlo.program import Program
-from aoizora.placement import JAX_DEFAULT, Placement, enumerate_placements
+from aoizora.placement import JAX_DEFAULT, Placement
 from aoizora.stage2.budget import OutOfBudget
 from aoizora.stage2.compile_workers import CompileTimeout
 
@@ -68,11 +68,6 @@ def lowest_pair(outcomes: Iterable[StrategyOutcome]) -> tuple[StrategyOutcome, S
     """The outcome and pair with the lowest Q2, a verified pair first on a tie (None: nothing scored)."""
     pairs = [(o, s) for o in outcomes for s in o.scored]
     return min(pairs, key=lambda p: (p[1].q2.step_seconds, not p[1].verified)) if pairs else None
-
-
-def strategy_placements(model: CostModel, mesh_spec: Any) -> list[Placement]:
-    """Every placement Stage 2 scores a strategy of mesh `mesh_spec` on (the slice is the model's)."""
-    return enumerate_placements(model.topology, mesh_spec).placements
 
 
 class CachedCompileError(Exception):

@@ -17,7 +17,7 @@ from typing import Any
 
 from aoizora.cost import CostModel, Q2Options
 from aoizora.defaults import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_VERIFY_TOP
-from aoizora.placement import Placement
+from aoizora.placement import Placement, enumerate_placements
 from aoizora.stage2 import compiling
 from aoizora.stage2.budget import NOT_COMPILED, STOPPED, OutOfBudget, TimeBudget, compile_timeout
 from aoizora.stage2.compile_cache import CompileCache
@@ -29,7 +29,6 @@ from aoizora.stage2.outcomes import (
     StrategyOutcome,
     memory_kind,
     scored_on_every_placement,
-    strategy_placements,
 )
 from aoizora.stage2.sweep import BoundedSweep, Stage2Summary
 from aoizora.stage2.verify import verify_leading_pairs
@@ -238,8 +237,8 @@ class _Stage2Run:
         else:
             self.timings["compile"] += compiled.compile_seconds
         t0 = time.perf_counter()
-        outcome.scored.extend(scored_on_every_placement(
-            self.model, strategy_placements(self.model, self.space.mesh_spec(outcome.strategy)), outcome.key, compiled))
+        placements = enumerate_placements(self.topology, self.space.mesh_spec(outcome.strategy)).placements
+        outcome.scored.extend(scored_on_every_placement(self.model, placements, outcome.key, compiled))
         self.timings["score"] += time.perf_counter() - t0
         self.sweep.scored(outcome.key, [s.q2.step_seconds for s in outcome.scored])
 
