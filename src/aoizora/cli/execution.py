@@ -75,6 +75,8 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
               "limit the tile search weighs, beside the splash model.")
 @click.option("--layers", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --per-device: transformer blocks in each program.")
+@click.option("--op-profile", is_flag=True, help="With --per-device: also time each operation of each program "
+              "under JAX's profiler, beside the compiler's estimate for it (the JSON's `ops`).")
 @click.option("--runs", type=click.IntRange(min=1, max=100), default=3, show_default=True,
               help="With --per-device/--splash: timed runs of each program after a warm-up.")
 @click.option("--workers", type=click.IntRange(min=1), default=MEASURE_COMPILE_WORKERS, show_default=True,
@@ -92,11 +94,13 @@ def run(plan_path: str, steps: int, check: bool, checkpoint: str | None, distrib
 @_libtpu_args_option
 def measure(plan_path: str | None, model: str | None, topology_name: str | None, resolution: str | None,
             frames: int | None, top_k: int, strategy_keys: tuple[str, ...], per_device: bool, splash: bool,
-            layers: int, runs: int, workers: int, out_path: str | None, report_dir: str | None, steps: int,
-            checkpoint: str | None, distributed: bool, as_json: bool, libtpu_args: str | None) -> None:
+            layers: int, op_profile: bool, runs: int, workers: int, out_path: str | None, report_dir: str | None,
+            steps: int, checkpoint: str | None, distributed: bool, as_json: bool, libtpu_args: str | None) -> None:
     """Time a plan on the devices present: its whole steps (default), or, with --per-device and
     --splash, its candidates' per-device programs and splash calls on the attached chip, which may
     be fewer chips than the slice planned for."""
+    if op_profile and not per_device:
+        raise click.UsageError("--op-profile times the operations of --per-device programs; add --per-device")
     if not (per_device or splash):
         if plan_path is None:
             raise click.UsageError("give --plan PLAN (or --per-device/--splash with a plan or a request)")
@@ -116,7 +120,7 @@ def measure(plan_path: str | None, model: str | None, topology_name: str | None,
     measure_candidates(plan_path=plan_path, model=model, topology_name=topology_name, resolution=resolution,
                        frames=frames, top_k=top_k, strategy_keys=strategy_keys, per_device=per_device, splash=splash,
                        layers=layers, runs=runs, workers=workers, out_path=out_path, report_dir=report_dir,
-                       as_json=as_json, libtpu_args=libtpu_args)
+                       as_json=as_json, libtpu_args=libtpu_args, op_profile=op_profile)
 
 
 @cli.command()

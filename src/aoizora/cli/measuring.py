@@ -57,7 +57,8 @@ def _space_and_strategies(plan_path: str | None, model: str | None, topology_nam
 def measure_candidates(*, plan_path: str | None, model: str | None, topology_name: str | None,
                        resolution: str | None, frames: int | None, top_k: int, strategy_keys: tuple[str, ...],
                        per_device: bool, splash: bool, layers: int, runs: int, workers: int, out_path: str | None,
-                       report_dir: str | None, as_json: bool, libtpu_args: str | None) -> None:
+                       report_dir: str | None, as_json: bool, libtpu_args: str | None,
+                       op_profile: bool = False) -> None:
     from aoizora.measure import chip
     from aoizora.measure.candidates import per_device_rows, splash_rows
     from aoizora.measure.records import document, write_document
@@ -84,7 +85,7 @@ def measure_candidates(*, plan_path: str | None, model: str | None, topology_nam
 
     if per_device:
         rows = per_device_rows(space, topo, strategies, layers=layers, runs=runs, flags=flags, workers=workers, say=say,
-                               on_row=partial("per-device"))
+                               on_row=partial("per-device"), op_profile=op_profile)
         docs.append(document("per-device", rows, **common))
     if splash:
         rows = splash_rows(space, topo, strategies, runs=runs, workers=workers, say=say, on_row=partial("splash"))

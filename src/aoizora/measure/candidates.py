@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aoizora.errors import MeasureError
 from aoizora.measure import chip
 from aoizora.measure.local_program import LocalProgram
+from aoizora.measure.op_profile import OpTime, op_rows, profile_ops
 from aoizora.measure.per_device import (
     kernel_cost_hook,
     per_device_program,
@@ -47,10 +48,13 @@ def check_generation(topology: Topology) -> None:
 
 def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, layers: int = 1,
                     runs: int = 3, flags: CompilerFlags | None = None, workers: int = 1, say: Say = print,
-                    on_row: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+                    on_row: Callable[[list[dict[str, Any]]], None] | None = None,
+                    op_profile: bool = False) -> list[dict[str, Any]]:
     """One row per strategy: its per-device program with `layers` blocks, measured and predicted
     (`on_row` sees the rows so far after each, e.g. to keep a partial file). `workers` programs are
-    made and compiled at once (`chip.compiled_in_order`), then timed one by one."""
+    made and compiled at once (`chip.compiled_in_order`), then timed one by one. With
+    `op_profile`, each row also has `ops`: every operation timed on the chip under the profiler
+    beside its predicted time (`op_profile.op_rows`)."""
     check_generation(topology)
     device = chip.tpu_device()
     small = with_layers(space, layers)
@@ -66,12 +70,17 @@ def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strate
     rows = []
     compiled = chip.compiled_in_order([compile_one(st) for st in strategies], workers)
     for i, (st, (options, local, program)) in enumerate(zip(strategies, compiled, strict=True)):
-        timing = chip.time_compiled(program, runs)
-        predicted = (predicted_compute_seconds(program.text, hw, kernel_cost_hook(small, st, topology))
-                     if program.text is not None else None)
+        timing, op_times = _timed(program, runs, op_profile)
+        hook = kernel_cost_hook(small, st, topology)
+        predicted = predicted_compute_seconds(program.text, hw, hook) if program.text is not None else None
+        row = {"key": st.key(), "layers": layers, "compiler_options": options,
+               "replaced": local.replaced_json(), "predicted": predicted, **timing.to_json()}
+        if isinstance(op_times, str):
+            row["ops_error"] = op_times
+        elif op_times is not None and program.text is not None:
+            row["ops"] = op_rows(program.text, op_times, hw, hook)
         del program
-        rows.append({"key": st.key(), "layers": layers, "compiler_options": options,
-                     "replaced": local.replaced_json(), "predicted": predicted, **timing.to_json()})
+        rows.append(row)
         med = timing.median_seconds
         say(f"[{i + 1}/{len(strategies)}] {st.key()}: "
             + (f"refused ({timing.refused})" if med is None else
@@ -79,6 +88,22 @@ def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strate
         if on_row is not None:
             on_row(rows)
     return rows
+
+
+def _timed(program: chip.ChipProgram, runs: int, op_profile: bool
+           ) -> tuple[chip.Timing, dict[str, OpTime] | str | None]:
+    """The program's timing on the chip and, with `op_profile`, its operations' times per run
+    (profiled after the timed runs, on the same inputs), or why the profile could not be read
+    (the timing stands without it)."""
+    if not op_profile or program.make_run is None:
+        return chip.time_compiled(program, runs), None
+    run = program.make_run()
+    timing = chip.time_runs(run, runs, warmup=1)
+    timing.compile_seconds = program.compile_seconds
+    try:
+        return timing, profile_ops(run)
+    except MeasureError as exc:
+        return timing, str(exc)
 
 
 def splash_rows(space: WanSpace, topology: Topology, strategies: list[Strategy], *, runs: int = 5,
