@@ -151,6 +151,25 @@ def test_a_node_takes_supplied_seconds_then_compiler_cycles_then_the_roofline():
     assert Node(**base, estimated_cycles=1500, seconds=2).compute_seconds(hw) == 2.0
 
 
+def test_the_compilers_estimate_is_scaled_by_its_kind_where_the_chip_measured_it():
+    from aoizora.hlo.program import estimate_kind
+
+    assert [estimate_kind("fusion", k) for k in ("kOutput", "kLoop", "kInput", "kCustom", None)] == [
+        "output", "loop", "input", "fusion", "fusion"]
+    assert [estimate_kind(op, None) for op in ("convolution", "dot", "copy", "copy-start", "broadcast")] == [
+        "output", "output", "copy", "copy", "other"]
+    base = dict(index=0, name="f", opcode="fusion", kind=NodeKind.COMPUTE, computation="main",
+                shape=Shape("bf16", (1,)), operand_shapes=(), deps=(), multiplicity=1, loop=None,
+                estimated_cycles=1500)
+    v5e, v6e = hardware_profile("v5e"), hardware_profile("v6e")
+    loop = Node(**base, fusion_kind="kLoop")
+    assert loop.compute_seconds(v5e) == pytest.approx(1500 / v5e.clock_hz * v5e.estimate_scale["loop"])
+    assert v5e.estimate_scale["loop"] < 0.5 < v5e.estimate_scale["output"]
+    assert loop.compute_seconds(v6e) == 1500 / v6e.clock_hz  # not measured there: the estimate as is
+    reduction = Node(**base, fusion_kind="kInput")  # not among the programs measured: as is
+    assert reduction.compute_seconds(v5e) == 1500 / v5e.clock_hz
+
+
 def test_a_splash_step_with_one_compute_sub_block_pays_its_chain_on_every_element():
     """v5e's splash figures (measured on the chip): one K/V compute sub-block per grid step leaves
     its QK^T -> softmax -> PV chain un-overlapped for all of its elements, two for half of them."""

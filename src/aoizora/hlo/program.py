@@ -151,6 +151,23 @@ class CollectiveMode(str, enum.Enum):
     ASYNC_FUSION = "async-fusion"  # async collective fusion / AsyncCollectiveStart..Done pair
 
 
+#: the kinds of instruction whose compiler estimate a generation's profile corrects by what the chip
+#: ran them in (`HardwareProfile.estimate_scale`; see `estimate_kind`)
+ESTIMATE_KINDS = ("output", "loop", "input", "fusion", "copy", "other")
+
+
+def estimate_kind(opcode: str, fusion_kind: str | None) -> str:
+    """The kind of an instruction's estimate, as the chip's profiles group it: ``output`` (a
+    kOutput fusion, rooted at a matmul or convolution, or a bare ``dot``/``convolution``: MXU
+    work), ``loop`` (a kLoop fusion: elementwise work), ``input`` (a kInput fusion: a reduction),
+    ``fusion`` (a fusion of any other kind), ``copy`` (``copy``, ``copy-start``), ``other``."""
+    if opcode == "fusion":
+        return {"kOutput": "output", "kLoop": "loop", "kInput": "input"}.get(fusion_kind or "", "fusion")
+    if opcode in ("dot", "convolution"):
+        return "output"
+    return "copy" if opcode in ("copy", "copy-start") else "other"
+
+
 @dataclass(slots=True)
 class Node:
     """One costed instruction in program order (see the module docstring)."""
@@ -177,12 +194,14 @@ class Node:
 
     def compute_seconds(self, hardware: HardwareProfile) -> float:
         """Time of this node on one device: the seconds a hook supplied, else the compiler's cycle
-        estimate at the device's clock, else the roofline of its FLOPs and HBM bytes. Q2 and the
-        simulator cost compute here."""
+        estimate at the device's clock, corrected for its kind where the generation's chip measured
+        it (`estimate_kind`, `HardwareProfile.estimate_scale`), else the roofline of its FLOPs and
+        HBM bytes. Q2 and the simulator cost compute here."""
         if self.seconds is not None:
             return float(self.seconds)
         if self.estimated_cycles is not None:
-            return self.estimated_cycles / hardware.clock_hz
+            scale = hardware.estimate_scale.get(estimate_kind(self.opcode, self.fusion_kind), 1.0)
+            return self.estimated_cycles / hardware.clock_hz * scale
         return hardware.roofline_seconds(self.flops, self.hbm_bytes, self.kernel)
 
     def to_json(self) -> dict[str, Any]:

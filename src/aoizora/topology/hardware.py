@@ -97,6 +97,10 @@ class HardwareProfile:
     #: resolves, and the raised limit changes the rest of the program by a measured -10 % to +24 %
     #: (which Stage 2 checks by a compile at it: `aoizora.stage2.limit_check`)
     splash_model_error: float | None = None
+    #: kind of instruction (`aoizora.hlo.program.estimate_kind`) -> the chip's time over the
+    #: compiler's cycle estimate, where the generation's chip measured it per operation; a kind
+    #: not named is costed at the estimate as is (empty: not measured)
+    estimate_scale: dict[str, float] = field(default_factory=dict, compare=False)
     tensorcores_per_chip: int = 1
     #: whether libtpu compiles an all-gather of an activation the program computes as an
     #: asynchronous collective fusion, which holds a second buffer of the result outside its
@@ -227,6 +231,7 @@ class HardwareProfile:
             "splash_call_s": self.splash_call_s,
             "splash_kv_stream_byte_s": self.splash_kv_stream_byte_s,
             "splash_model_error": self.splash_model_error,
+            "estimate_scale": dict(self.estimate_scale),
             "tensorcores_per_chip": self.tensorcores_per_chip,
             "async_collective_fusion": self.async_collective_fusion,
             "tile_16bit": list(self.tile_16bit),
@@ -270,6 +275,7 @@ def hardware_profile(generation: str) -> HardwareProfile:
         raw["tile_16bit"] = tuple(int(n) for n in raw["tile_16bit"])
     raw["splash_max_block_q"] = {int(b): int(q) for b, q in raw.get("splash_max_block_q", {}).items()}
     raw["splash_vmem"] = {int(b): tuple(float(x) for x in c) for b, c in raw.get("splash_vmem", {}).items()}
+    raw["estimate_scale"] = {str(k): float(v) for k, v in raw.get("estimate_scale", {}).items()}
     return HardwareProfile(generation=gen, **raw)
 
 

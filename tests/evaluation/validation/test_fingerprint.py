@@ -3,7 +3,7 @@ synthetic N-D collectives, against a committed output (`benchmarks/q2_sim_finger
 functions; that script runs them over a whole compile cache to check a refactor).
 
 A change meant to change these numbers regenerates the file:
-    PYTHONPATH=src python -m tests.validation.test_fingerprint
+    PYTHONPATH=src:. python -m tests.evaluation.validation.test_fingerprint
 """
 
 from __future__ import annotations
