@@ -27,6 +27,12 @@ def recording() -> bool:
     return os.environ.get("AOIZORA_TEST_RECORD_SEED") == "1"
 
 
+def adding() -> bool:
+    """Whether this session reads the seed and adds to it what it compiled that the seed lacks
+    (`AOIZORA_TEST_RECORD_SEED=add pytest FILES`: after a change to a few tests' programs)."""
+    return os.environ.get("AOIZORA_TEST_RECORD_SEED") == "add"
+
+
 def _compiled(cache_dir: Path) -> Path:
     return cache_dir / "compiled"
 
@@ -50,20 +56,27 @@ def missing(cache_dir: Path) -> int:
 def keep(cache_dir: Path) -> int:
     """Make the session's compiled entries the seed (the old seed's entries go); how many. The
     programs are kept without the folders their source files were in (`without_machine_paths`)."""
-    from aoizora.stage2.compile_cache import CompileCache
-
     SEED.mkdir(parents=True, exist_ok=True)
     for old in SEED.glob(_ENTRY):
         old.unlink()
+    return add(cache_dir)
+
+
+def add(cache_dir: Path) -> int:
+    """Add to the seed the session's compiled entries it lacks (`without_machine_paths`); how many."""
+    from aoizora.stage2.compile_cache import CompileCache
+
+    SEED.mkdir(parents=True, exist_ok=True)
+    seeded = {p.name for p in SEED.glob(_ENTRY)}
     session, seed = CompileCache(_compiled(cache_dir)), CompileCache(SEED)
-    kept = 0
+    added = 0
     for entry in sorted(_compiled(cache_dir).glob(_ENTRY)):
         key = entry.name.removesuffix(".json.gz")
-        record = session.get(key)
+        record = None if entry.name in seeded else session.get(key)
         if record is not None:
             seed.put(key, dataclasses.replace(record, hlo_text=without_machine_paths(record.hlo_text)))
-            kept += 1
-    return kept
+            added += 1
+    return added
 
 
 #: the folders before a source file's path inside the project or an installed package
@@ -76,10 +89,13 @@ def without_machine_paths(hlo_text: str | None) -> str | None:
     return None if hlo_text is None else _FOLDERS.sub("", hlo_text)
 
 
-def through_cache(topology: str):
-    """A `compile_with` for `compile_splash_call` that reads the session's compile cache (and so the
-    seed) first; a refusal for memory read back is raised as `CachedCompileError`."""
+def through_cache(topology: str, mesh=None):
+    """A compile (lowered, flags) -> `CompileRecord` that reads the session's compile cache (and so
+    the seed) first: for `compile_splash_call`'s one-device programs, or for a program lowered over
+    `mesh` (its device order is in the key); a refusal for memory read back is raised as
+    `CachedCompileError`."""
     from aoizora.stage2.compile_cache import default_compile_cache
     from aoizora.stage2.compiling import cached_compile
 
-    return cached_compile(default_compile_cache(), topology)
+    devices = () if mesh is None else [d.id for d in mesh.devices.flat]
+    return cached_compile(default_compile_cache(), topology, devices)

@@ -51,11 +51,15 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Under `make test-seed`, the controller keeps the session's compiled programs as the new seed."""
+    """Under `make test-seed`, the controller keeps the session's compiled programs as the new seed;
+    under `AOIZORA_TEST_RECORD_SEED=add`, it adds those the seed lacks."""
     cache_dir = os.environ.get("AOIZORA_TEST_SESSION_CACHE_DIR")
     if cache_dir and not os.environ.get("PYTEST_XDIST_WORKER") and compile_seed.recording():
         kept = compile_seed.keep(Path(cache_dir))
         print(f"\ncompile seed: kept {kept} compiled programs in tests/data/compile_seed")
+    elif cache_dir and not os.environ.get("PYTEST_XDIST_WORKER") and compile_seed.adding():
+        added = compile_seed.add(Path(cache_dir))
+        print(f"\ncompile seed: added {added} compiled programs to tests/data/compile_seed")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -65,4 +69,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         missing = compile_seed.missing(Path(cache_dir))
         if missing:
             terminalreporter.write_line(f"compile seed: {missing} programs compiled that tests/data/compile_seed "
-                                        "lacks; `make test-seed` records them")
+                                        "lacks; `make test-seed` records them (or, for a few test files, "
+                                        "`AOIZORA_TEST_RECORD_SEED=add pytest FILES`)")

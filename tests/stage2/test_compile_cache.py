@@ -34,6 +34,10 @@ def test_programs_and_refusals_round_trip(tmp_path):
     assert b.hlo_text is None and b.error.startswith("out of HBM")
     assert cache.get("missing") is None
     assert (cache.hits, cache.misses) == (2, 1)
+    assert a.memory_parts is None  # entries written without the parts read back without them
+    parts = {"argument": 10, "output": 2, "temp": 100, "alias": 0, "generated_code": 11}
+    cache.put("c", CompileRecord("HloModule m", (0, 1), 123, 4.5, memory_parts=parts))
+    assert cache.get("c").memory_parts == parts
 
 
 @pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"{}", mtime=0),
@@ -147,6 +151,7 @@ def test_a_lowered_program_compiles_once_through_the_cache_and_a_refusal_is_read
     compile_with = compiling.cached_compile(CompileCache(tmp_path), "v5e:2x2")
     first = compile_with(lowered(2.0), None)
     assert first.hlo_text and "multiply" in first.hlo_text and first.memory_bytes
+    assert first.memory_parts["argument"] == first.memory_parts["output"] == 128 * 128 * 4
     assert compile_with(lowered(2.0), None) == first and len(compiles) == 1
     compile_with(lowered(3.0), None)
     assert len(compiles) == 2  # another program, another entry

@@ -46,6 +46,9 @@ class CompileRecord:
     compile_seconds: float
     error: str | None = None
     label: str = ""  # what was compiled (strategy / placement / slice), for people reading the cache
+    #: the compiler's memory analysis by part, bytes per device (`compile_workers.memory_parts`:
+    #: argument, output, temp, alias, generated_code); None in entries written before it was kept
+    memory_parts: dict[str, int] | None = None
 
 
 # the Mosaic body of a `tpu_custom_call`: base64 MLIR bytecode in its backend config (quotes print as \22)
@@ -122,6 +125,8 @@ class CompileCache:
             "error": record.error,
             "label": record.label,
         }
+        if record.memory_parts is not None:  # absent otherwise, so entries without it read as they were written
+            doc["memory_parts"] = dict(record.memory_parts)
         self._entries.store(key, doc)  # atomic: readers never see half an entry
 
     @contextlib.contextmanager
@@ -196,6 +201,7 @@ def _record_from_payload(d: dict[str, Any]) -> CompileRecord:
         device_ids=tuple(int(i) for i in d["device_ids"]) if d["device_ids"] is not None else None,
         memory_bytes=d["memory_bytes"], compile_seconds=float(d["compile_seconds"]), error=d["error"],
         label=str(d.get("label", "")),
+        memory_parts={str(k): int(v) for k, v in d["memory_parts"].items()} if d.get("memory_parts") else None,
     )
     if (record.hlo_text is None) == (record.error is None):
         raise ValueError("an entry holds either a program or an error")

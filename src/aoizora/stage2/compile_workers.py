@@ -443,6 +443,19 @@ def memory_bytes(compiled: Any) -> int | None:
     )
 
 
+def memory_parts(compiled: Any) -> dict[str, int] | None:
+    """The compiler's memory analysis of a compiled program by part, bytes per device
+    (`argument`, `output`, `temp`, `alias`, `generated_code`); None when it reports none."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:
+        return None
+    if m is None:
+        return None
+    return {part: int(getattr(m, f"{part}_size_in_bytes", 0))
+            for part in ("argument", "output", "temp", "alias", "generated_code")}
+
+
 def device_ids_of(compiled: Any) -> tuple[int, ...] | None:
     """The executable's logical device order, as `aoizora.hlo.builder.program_from_compiled` reads it."""
     try:

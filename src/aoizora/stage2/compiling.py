@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +24,7 @@ from aoizora.stage2.compile_workers import (
     WorkloadNotTransferable,
     device_ids_of,
     memory_bytes,
+    memory_parts,
 )
 from aoizora.stage2.outcomes import CachedCompileError, Compiled, drop_reason, is_out_of_memory
 from aoizora.toolchain import CompilerFlags, LoweredCompile, compile_lowered, toolchain_versions
@@ -61,14 +62,15 @@ def compile_with_timeout(lowered: Any, timeout_s: CompileLimit | float | None,
     return box["compiled"]
 
 
-def cached_compile(cache: CompileCache, topology_name: str) -> LoweredCompile:
-    """A `LoweredCompile` that reads libtpu's answer from `cache` first: a one-device program for a
-    compile-only device of `topology_name` (the key does not hold a device order), compiled on a
-    miss and stored, with the compiler's refusal for memory, which a hit raises again as
-    `CachedCompileError` (its message `drop_reason`'s). Returns the `CompileRecord`."""
+def cached_compile(cache: CompileCache, topology_name: str, device_ids: Sequence[int] = ()) -> LoweredCompile:
+    """A `LoweredCompile` that reads libtpu's answer from `cache` first: a program lowered for the
+    compile-only devices of `topology_name` (a one-device program, or one over the mesh whose
+    device ids in order are `device_ids`, which the key holds), compiled on a miss and stored,
+    with the compiler's memory analysis by part and its refusal for memory, which a hit raises
+    again as `CachedCompileError` (its message `drop_reason`'s). Returns the `CompileRecord`."""
 
     def compile_through_cache(lowered: Any, flags: CompilerFlags | None) -> CompileRecord:
-        key = cache.key(lowered.as_text(), topology_name, [], toolchain_versions(), flags)
+        key = cache.key(lowered.as_text(), topology_name, list(device_ids), toolchain_versions(), flags)
         record = _stored_record(cache, key)
         if record is not None:
             return record
@@ -79,7 +81,7 @@ def cached_compile(cache: CompileCache, topology_name: str) -> LoweredCompile:
             _store_refusal(cache, key, "", t0, exc)
             raise
         record = CompileRecord(compiled.as_text(), device_ids_of(compiled), memory_bytes(compiled),
-                               time.perf_counter() - t0)
+                               time.perf_counter() - t0, memory_parts=memory_parts(compiled))
         cache.put(key, record)
         return record
 

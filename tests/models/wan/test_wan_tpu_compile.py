@@ -2,7 +2,8 @@
 emitted, its cost is reported, and the program fits. The full 14B model at 720p/81 frames is
 compiled once (one strategy on v5e:2x4, ~1-2 min); every variant on both slices is in
 benchmarks/wan_compile.py (docs/notebook/planning-time.md). The other tests run the real 720p/81-frame token count
-(75,600) through a model of reduced width."""
+(75,600) through a model of reduced width. Each compile goes through the session's compile cache
+(`tests/compile_seed.py`): a program the seed holds is read back, a changed one compiles for real."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from aoizora.models.wan.transformer.config import WAN_T2V_14B, VideoShape
 from aoizora.models.wan.transformer.strategy import SplashBlocks, Strategy, make_mesh
 from aoizora.models.wan.video.sampling import lower_denoise_step, opaque_kernel_costs
 from aoizora.models.wan.video.schedulers import UniPCScheduler
+from tests.compile_seed import through_cache
 
 pytestmark = pytest.mark.tpu_compile
 
@@ -29,14 +31,13 @@ def test_720p_81_frames_compiles_for_v5e_2x4_with_splash(variant):
     strategy = Strategy(data=2, context=4, attention=variant, weights="gathered")
     mesh = make_mesh(strategy, devs)
     lowered = lower_denoise_step(NARROW, VIDEO_720P, strategy, mesh, UniPCScheduler(50, 5.0))
-    compiled = lowered.compile()
-    text = compiled.as_text()
+    compiled = through_cache("v5e:2x4", mesh)(lowered, None)
+    text = compiled.hlo_text
     # splash calls (self-attention ring steps + cross-attention) live in the one scanned layer body
     calls = [ln.split("=")[0].strip() for ln in text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln]
     assert "while" in text
     assert re.search(r"collective-permute", text)
-    mem = compiled.memory_analysis()
-    assert 0 < mem.temp_size_in_bytes < 16 * 1024**3
+    assert 0 < compiled.memory_parts["temp"] < 16 * 1024**3
 
     kernels = opaque_kernel_costs(NARROW, VIDEO_720P, strategy, mesh)
     # one recorded kernel per custom call in the compiled program, matched by instruction name
@@ -91,18 +92,19 @@ def test_full_size_lowering_from_abstract_inputs(preset, video, topology, strate
 def test_full_size_14b_720p_81_frames_compiles_for_v5e_2x4():
     """The real thing, once: 14B, 720p, 81 frames, the expert deployment (data=2, context=4,
     K/V all-gathered, weights gathered per layer), compiled by libtpu for v5e:2x4 (~1-2 min)."""
-    from aoizora.hlo import analyze
+    from aoizora.hlo import build_program
 
     devs = toolchain.compile_only_devices("v5e:2x4")
     strategy = Strategy(data=2, context=4, attention="allgather", weights="gathered")
     mesh = make_mesh(strategy, devs)
-    compiled = lower_denoise_step(WAN_T2V_14B, VIDEO_720P, strategy, mesh, UniPCScheduler(50, 5.0)).compile()
-    mem = compiled.memory_analysis()
-    per_device = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+    lowered = lower_denoise_step(WAN_T2V_14B, VIDEO_720P, strategy, mesh, UniPCScheduler(50, 5.0))
+    compiled = through_cache("v5e:2x4", mesh)(lowered, None)
+    mem = compiled.memory_parts
+    per_device = mem["argument"] + mem["output"] + mem["temp"]
     # 14B bf16 weights over fsdp x context = 4 shards: ~6.5 GiB of arguments; all within 16 GiB HBM
-    assert 6 * 1024**3 < mem.argument_size_in_bytes < 8 * 1024**3
+    assert 6 * 1024**3 < mem["argument"] < 8 * 1024**3
     assert per_device < 16 * 1024**3
-    program = analyze(compiled)
+    program = build_program(compiled.hlo_text)
     assert [lp.trip_count for lp in program.loops if lp.trip_count and lp.trip_count > 1] == [40]
     assert {op.custom_call_target for op in program.opaque} == {"tpu_custom_call"}
     kinds = {c.kind.value for c in program.collectives}
@@ -125,8 +127,8 @@ def test_2d_context_and_fixed_splash_blocks_compile(topology, strategy):
     devs = toolchain.compile_only_devices(topology)
     mesh = make_mesh(strategy, devs)
     assert mesh.axis_names == strategy.mesh_axes
-    compiled = lower_denoise_step(cfg, video, strategy, mesh, UniPCScheduler(50, 5.0)).compile()
-    text = compiled.as_text()
+    lowered = lower_denoise_step(cfg, video, strategy, mesh, UniPCScheduler(50, 5.0))
+    text = through_cache(topology, mesh)(lowered, None).hlo_text
     calls = [ln.split("=")[0].strip() for ln in text.splitlines() if 'custom_call_target="tpu_custom_call"' in ln]
     kernels = opaque_kernel_costs(cfg, video, strategy, mesh)
     for prefix in ("%splash_mha_fwd_segmented_residuals", "%splash_mha_fwd_segmented_no_residuals"):
@@ -155,7 +157,7 @@ def test_readme_splash_blocks_exceed_v5e_default_scoped_vmem():
     strategy = Strategy(data=2, context=4, attention="allgather", weights="gathered", splash_blocks=README_BLOCKS)
     mesh = make_mesh(strategy, toolchain.compile_only_devices("v5e:2x4"))
     lowered = lower_denoise_step(cfg, VideoShape(21, 480, 832), strategy, mesh, UniPCScheduler(50, 5.0))
-    with pytest.raises(Exception) as info:
-        lowered.compile()
+    with pytest.raises(Exception) as info:  # libtpu's refusal, or the cache's record of it
+        through_cache("v5e:2x4", mesh)(lowered, None)
     reason = drop_reason(info.value)
     assert reason.startswith(OUT_OF_VMEM) and refused_for_memory(reason)
