@@ -43,8 +43,7 @@ from typing import Any
 
 from scipy.stats import spearmanr
 
-from aoizora.hlo.program import estimate_kind
-from aoizora.measure.op_profile import instruction_name
+from aoizora.measure.op_profile import by_kind, instruction_name
 from aoizora.topology import hardware_profile
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "chip"
@@ -93,17 +92,8 @@ def load(names: tuple[str, ...], data: Path = DATA) -> list[dict[str, Any]]:
         doc = json.loads((data / name).read_text())
         for d in doc.get("documents", [doc]):
             for row in d["rows"]:
-                kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
-                for op in joined(row["ops"]):
-                    estimate = raw_estimate(op, clock)
-                    if op["kind"] == "opaque":
-                        kinds["kernel"][1] += op["measured_s"]
-                    elif estimate is not None:
-                        entry = kinds[estimate_kind(op["opcode"], op["fusion_kind"])]
-                        entry[0] += estimate
-                        entry[1] += op["measured_s"]
-                    else:
-                        kinds["unestimated"][1] += op["measured_s"]
+                kinds = {kind: list(part) for kind, part in
+                         by_kind(joined(row["ops"]), estimate=lambda op: raw_estimate(op, clock)).items()}
                 kinds["kernel"][0] = row["predicted"]["kernels_seconds"]
                 programs.append({"source": name, "cell": CELLS[name], "key": row["key"],
                                  "measured_s": row["median_seconds"], "kinds": dict(kinds)})

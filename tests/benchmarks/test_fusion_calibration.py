@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.hlo.program import ESTIMATE_KINDS
+from aoizora.hlo import ESTIMATE_KINDS
 from aoizora.topology import generation_names, hardware_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from aoizora.cli import cli
 from aoizora.errors import MeasureError
-from aoizora.measure.op_profile import OPS_LINE, device_op_times, instruction_name, op_rows
+from aoizora.measure.op_profile import OPS_LINE, by_kind, device_op_times, instruction_name, op_rows
 from aoizora.topology import hardware_profile
 
 
@@ -106,3 +106,32 @@ def test_op_profile_belongs_to_per_device():
     result = CliRunner().invoke(cli, ["measure", "--splash", "--op-profile", "--model", "wan2.1-t2v-1.3b",
                                       "--topology", "v5e:2x2"])
     assert result.exit_code == 2 and "add --per-device" in result.output
+
+
+def test_a_programs_operations_are_summed_by_kind_of_estimate():
+    hw = hardware_profile("v5e")
+    rows = op_rows(MODULE, device_op_times(_planes(), runs=2), hw)
+    kinds = by_kind(rows)
+    assert set(kinds) == {"loop", "output", "unestimated"}
+    assert kinds["loop"] == (pytest.approx(3000 / hw.clock_hz * hw.estimate_scale["loop"]), pytest.approx(1.2e-6))
+    assert kinds["output"][1] == pytest.approx(10e-6)
+    assert kinds["unestimated"] == (0.0, pytest.approx(30e-9))  # copy-done.3: measured, in no prediction
+    raw = by_kind(rows, estimate=lambda op: None if op["estimated_cycles"] is None
+                  else op["estimated_cycles"] / hw.clock_hz)
+    assert raw["loop"][0] == pytest.approx(3000 / hw.clock_hz)
+
+
+def test_the_measured_page_shows_each_kind_of_a_profiled_program(tmp_path):
+    from aoizora.report.measured import write_measured_page
+
+    row = {"key": "data=2,context=4 | weights=gathered | attn=allgather", "layers": 1, "median_seconds": 0.28,
+           "predicted": {"seconds": 0.30}, "replaced": {"all-gather": 2},
+           "ops_by_kind": {"loop": {"predicted_s": 0.030, "measured_s": 0.010},
+                           "unestimated": {"predicted_s": 0.0, "measured_s": 0.001}}}
+    page = write_measured_page([{"kind": "per-device", "rows": [row], "measured_on": {"device_kind": "TPU v5 lite"},
+                                 "date": "2026-12-08"}], tmp_path).read_text()
+    assert "by kind" in page and "0.333" in page and "unestimated" in page
+    plain = dict(row)
+    del plain["ops_by_kind"]
+    page = write_measured_page([{"kind": "per-device", "rows": [plain]}], tmp_path).read_text()
+    assert "by kind" not in page and "0.933" in page

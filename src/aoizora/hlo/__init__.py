@@ -22,6 +22,7 @@ from aoizora.hlo.builder import build_program, program_from_compiled
 from aoizora.hlo.instructions import KNOWN_OPCODES
 from aoizora.hlo.parser import Computation, HloModule, Instruction, parse_hlo
 from aoizora.hlo.program import (
+    ESTIMATE_KINDS,
     Collective,
     CollectiveKind,
     CollectiveMode,
@@ -32,6 +33,7 @@ from aoizora.hlo.program import (
     OpaqueCostHook,
     OpaqueOp,
     Program,
+    estimate_kind,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.summary import summarize
@@ -53,9 +55,9 @@ def analyze(obj: Any, *, opaque_cost: OpaqueCostHook | None = None) -> Program:
 
 
 __all__ = [
-    "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
+    "ESTIMATE_KINDS", "AlgorithmConfig", "Collective", "CollectiveKind", "CollectiveMode", "Computation",
     "HloModule", "Instruction", "KNOWN_OPCODES", "Loop", "Node", "NodeKind", "OpaqueCost",
     "OpaqueCostHook", "OpaqueOp", "Program", "ProgramBuilder", "RingDirection", "RingOrder", "RingPhase", "Shape",
-    "all_to_all_chunk", "analyze", "build_program", "bytes_sent_per_device", "parse_algorithm_config",
+    "all_to_all_chunk", "analyze", "build_program", "bytes_sent_per_device", "estimate_kind", "parse_algorithm_config",
     "parse_hlo", "program_from_compiled", "resolve_direction", "ring_phases", "summarize",
 ]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aoizora.errors import MeasureError
 from aoizora.measure import chip
 from aoizora.measure.local_program import LocalProgram
-from aoizora.measure.op_profile import OpTime, op_rows, profile_ops
+from aoizora.measure.op_profile import OpTime, by_kind, op_rows, profile_ops
 from aoizora.measure.per_device import (
     kernel_cost_hook,
     per_device_program,
@@ -79,6 +79,8 @@ def per_device_rows(space: WanSpace, topology: Topology, strategies: list[Strate
             row["ops_error"] = op_times
         elif op_times is not None and program.text is not None:
             row["ops"] = op_rows(program.text, op_times, hw, hook)
+            row["ops_by_kind"] = {kind: {"predicted_s": predicted_s, "measured_s": measured_s}
+                                  for kind, (predicted_s, measured_s) in by_kind(row["ops"]).items()}
         del program
         rows.append(row)
         med = timing.median_seconds

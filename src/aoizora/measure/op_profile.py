@@ -8,6 +8,7 @@ each node's measured time beside its predicted one (the compiler's cycle estimat
 generation's clock, or the hook's cost of an opaque kernel, times its trips), with what the
 calibration of the fusions' estimate groups it by: opcode, fusion kind, and what bounds it on its
 roofline (`per_device.fusion_bound`). An event no node names is kept as a row of its own.
+`by_kind` sums a program's rows per kind of estimate (`aoizora.hlo.program.estimate_kind`).
 """
 
 from __future__ import annotations
@@ -121,3 +122,23 @@ def op_rows(compiled_text: str, times: dict[str, OpTime], hardware: HardwareProf
               "measured_s": t.seconds, "events": t.count}
              for name, t in sorted(times.items()) if name not in named]
     return rows
+
+
+def by_kind(ops: list[dict[str, Any]], estimate: Callable[[dict[str, Any]], float | None] | None = None
+            ) -> dict[str, tuple[float, float]]:
+    """A program's `op_rows` summed per kind: kind -> (predicted seconds, chip seconds) per run.
+    Kinds are `estimate_kind`'s for instructions with a prediction, `kernel` for opaque calls (the
+    splash calls) and `unestimated` for the rest, whose chip time Q2 leaves out. `estimate` reads
+    a row's prediction (default: its `estimated_s`, Q2's time)."""
+    from aoizora.hlo import estimate_kind
+
+    read = estimate or (lambda op: op["estimated_s"])
+    sums: dict[str, list[float]] = {}
+    for op in ops:
+        predicted = read(op)
+        kind = ("kernel" if op["kind"] == "opaque" else "unestimated" if predicted is None
+                else estimate_kind(op["opcode"], op["fusion_kind"]))
+        entry = sums.setdefault(kind, [0.0, 0.0])
+        entry[0] += predicted or 0.0
+        entry[1] += op["measured_s"]
+    return {kind: (p, m) for kind, (p, m) in sorted(sums.items())}

@@ -27,6 +27,19 @@ def measured_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     return headers, rows
 
 
+def kind_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """(headers, rows) of a per-device document measured with `--op-profile`: per program and kind
+    of operation, the chip's time against Q2's (each row's `ops_by_kind`); none without profiles."""
+    headers = ["strategy", "kind", "measured ms", "predicted ms", "measured / predicted"]
+    rows = []
+    for r in doc["rows"]:
+        for kind, part in (r.get("ops_by_kind") or {}).items():
+            predicted, measured = part["predicted_s"], part["measured_s"]
+            rows.append([r["key"], kind, _ms(measured), _ms(predicted) if predicted else "-",
+                         f"{measured / predicted:.3f}" if predicted else "-"])
+    return headers, rows
+
+
 def _ratio(row: dict[str, Any], kind: str) -> str:
     predicted = (row["predicted"] or {}).get("seconds") if kind == "per-device" else row["predicted_seconds"]
     if row["median_seconds"] is None or not predicted:
@@ -49,6 +62,13 @@ def write_measured_page(docs: list[dict[str, Any]], out_dir: str | Path) -> Path
         parts.append(f"<h2>{html.escape(doc['kind'])}: measured on a {html.escape(chip)}</h2>"
                      f"<p>{html.escape(summary)}; toolchain {html.escape(str(doc.get('toolchain')))}, "
                      f"{html.escape(doc.get('date', ''))}</p>" + _table(headers, rows))
+        if doc["kind"] == "per-device":
+            kind_headers, by_kind = kind_rows(doc)
+            if by_kind:
+                parts.append("<h3>each operation on the chip, by kind (--op-profile)</h3>"
+                             "<p>splash calls (kernel) against the splash model, the rest against the compiler's "
+                             "estimate as Q2 costs it; unestimated operations are in no prediction</p>"
+                             + _table(kind_headers, by_kind))
     page = out / PAGE
     tmp = page.with_name(PAGE + ".partial")
     tmp.write_text("<!doctype html><html><head><meta charset='utf-8'><title>aoizora: measured on a chip</title>"
