@@ -9,6 +9,9 @@ the gathered program adds (each layer's weight slice written out before its all-
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import pytest
 
 from aoizora.cost.model import CostModel
@@ -34,10 +37,16 @@ def _costed(weights: str) -> dict:
                                default_compile_cache()).program
     q2 = CostModel(topology).evaluate(program, placement)
     sim = simulate(program, topology, placement)
+    # libtpu's estimates as they are, without the v5e profile's correction per kind (which weighs the
+    # two programs' kinds differently): the ratio below reads the programs' own work
+    as_estimated = copy.copy(topology)
+    as_estimated.hardware = dataclasses.replace(topology.hardware, estimate_scale={})
+    estimated = CostModel(as_estimated).evaluate(program, placement)
     gathers = sum(c.multiplicity for c in program.collectives if c.kind is CollectiveKind.ALL_GATHER)
     print(f"{weights}: Q2 compute {q2.compute_seconds * 1e3:.2f} ms, sim compute {sim.compute_seconds * 1e3:.2f} ms, "
           f"Q2 step {q2.step_seconds * 1e3:.2f} ms, sim step {sim.step_seconds * 1e3:.2f} ms, all-gathers {gathers}")
-    return {"q2": q2.compute_seconds, "sim": sim.compute_seconds, "all_gathers": gathers}
+    return {"q2": q2.compute_seconds, "sim": sim.compute_seconds, "estimated": estimated.compute_seconds,
+            "all_gathers": gathers}
 
 
 def test_compute_in_collective_fusions_is_costed_alike_by_q2_and_the_simulator():
@@ -47,5 +56,5 @@ def test_compute_in_collective_fusions_is_costed_alike_by_q2_and_the_simulator()
         assert run["q2"] == pytest.approx(run["sim"], rel=1e-9)
     # the same dots: the gathered program's compute is the replicated one's plus its weight-slice
     # fusions (6 % at libtpu 0.0.42.1), not the all-gathered weights counted as extra compute
-    ratio = gathered["q2"] / replicated["q2"]
+    ratio = gathered["estimated"] / replicated["estimated"]
     assert 1.0 <= ratio < 1.10
