@@ -19,6 +19,7 @@ from aoizora.models.wan.video.sampling import lower_denoise_step
 from aoizora.models.wan.video.schedulers import UniPCScheduler
 from aoizora.toolchain import compile_only_devices
 from aoizora.topology import hardware_profile
+from tests.compile_seed import through_cache
 
 
 @pytest.mark.parametrize("generation, tile", [("tpu7x", (16, 128)), ("v5e", None), ("v6e", None), (None, None)])
@@ -63,8 +64,10 @@ def _compiled_on_tpu7x(tile, weights="replicated"):
     mesh = Mesh(np.array(compile_only_devices("tpu7x:2x2x1")).reshape(strategy.mesh_shape), strategy.mesh_axes)
     video = VideoShape(frames=1, height=128, width=128)
     lowered = lower_denoise_step(config, video, strategy, mesh, UniPCScheduler(num_steps=50, shift=3.0))
-    compiled = lowered.compile()
-    return config, compiled.memory_analysis().temp_size_in_bytes, compiled.as_text(), lowered.as_text()
+    # through the session's compile cache (and so the seed): the tile is in the lowered text
+    # (`mhlo.layout_mode`), which the cache's key holds
+    compiled = through_cache("tpu7x:2x2x1", mesh)(lowered, None)
+    return config, compiled.memory_parts["temp"], compiled.hlo_text, lowered.as_text()
 
 
 @pytest.mark.tpu_compile
