@@ -200,8 +200,10 @@ class Node:
         if self.seconds is not None:
             return float(self.seconds)
         if self.estimated_cycles is not None:
-            scale = hardware.estimate_scale.get(estimate_kind(self.opcode, self.fusion_kind), 1.0)
-            return self.estimated_cycles / hardware.clock_hz * scale
+            seconds = self.estimated_cycles / hardware.clock_hz
+            if not hardware.estimate_scale:  # a generation not measured per operation: the estimate as is
+                return seconds
+            return seconds * hardware.estimate_scale.get(estimate_kind(self.opcode, self.fusion_kind), 1.0)
         return hardware.roofline_seconds(self.flops, self.hbm_bytes, self.kernel)
 
     def to_json(self) -> dict[str, Any]:

@@ -430,17 +430,12 @@ def _run(job: CompileJob, spaces: dict[bytes, Any]) -> tuple[Any, ...]:
 
 
 def memory_bytes(compiled: Any) -> int | None:
-    """The per-device bytes the compiler reports for a compiled program (None when it does not)."""
-    try:
-        m = compiled.memory_analysis()
-    except Exception:
+    """The per-device bytes the compiler reports for a compiled program (None when it does not):
+    its `memory_parts` summed, aliased bytes counted once."""
+    parts = memory_parts(compiled)
+    if parts is None:
         return None
-    if m is None:
-        return None
-    return int(
-        m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
-        + getattr(m, "generated_code_size_in_bytes", 0)
-    )
+    return parts["argument"] + parts["output"] + parts["temp"] - parts["alias"] + parts["generated_code"]
 
 
 def memory_parts(compiled: Any) -> dict[str, int] | None:
